@@ -1,0 +1,130 @@
+// One interface for the numeric kernels a GPT stage needs, implemented for the CPU (OpenBLAS)
+// and for CUDA (cuBLAS + own kernels). Model code is written once against it.
+//
+// Contract:
+// - Every float*/int32_t* argument is memory of the backend (host memory for the CPU, device
+//   memory for CUDA), obtained from Alloc/AllocInt. Shapes are row-major and given in comments.
+// - Forward ops overwrite their outputs. Backward ops ADD into their gradient outputs (+=), so
+//   residual branches and gradient accumulation over microbatches need no extra pass; callers
+//   zero gradient buffers when a new accumulation starts.
+// - Backward is split the zero-bubble way: *BackwardInput ops produce the gradient flowing to the
+//   op's input, *BackwardWeight ops produce parameter gradients. A full backward is exactly the
+//   input part followed by the weight part, so both orders give bitwise identical results.
+// - The CPU implementation is deterministic: the same call on the same inputs gives the same
+//   bits, whatever the thread count of other processes. Reductions run in a fixed order.
+#ifndef PP_KERNELS_OPS_H_
+#define PP_KERNELS_OPS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace pp::kernels {
+
+struct AdamWParams {
+  float lr = 3e-4f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // decoupled; the caller passes 0 for tensors without decay
+  int step = 1;               // 1-based, for bias correction
+  float grad_scale = 1.0f;    // gradients are multiplied by this first (clipping)
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::string Name() const = 0;  // "cpu" or "cuda:N"
+
+  // ---- memory -------------------------------------------------------------------------------
+  virtual float* Alloc(size_t n) = 0;  // n floats, zero-filled
+  virtual int32_t* AllocInt(size_t n) = 0;
+  virtual void Free(void* p) = 0;
+  virtual void CopyToDevice(float* dst, const float* host_src, size_t n) = 0;
+  virtual void CopyToHost(float* host_dst, const float* src, size_t n) = 0;
+  virtual void CopyIntToDevice(int32_t* dst, const int32_t* host_src, size_t n) = 0;
+  virtual void Copy(float* dst, const float* src, size_t n) = 0;  // device to device
+  virtual void Zero(float* x, size_t n) = 0;
+  virtual void Synchronize() = 0;
+
+  // ---- elementwise and reductions ------------------------------------------------------------
+  virtual void Add(float* acc, const float* x, size_t n) = 0;         // acc += x
+  virtual void Scale(float* x, float s, size_t n) = 0;                 // x *= s
+  virtual double SumSquares(const float* x, size_t n) = 0;             // sum x^2 in double
+  virtual double Sum(const float* x, size_t n) = 0;                    // sum x in double
+  // out = a + b, all (n)
+  virtual void ResidualForward(float* out, const float* a, const float* b, size_t n) = 0;
+
+  // ---- embedding ------------------------------------------------------------------------------
+  // tokens (B,T), wte (V,C), wpe (T,C) -> out (B,T,C)
+  virtual void EncoderForward(float* out, const int32_t* tokens, const float* wte,
+                              const float* wpe, int B, int T, int C) = 0;
+  // dout (B,T,C) -> dwte (V,C) +=, dwpe (T,C) +=
+  virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                               int B, int T, int C) = 0;
+
+  // ---- LayerNorm (eps 1e-5) -------------------------------------------------------------------
+  // inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N)
+  virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                                const float* weight, const float* bias, int N, int C) = 0;
+  // dout (N,C) -> dinp (N,C) +=
+  virtual void LayerNormBackwardInput(float* dinp, const float* dout, const float* inp,
+                                      const float* weight, const float* mean, const float* rstd,
+                                      int N, int C) = 0;
+  // dout (N,C) -> dweight (C) +=, dbias (C) +=
+  virtual void LayerNormBackwardWeight(float* dweight, float* dbias, const float* dout,
+                                       const float* inp, const float* mean, const float* rstd,
+                                       int N, int C) = 0;
+
+  // ---- linear (torch.nn.Linear layout) --------------------------------------------------------
+  // inp (N,IC), weight (OC,IC), bias (OC) or null -> out (N,OC) = inp weight^T + bias
+  virtual void MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
+                             int N, int IC, int OC) = 0;
+  // dout (N,OC), weight (OC,IC) -> dinp (N,IC) +=
+  virtual void MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N,
+                                   int IC, int OC) = 0;
+  // dout (N,OC), inp (N,IC) -> dweight (OC,IC) +=, dbias (OC) += (dbias may be null)
+  virtual void MatmulBackwardWeight(float* dweight, float* dbias, const float* dout,
+                                    const float* inp, int N, int IC, int OC) = 0;
+
+  // ---- causal self-attention ------------------------------------------------------------------
+  // qkv (B,T,3C) with q, k, v in that order and heads as contiguous slices of C
+  // -> out (B,T,C), att (B,NH,T,T) the softmax probabilities (kept for backward; entries above
+  // the diagonal are zero)
+  virtual void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                int NH) = 0;
+  // dout (B,T,C) -> dqkv (B,T,3C) +=
+  virtual void AttentionBackward(float* dqkv, const float* dout, const float* qkv,
+                                 const float* att, int B, int T, int C, int NH) = 0;
+
+  // ---- GELU (tanh approximation) --------------------------------------------------------------
+  virtual void GeluForward(float* out, const float* inp, size_t n) = 0;
+  // dout (n) -> dinp (n) +=
+  virtual void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+
+  // ---- softmax cross-entropy ------------------------------------------------------------------
+  // logits (N,V), targets (N) -> losses (N) (per-token -log p), probs (N,V)
+  virtual void CrossEntropyForward(float* losses, float* probs, const float* logits,
+                                   const int32_t* targets, int N, int V) = 0;
+  // dlogits (N,V) += dloss * (probs - onehot(targets)); dloss is d(total loss)/d(each token loss)
+  virtual void CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
+                                    float dloss, int N, int V) = 0;
+
+  // ---- optimizer ------------------------------------------------------------------------------
+  // Bias-corrected AdamW on n parameters; m, v are the moments (updated in place).
+  virtual void AdamW(float* params, const float* grads, float* m, float* v, size_t n,
+                     const AdamWParams& p) = 0;
+};
+
+// "cpu" or "cuda:N". threads: BLAS threads for the CPU backend (default 1 per worker process).
+absl::StatusOr<std::unique_ptr<Ops>> MakeOps(const std::string& device, int threads = 1);
+
+// True when this build has CUDA and a device is visible.
+bool CudaDeviceAvailable();
+
+}  // namespace pp::kernels
+
+#endif  // PP_KERNELS_OPS_H_
