@@ -7,7 +7,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libopenblas-dev libsqlite3-dev
-  prometheus python3-venv
+  libssl-dev prometheus python3-venv
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
