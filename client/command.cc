@@ -1,0 +1,153 @@
+// RunPpctl: command dispatch, flag parsing against the command's flag list, and --help.
+#include "client/command.h"
+
+#include <algorithm>
+#include <iostream>
+#include <optional>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace pp::client {
+namespace {
+
+constexpr int kUsageError = 2;
+
+std::string Usage(const std::vector<Command>& commands) {
+  std::string out = "Usage: ppctl <command> [flags] [args]\n\nCommands:\n";
+  for (const Command& c : commands) absl::StrAppend(&out, "  ", c.name, "\t", c.summary, "\n");
+  absl::StrAppend(&out, "\nRun `ppctl <command> --help` for the command's flags.\n");
+  return out;
+}
+
+// `text` as lines of at most `width` characters, each starting with `indent`.
+std::string Wrap(const std::string& text, const std::string& indent, size_t width) {
+  std::string out, line;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      absl::StrAppend(&out, indent, line, "\n");
+      line.clear();
+    }
+    absl::StrAppend(&line, line.empty() ? "" : " ", word);
+  }
+  if (!line.empty()) absl::StrAppend(&out, indent, line, "\n");
+  return out;
+}
+
+std::string CommandHelp(const Command& c) {
+  std::string out = absl::StrCat("Usage: ppctl ", c.name, c.flags.empty() ? "" : " [flags]",
+                                 c.args.empty() ? "" : " ", c.args, "\n", c.summary, "\n");
+  if (!c.flags.empty()) absl::StrAppend(&out, "\nFlags:\n");
+  for (const std::string& name : c.flags) {
+    const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) continue;
+    const std::string default_value = flag->DefaultValue();
+    absl::StrAppend(&out, "  --", name,
+                    " (default: ", default_value.empty() ? "\"\"" : default_value, ")\n",
+                    Wrap(flag->Help(), "      ", 90));
+  }
+  return out;
+}
+
+// Sets one `--name=value`, `--bool` or `--nobool` among the flags `allowed` names. Returns an
+// error line, or nothing when the flag was set.
+std::optional<std::string> SetFlag(const std::vector<std::string>& allowed,
+                                   const std::string& token) {
+  std::string name = token.substr(2), value;
+  const size_t eq = name.find('=');
+  const bool has_value = eq != std::string::npos;
+  if (has_value) {
+    value = name.substr(eq + 1);
+    name = name.substr(0, eq);
+  }
+  auto find_allowed = [&](const std::string& n) -> absl::CommandLineFlag* {
+    if (std::find(allowed.begin(), allowed.end(), n) == allowed.end()) return nullptr;
+    return absl::FindCommandLineFlag(n);
+  };
+  absl::CommandLineFlag* flag = find_allowed(name);
+  if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
+    flag = find_allowed(name.substr(2));
+    if (flag == nullptr || !flag->IsOfType<bool>()) {
+      flag = nullptr;
+    } else {
+      name = name.substr(2);
+      value = "false";
+    }
+  } else if (flag != nullptr && !has_value) {
+    if (!flag->IsOfType<bool>()) return absl::StrCat("flag --", name, " needs a value");
+    value = "true";
+  }
+  if (flag == nullptr) return absl::StrCat("unknown flag --", name);
+  std::string error;
+  if (!flag->ParseFrom(value, &error)) {
+    return absl::StrCat("bad value '", value, "' for --", name, ": ", error);
+  }
+  return std::nullopt;
+}
+
+// `--name value` for a non-boolean flag takes the next token as its value.
+bool TakesNextToken(const std::string& token) {
+  if (token.find('=') != std::string::npos) return false;
+  const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(token.substr(2));
+  return flag != nullptr && !flag->IsOfType<bool>();
+}
+
+}  // namespace
+
+int RunPpctl(const std::vector<Command>& commands, int argc, char** argv) {
+  std::vector<std::string> positional, flags;
+  bool help = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string token = argv[i];
+    if (token == "--") {
+      for (++i; i < argc; ++i) positional.push_back(argv[i]);
+      break;
+    }
+    if (token == "--help" || token == "-h" || token == "-help") {
+      help = true;
+    } else if (absl::StartsWith(token, "--")) {
+      flags.push_back(token);
+      if (TakesNextToken(token) && i + 1 < argc) absl::StrAppend(&flags.back(), "=", argv[++i]);
+    } else {
+      positional.push_back(token);
+    }
+  }
+  if (!positional.empty() && positional[0] == "help") {
+    help = true;
+    positional.erase(positional.begin());
+  }
+  if (positional.empty()) {
+    (help ? std::cout : std::cerr) << Usage(commands);
+    return help ? 0 : kUsageError;
+  }
+  const auto command = std::find_if(commands.begin(), commands.end(),
+                                    [&](const Command& c) { return c.name == positional[0]; });
+  if (command == commands.end()) {
+    std::cerr << "ppctl: unknown command '" << positional[0] << "' (run ppctl --help)\n";
+    return kUsageError;
+  }
+  if (help) {
+    std::cout << CommandHelp(*command);
+    return 0;
+  }
+  positional.erase(positional.begin());
+  for (const std::string& flag : flags) {
+    if (std::optional<std::string> error = SetFlag(command->flags, flag)) {
+      std::cerr << "ppctl " << command->name << ": " << *error << " (see ppctl " << command->name
+                << " --help)\n";
+      return kUsageError;
+    }
+  }
+  return command->run(positional);
+}
+
+int ExitCode(const std::string& command, const absl::Status& status) {
+  if (status.ok()) return 0;
+  std::cerr << "ppctl " << command << ": " << status.message() << "\n";
+  return absl::IsInvalidArgument(status) ? kUsageError : 1;
+}
+
+}  // namespace pp::client

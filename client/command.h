@@ -1,0 +1,40 @@
+// ppctl's command table. A command is a name, its positional arguments, a one-line summary, the
+// Abseil flags it reads (defined in its own file, client/<command>_command.cc) and a function.
+// ppctl parses flags itself, against the command's list, so that `ppctl <command> --help`
+// documents exactly that command's flags and every bad argument is one line on stderr with exit
+// code 2. To add a command: write client/<name>_command.cc with a factory declared here and add
+// it to the table in client/ppctl.cc.
+#ifndef PP_CLIENT_COMMAND_H_
+#define PP_CLIENT_COMMAND_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace pp::client {
+
+struct Command {
+  std::string name;
+  std::string args;     // positional arguments for the usage line, e.g. "FILE"; empty if none
+  std::string summary;  // one line
+  std::vector<std::string> flags;  // Abseil flag names, in help order
+  // Runs with the positional arguments after the command, flags already set; prints its result
+  // on stdout and returns the exit code: 0 ok, 1 failed, 2 bad usage (errors: one stderr line).
+  std::function<int(const std::vector<std::string>& args)> run;
+};
+
+// For commands written against absl::Status: prints a failure as one line "ppctl <command>:
+// message" on stderr and returns the exit code (InvalidArgument: 2, other errors: 1, OK: 0).
+int ExitCode(const std::string& command, const absl::Status& status);
+
+// `ppctl plan`: client/plan_command.cc.
+Command PlanCommand();
+
+// ppctl's main over a command table; returns the process exit code.
+int RunPpctl(const std::vector<Command>& commands, int argc, char** argv);
+
+}  // namespace pp::client
+
+#endif  // PP_CLIENT_COMMAND_H_

@@ -1,0 +1,200 @@
+// `ppctl plan`: compiles a schedule locally (no server) and prints it as an ASCII timeline, the
+// proto3 JSON of pp.v1.Schedule, or a Chrome trace; `--auto` first picks schedule, V and M.
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/command.h"
+#include "coordinator/plan/auto_plan.h"
+#include "coordinator/plan/compile.h"
+#include "coordinator/plan/convert.h"
+#include "coordinator/plan/generate.h"
+#include "coordinator/plan/render.h"
+#include "google/protobuf/util/json_util.h"
+
+ABSL_FLAG(std::string, schedule, "1f1b", "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v");
+ABSL_FLAG(int32_t, stages, 4, "D: pipeline ranks");
+ABSL_FLAG(int32_t, chunks, 0,
+          "V: model chunks (stages) per rank; 0 = the schedule's own (2 for interleaved-1f1b and "
+          "zb-v, else 1)");
+ABSL_FLAG(int32_t, microbatches, 8, "M: microbatches per step");
+ABSL_FLAG(std::string, costs, "f=1,b=2",
+          "cost model, comma-separated key=value: f forward, b backward (full), i input-grad and "
+          "w weight-grad (default b/2 each, or b minus the other), comm latency per message, bw "
+          "bandwidth in bytes per time unit (0 = infinite), act bytes of one stage-microbatch "
+          "activation, scale per-stage multipliers of compute separated by ':' (S of them). "
+          "Unset keys: f=1 b=2, the rest 0");
+ABSL_FLAG(std::string, format, "ascii",
+          "ascii (timeline + simulation) | json (pp.v1.Schedule) | chrome (trace events)");
+ABSL_FLAG(bool, auto, false,
+          "choose schedule, V and M: simulate every schedule (V=2..--max_chunks for "
+          "interleaved-1f1b) for each M in [--min_microbatches, --max_microbatches] and pick the "
+          "shortest step whose peak activations fit --memory_budget. Costs are then those of one "
+          "microbatch at the smallest M for a rank's whole share of the model: a candidate with M "
+          "microbatches and V chunks scales compute and act by (min M / M) / V. --schedule, --chunks "
+          "and --microbatches are not used");
+ABSL_FLAG(int32_t, min_microbatches, 0, "--auto: smallest M tried; 0 = D");
+ABSL_FLAG(int32_t, max_microbatches, 0, "--auto: largest M tried; 0 = 4 * smallest");
+ABSL_FLAG(double, memory_budget, 0,
+          "--auto: peak activation memory allowed per rank; bytes when --costs sets act, else "
+          "microbatches of a rank's share at the smallest M (1F1B holds min(D, M) on rank 0); "
+          "0 = unlimited");
+ABSL_FLAG(std::string, schedules, "", "--auto: comma-separated schedules to compare; empty = all");
+ABSL_FLAG(int32_t, max_chunks, 4, "--auto: largest V tried for interleaved-1f1b");
+
+namespace pp::client {
+namespace {
+
+absl::StatusOr<plan::CostModel> ParseCosts(const std::string& text) {
+  plan::CostModel costs;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    const std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    const std::string& key = kv.first;
+    auto number = [&](double* out) -> absl::Status {
+      if (absl::SimpleAtod(kv.second, out)) return absl::OkStatus();
+      return absl::InvalidArgumentError(
+          absl::StrCat("--costs: '", kv.second, "' is not a number (in ", std::string(item), ")"));
+    };
+    absl::Status status;
+    if (key == "f") {
+      status = number(&costs.forward);
+    } else if (key == "b") {
+      status = number(&costs.backward);
+    } else if (key == "i") {
+      status = number(&costs.backward_input);
+    } else if (key == "w") {
+      status = number(&costs.backward_weight);
+    } else if (key == "comm") {
+      status = number(&costs.comm_latency);
+    } else if (key == "bw") {
+      status = number(&costs.comm_bandwidth);
+    } else if (key == "act") {
+      status = number(&costs.activation_bytes);
+    } else if (key == "scale") {
+      for (absl::string_view part : absl::StrSplit(kv.second, ':')) {
+        double scale;
+        if (!absl::SimpleAtod(part, &scale)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--costs: scale entry '", std::string(part), "' is not a number"));
+        }
+        costs.stage_scale.push_back(scale);
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--costs: unknown key '", key, "' (known: f, b, i, w, comm, bw, act, scale)"));
+    }
+    if (!status.ok()) return status;
+  }
+  return costs;
+}
+
+std::string Summary(const plan::Planned& planned, const plan::CostModel& costs) {
+  const plan::Schedule& s = planned.schedule;
+  const plan::Simulation& sim = planned.simulation;
+  std::string out = absl::StrCat(s.name, ": D=", s.pipeline, " V=", s.chunks, " M=", s.microbatches,
+                                 ", stage -> rank ", absl::StrJoin(s.stage_to_rank, " "), "\n");
+  absl::StrAppend(&out, "makespan ", sim.makespan,
+                  absl::StrFormat(", bubble %.4f", sim.bubble_fraction), " (",
+                  plan::kBubbleDefinition, ")\n");
+  const bool bytes = costs.activation_bytes > 0;
+  absl::StrAppend(&out, "rank  busy  idle  peak live activations", bytes ? " (bytes)" : "", "\n");
+  for (size_t r = 0; r < sim.ranks.size(); ++r) {
+    const plan::RankStats& rank = sim.ranks[r];
+    absl::StrAppend(&out,
+                    absl::StrFormat("%4d %5g %5g  %d", r, rank.busy, rank.idle, rank.peak_live));
+    if (bytes) absl::StrAppend(&out, absl::StrFormat(" (%g)", rank.peak_bytes));
+    out += "\n";
+  }
+  return out;
+}
+
+absl::Status Print(const plan::Planned& planned, const plan::CostModel& costs,
+                   const std::string& format) {
+  if (format == "json") {
+    google::protobuf::util::JsonPrintOptions options;
+    options.always_print_primitive_fields = true;
+    std::string json;
+    const auto status = google::protobuf::util::MessageToJsonString(
+        plan::ScheduleToProto(planned.schedule, &planned.simulation), &json, options);
+    if (!status.ok()) return absl::InternalError(status.ToString());
+    std::cout << json << "\n";
+    return absl::OkStatus();
+  }
+  const plan::Timeline timeline =
+      plan::TimelineFromSimulation(planned.schedule, planned.simulation);
+  if (format == "chrome") {
+    std::cout << plan::RenderChrome(timeline, 1000);
+    return absl::OkStatus();
+  }
+  std::cout << Summary(planned, costs) << plan::RenderAscii(timeline);
+  return absl::OkStatus();
+}
+
+absl::Status RunAuto(const plan::CostModel& costs, const std::string& format) {
+  plan::AutoPlanRequest request;
+  request.pipeline = absl::GetFlag(FLAGS_stages);
+  request.min_microbatches = absl::GetFlag(FLAGS_min_microbatches);
+  if (request.min_microbatches == 0) request.min_microbatches = request.pipeline;
+  request.max_microbatches = absl::GetFlag(FLAGS_max_microbatches);
+  if (request.max_microbatches == 0) request.max_microbatches = 4 * request.min_microbatches;
+  request.memory_budget = absl::GetFlag(FLAGS_memory_budget);
+  request.costs = costs;
+  request.max_chunks = absl::GetFlag(FLAGS_max_chunks);
+  request.schedules = absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',', absl::SkipEmpty());
+  absl::StatusOr<plan::AutoPlan> chosen = plan::ChooseSchedule(request);
+  if (!chosen.ok()) return chosen.status();
+  // The comparison is for people; machine formats keep stdout to the chosen schedule alone.
+  (format == "ascii" ? std::cout : std::cerr) << plan::DescribeAutoPlan(*chosen);
+  if (chosen->chosen < 0) return absl::FailedPreconditionError(chosen->reason);
+  const plan::Candidate& best = chosen->candidates[chosen->chosen];
+  plan::CostModel scaled = costs;
+  const double factor =
+      static_cast<double>(request.min_microbatches) / best.microbatches / best.chunks;
+  for (double* cost : {&scaled.forward, &scaled.backward, &scaled.backward_input,
+                       &scaled.backward_weight, &scaled.activation_bytes}) {
+    *cost *= factor;
+  }
+  absl::StatusOr<plan::Planned> planned =
+      plan::Plan(best.schedule, request.pipeline, best.chunks, best.microbatches, scaled);
+  if (!planned.ok()) return planned.status();
+  if (format == "ascii") std::cout << "\n";
+  return Print(*planned, scaled, format);
+}
+
+absl::Status RunPlan(const std::vector<std::string>& args) {
+  if (!args.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'"));
+  }
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "ascii" && format != "json" && format != "chrome") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format must be ascii, json or chrome, got '", format, "'"));
+  }
+  absl::StatusOr<plan::CostModel> costs = ParseCosts(absl::GetFlag(FLAGS_costs));
+  if (!costs.ok()) return costs.status();
+  if (absl::GetFlag(FLAGS_auto)) return RunAuto(*costs, format);
+  absl::StatusOr<plan::Planned> planned =
+      plan::Plan(absl::GetFlag(FLAGS_schedule), absl::GetFlag(FLAGS_stages),
+                 absl::GetFlag(FLAGS_chunks), absl::GetFlag(FLAGS_microbatches), *costs);
+  if (!planned.ok()) return planned.status();
+  return Print(*planned, *costs, format);
+}
+
+}  // namespace
+
+Command PlanCommand() {
+  return {"plan",
+          "",
+          "compile a pipeline schedule locally (no server): generate, lower comms, validate, "
+          "simulate, draw",
+          {"schedule", "stages", "chunks", "microbatches", "costs", "format", "auto",
+           "min_microbatches", "max_microbatches", "memory_budget", "schedules", "max_chunks"},
+          [](const std::vector<std::string>& args) { return ExitCode("plan", RunPlan(args)); }};
+}
+
+}  // namespace pp::client

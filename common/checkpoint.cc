@@ -1,0 +1,259 @@
+#include "common/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/file_io.h"
+#include "common/proto_io.h"
+#include "common/sha256.h"
+
+namespace pp::common {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kStepPrefix[] = "step-";
+
+// A shard name must stay inside its step folder.
+absl::Status CheckShardName(const std::string& file) {
+  if (file.empty() || file.find('/') != std::string::npos || file[0] == '.' ||
+      !absl::EndsWith(file, ".safetensors")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard file name \"", file, "\" must be a plain *.safetensors name"));
+  }
+  return absl::OkStatus();
+}
+
+// The step of a folder named step-<N>, or -1.
+int ParseStepName(const std::string& name) {
+  int step;
+  if (!absl::StartsWith(name, kStepPrefix) ||
+      !absl::SimpleAtoi(absl::string_view(name).substr(sizeof(kStepPrefix) - 1), &step) ||
+      absl::StrCat(kStepPrefix, step) != name) {  // refuses "step-007", "step-+7"
+    return -1;
+  }
+  return step;
+}
+
+// Every step-<N> folder of a job with whether it is committed.
+absl::StatusOr<std::vector<std::pair<int, bool>>> ListStepDirs(const std::string& root,
+                                                               const std::string& job) {
+  std::vector<std::pair<int, bool>> steps;
+  fs::path job_dir = fs::path(root) / job;
+  std::error_code ec;
+  if (!fs::exists(job_dir, ec)) return steps;
+  for (fs::directory_iterator it(job_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    // Per-entry checks have their own error code: a missing manifest is an answer, not an error.
+    std::error_code entry_ec;
+    int step = ParseStepName(it->path().filename().string());
+    if (step < 0 || !it->is_directory(entry_ec)) continue;
+    steps.emplace_back(step, fs::is_regular_file(it->path() / kManifestFile, entry_ec));
+  }
+  if (ec) {
+    return absl::InternalError(absl::StrCat("cannot list ", job_dir.string(), ": ", ec.message()));
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+absl::StatusOr<pp::v1::CheckpointManifest> ReadManifest(const std::string& step_dir) {
+  std::string path = (fs::path(step_dir) / kManifestFile).string();
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  pp::v1::CheckpointManifest manifest;
+  absl::Status parsed = JsonToMessage(*text, &manifest);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat(path, ": bad manifest: ", parsed.message()));
+  }
+  if (manifest.format_version() != 1) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": unsupported format_version ", manifest.format_version()));
+  }
+  if (manifest.shards().empty()) return absl::DataLossError(absl::StrCat(path, ": no shards"));
+  int folder_step = ParseStepName(fs::path(step_dir).filename().string());
+  if (folder_step >= 0 && folder_step != manifest.step()) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": manifest is for step ", manifest.step(), ", not ", folder_step));
+  }
+  return manifest;
+}
+
+absl::Status CheckShard(const std::string& step_dir, const pp::v1::CheckpointShard& shard) {
+  if (absl::Status name = CheckShardName(shard.file()); !name.ok()) return name;
+  std::string path = (fs::path(step_dir) / shard.file()).string();
+  std::error_code ec;
+  uintmax_t size = fs::file_size(path, ec);
+  if (ec) return absl::NotFoundError(absl::StrCat("shard ", path, " is missing: ", ec.message()));
+  if (static_cast<int64_t>(size) != shard.bytes()) {
+    return absl::DataLossError(
+        absl::StrCat("shard ", path, " has ", size, " bytes, the manifest says ", shard.bytes()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string StepDir(const std::string& root, const std::string& job, int step) {
+  return absl::StrCat(root, "/", job, "/", kStepPrefix, step);
+}
+
+std::string ShardFileName(int rank) { return absl::StrFormat("rank-%05d.safetensors", rank); }
+
+std::string ExpAvgName(const std::string& name) { return absl::StrCat("optim.exp_avg.", name); }
+
+std::string ExpAvgSqName(const std::string& name) {
+  return absl::StrCat("optim.exp_avg_sq.", name);
+}
+
+absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
+    const std::string& step_dir, const std::string& file, const std::vector<Tensor>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  if (absl::Status name = CheckShardName(file); !name.ok()) return name;
+  std::string path = (fs::path(step_dir) / file).string();
+  absl::StatusOr<std::string> bytes = SerializeSafetensors(tensors, metadata);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));
+  }
+  if (absl::Status made = MakeDirs(step_dir); !made.ok()) return made;
+  if (absl::Status written = WriteFileAtomic(path, *bytes); !written.ok()) return written;
+  pp::v1::CheckpointShard shard;
+  shard.set_file(file);
+  shard.set_bytes(static_cast<int64_t>(bytes->size()));
+  shard.set_sha256(Sha256Hex(*bytes));
+  return shard;
+}
+
+absl::Status CommitManifest(const std::string& step_dir,
+                            const pp::v1::CheckpointManifest& manifest) {
+  if (manifest.shards().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(step_dir, ": a manifest needs shards"));
+  }
+  std::set<std::string> files;
+  for (const pp::v1::CheckpointShard& shard : manifest.shards()) {
+    if (!files.insert(shard.file()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(step_dir, ": shard ", shard.file(), " is listed twice"));
+    }
+    if (absl::Status checked = CheckShard(step_dir, shard); !checked.ok()) return checked;
+  }
+  pp::v1::CheckpointManifest committed = manifest;
+  if (committed.format_version() == 0) committed.set_format_version(1);
+  absl::StatusOr<std::string> json = MessageToJson(committed, /*pretty=*/true);
+  if (!json.ok()) return json.status();
+  return WriteFileAtomic((fs::path(step_dir) / kManifestFile).string(), *json);
+}
+
+absl::StatusOr<std::vector<int>> ListCommittedSteps(const std::string& root,
+                                                    const std::string& job) {
+  absl::StatusOr<std::vector<std::pair<int, bool>>> dirs = ListStepDirs(root, job);
+  if (!dirs.ok()) return dirs.status();
+  std::vector<int> steps;
+  for (const auto& [step, committed] : *dirs) {
+    if (committed) steps.push_back(step);
+  }
+  return steps;
+}
+
+absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir) {
+  absl::StatusOr<pp::v1::CheckpointManifest> manifest = ReadManifest(step_dir);
+  if (!manifest.ok()) return manifest.status();
+  Checkpoint checkpoint;
+  std::map<std::string, std::string> owner;  // tensor name -> shard file
+  for (const pp::v1::CheckpointShard& shard : manifest->shards()) {
+    if (absl::Status checked = CheckShard(step_dir, shard); !checked.ok()) return checked;
+    std::string path = (fs::path(step_dir) / shard.file()).string();
+    absl::StatusOr<MappedFile> file = MappedFile::Open(path);
+    if (!file.ok()) return file.status();
+    std::string sha = Sha256Hex(file->view());
+    if (sha != shard.sha256()) {
+      return absl::DataLossError(absl::StrCat("shard ", path, " is corrupt: sha256 ", sha,
+                                              ", the manifest says ", shard.sha256()));
+    }
+    absl::StatusOr<SafetensorsFile> parsed = ParseSafetensors(file->view(), path);
+    if (!parsed.ok()) return parsed.status();
+    for (Tensor& tensor : parsed->tensors) {
+      auto [it, inserted] = owner.emplace(tensor.name, shard.file());
+      if (!inserted) {
+        return absl::DataLossError(absl::StrCat(step_dir, ": tensor \"", tensor.name,
+                                                "\" is in both ", it->second, " and ",
+                                                shard.file()));
+      }
+      std::string name = tensor.name;
+      checkpoint.tensors.emplace(std::move(name), std::move(tensor));
+    }
+  }
+  checkpoint.manifest = *std::move(manifest);
+  return checkpoint;
+}
+
+absl::StatusOr<LatestCheckpoint> LoadLatestCheckpoint(const std::string& root,
+                                                      const std::string& job, int max_step) {
+  absl::StatusOr<std::vector<int>> steps = ListCommittedSteps(root, job);
+  if (!steps.ok()) return steps.status();
+  LatestCheckpoint latest;
+  for (int step : *steps) {
+    if (max_step > 0 && step > max_step) continue;
+    absl::StatusOr<Checkpoint> checkpoint = LoadCheckpoint(StepDir(root, job, step));
+    if (checkpoint.ok()) {
+      latest.checkpoint = *std::move(checkpoint);
+      return latest;
+    }
+    latest.skipped.push_back(std::string(checkpoint.status().message()));
+  }
+  std::string where = absl::StrCat(root, "/", job);
+  if (max_step > 0) absl::StrAppend(&where, " at or before step ", max_step);
+  return absl::NotFoundError(absl::StrCat("no loadable committed checkpoint in ", where,
+                                          latest.skipped.empty() ? "" : ": ",
+                                          absl::StrJoin(latest.skipped, "; ")));
+}
+
+absl::StatusOr<std::vector<Tensor>> SelectTensors(const Checkpoint& checkpoint,
+                                                  const std::vector<std::string>& names) {
+  std::vector<Tensor> selected;
+  selected.reserve(names.size());
+  for (const std::string& name : names) {
+    auto it = checkpoint.tensors.find(name);
+    if (it == checkpoint.tensors.end()) {
+      return absl::NotFoundError(absl::StrCat("checkpoint of step ", checkpoint.manifest.step(),
+                                              " has no tensor \"", name, "\""));
+    }
+    selected.push_back(it->second);
+  }
+  return selected;
+}
+
+absl::Status PruneCheckpoints(const std::string& root, const std::string& job, int keep) {
+  if (keep < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("keep must be >= 1, got ", keep));
+  }
+  absl::StatusOr<std::vector<std::pair<int, bool>>> dirs = ListStepDirs(root, job);
+  if (!dirs.ok()) return dirs.status();
+  int kept = 0;
+  int oldest_kept = -1;
+  for (const auto& [step, committed] : *dirs) {
+    if (committed && kept < keep) {
+      ++kept;
+      oldest_kept = step;
+    }
+  }
+  if (kept < keep) return absl::OkStatus();  // nothing old enough to delete
+  for (const auto& [step, committed] : *dirs) {
+    if (step >= oldest_kept) continue;
+    std::error_code ec;
+    std::string dir = StepDir(root, job, step);
+    // The manifest goes first: a half-deleted folder must never look committed.
+    fs::remove(fs::path(dir) / kManifestFile, ec);
+    if (!ec) fs::remove_all(dir, ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot delete ", dir, ": ", ec.message()));
+  }
+  return SyncDir((fs::path(root) / job).string());
+}
+
+}  // namespace pp::common

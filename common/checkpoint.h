@@ -1,0 +1,78 @@
+// Checkpoint files (DESIGN.md): <root>/<job>/step-<N>/ holds one or more *.safetensors shards and
+// manifest.json (proto3 JSON of pp.v1.CheckpointManifest, proto/pp/v1/checkpoint.proto). N counts
+// completed optimizer steps, so a resume runs step N next.
+// Contract: shards are written first (each atomically); CommitManifest writes manifest.json last,
+// atomically (tmp, fsync, rename, fsync the folder) after checking every listed shard's size: a
+// step folder without manifest.json is not a checkpoint. Loading verifies the manifest and every
+// shard's bytes and sha256; a missing, torn or tampered shard is an error naming the file.
+// Tensor names: DESIGN.md model names; AdamW moments under ExpAvgName / ExpAvgSqName.
+#ifndef PP_COMMON_CHECKPOINT_H_
+#define PP_COMMON_CHECKPOINT_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/safetensors.h"
+#include "pp/v1/checkpoint.pb.h"
+
+namespace pp::common {
+
+inline constexpr char kManifestFile[] = "manifest.json";
+
+// "<root>/<job>/step-<step>".
+std::string StepDir(const std::string& root, const std::string& job, int step);
+// "rank-00003.safetensors": the conventional shard name of a rank.
+std::string ShardFileName(int rank);
+// "optim.exp_avg.<name>" and "optim.exp_avg_sq.<name>".
+std::string ExpAvgName(const std::string& name);
+std::string ExpAvgSqName(const std::string& name);
+
+// Writes `tensors` as <step_dir>/<file> (creating step_dir) and returns its file, bytes and sha256
+// (rank left 0 for the caller to fill). `file` must be a plain "*.safetensors" name.
+absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
+    const std::string& step_dir, const std::string& file, const std::vector<Tensor>& tensors,
+    const std::map<std::string, std::string>& metadata = {});
+
+// Commits the checkpoint in `step_dir`: checks that every shard in `manifest` exists with the
+// reported size (sha256 is checked on load), that shard names are distinct, then writes
+// manifest.json atomically. Sets format_version to 1 when unset.
+absl::Status CommitManifest(const std::string& step_dir,
+                            const pp::v1::CheckpointManifest& manifest);
+
+// Committed steps of a job (folders step-<N> holding manifest.json), newest first. A job without a
+// folder has none (empty list, not an error).
+absl::StatusOr<std::vector<int>> ListCommittedSteps(const std::string& root,
+                                                    const std::string& job);
+
+struct Checkpoint {
+  pp::v1::CheckpointManifest manifest;
+  std::map<std::string, Tensor> tensors;  // every tensor of every shard, by name
+};
+
+// Reads and verifies one step folder (manifest, each shard's bytes + sha256, safetensors parse,
+// no tensor name in two shards).
+absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir);
+
+struct LatestCheckpoint {
+  Checkpoint checkpoint;
+  std::vector<std::string> skipped;  // why each newer committed step was refused
+};
+// The newest committed step <= max_step (0: no bound) that loads and verifies; older ones are
+// tried when a newer one is damaged. NotFound when there is none.
+absl::StatusOr<LatestCheckpoint> LoadLatestCheckpoint(const std::string& root,
+                                                      const std::string& job, int max_step = 0);
+
+// The named tensors, in the order asked; NotFound naming the first missing one.
+absl::StatusOr<std::vector<Tensor>> SelectTensors(const Checkpoint& checkpoint,
+                                                  const std::vector<std::string>& names);
+
+// Keeps the newest `keep` committed steps and deletes older step folders (committed or torn).
+// Uncommitted folders newer than the oldest kept step are left alone: they may be in progress.
+absl::Status PruneCheckpoints(const std::string& root, const std::string& job, int keep);
+
+}  // namespace pp::common
+
+#endif  // PP_COMMON_CHECKPOINT_H_

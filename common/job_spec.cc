@@ -1,0 +1,280 @@
+#include "common/job_spec.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file_io.h"
+#include "common/proto_io.h"
+
+namespace pp::common {
+namespace {
+
+constexpr const char* kSchedules[] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"};
+constexpr const char* kPartitions[] = {"uniform", "params", "cost", "explicit"};
+constexpr const char* kFormats[] = {"bytes", "uint16", "generated"};
+constexpr int64_t kDefaultGeneratedTokens = int64_t{1} << 20;
+
+// Collects the parser's complaints instead of logging them.
+class ErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, int column, const std::string& message) override {
+    if (errors_.empty()) errors_ = absl::StrCat("line ", line + 1, ":", column + 1, ": ", message);
+  }
+  const std::string& errors() const { return errors_; }
+
+ private:
+  std::string errors_;
+};
+
+absl::Status Field(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+absl::Status Positive(absl::string_view field, int64_t value) {
+  if (value >= 1) return absl::OkStatus();
+  return Field(field, absl::StrCat("must be >= 1, got ", value));
+}
+
+absl::Status NonNegative(absl::string_view field, double value) {
+  if (value >= 0 && std::isfinite(value)) return absl::OkStatus();
+  return Field(field, absl::StrCat("must be a finite number >= 0, got ", value));
+}
+
+template <size_t N>
+bool OneOf(const std::string& value, const char* const (&names)[N]) {
+  for (const char* name : names) {
+    if (value == name) return true;
+  }
+  return false;
+}
+
+template <size_t N>
+absl::Status Choice(absl::string_view field, const std::string& value,
+                    const char* const (&names)[N]) {
+  if (OneOf(value, names)) return absl::OkStatus();
+  return Field(field, absl::StrCat("unknown value \"", value, "\" (one of ",
+                                   absl::StrJoin(names, ", "), ")"));
+}
+
+absl::Status ValidateModel(const pp::v1::ModelSpec& model) {
+  for (auto [field, value] :
+       {std::pair<const char*, int64_t>{"model.vocab_size", model.vocab_size()},
+        {"model.seq_len", model.seq_len()},
+        {"model.d_model", model.d_model()},
+        {"model.n_heads", model.n_heads()},
+        {"model.n_layers", model.n_layers()}}) {
+    if (absl::Status s = Positive(field, value); !s.ok()) return s;
+  }
+  if (model.d_model() % model.n_heads() != 0) {
+    return Field("model.n_heads",
+                 absl::StrCat(model.n_heads(), " does not divide model.d_model ", model.d_model()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateParallel(const pp::v1::JobSpec& spec) {
+  const pp::v1::ParallelSpec& parallel = spec.parallel();
+  for (auto [field, value] :
+       {std::pair<const char*, int64_t>{"parallel.pipeline", parallel.pipeline()},
+        {"parallel.chunks", parallel.chunks()},
+        {"parallel.tensor", parallel.tensor()},
+        {"parallel.data", parallel.data()}}) {
+    if (absl::Status s = Positive(field, value); !s.ok()) return s;
+  }
+  if (spec.model().n_heads() % parallel.tensor() != 0) {
+    return Field(
+        "parallel.tensor",
+        absl::StrCat(parallel.tensor(), " does not divide model.n_heads ", spec.model().n_heads()));
+  }
+  const std::string& schedule = parallel.schedule();
+  if (absl::Status s = Choice("parallel.schedule", schedule, kSchedules); !s.ok()) return s;
+  if (schedule == "zb-v" && parallel.chunks() != 2) {
+    return Field("parallel.chunks",
+                 absl::StrCat("schedule zb-v needs 2 chunks, got ", parallel.chunks()));
+  }
+  if ((schedule == "gpipe" || schedule == "1f1b" || schedule == "zb-h1") &&
+      parallel.chunks() != 1) {
+    return Field("parallel.chunks",
+                 absl::StrCat("schedule ", schedule, " needs 1 chunk, got ", parallel.chunks()));
+  }
+  // Partition units: the embedding, n_layers blocks, and the head.
+  int64_t units = int64_t{spec.model().n_layers()} + 2;
+  int64_t stages = int64_t{parallel.pipeline()} * parallel.chunks();
+  if (units < stages) {
+    return Field("parallel.pipeline",
+                 absl::StrCat("pipeline ", parallel.pipeline(), " x chunks ", parallel.chunks(),
+                              " = ", stages, " stages but the model has only ", units,
+                              " partition units (model.n_layers + 2)"));
+  }
+  if (absl::Status s = Choice("parallel.partition", parallel.partition(), kPartitions); !s.ok()) {
+    return s;
+  }
+  if (parallel.partition() != "explicit") {
+    if (!parallel.stage_layers().empty()) {
+      return Field("parallel.stage_layers", "only allowed with partition \"explicit\"");
+    }
+    return absl::OkStatus();
+  }
+  if (parallel.stage_layers_size() != stages) {
+    return Field("parallel.stage_layers",
+                 absl::StrCat("has ", parallel.stage_layers_size(),
+                              " entries, need pipeline x chunks = ", stages));
+  }
+  int64_t sum = 0;
+  for (int i = 0; i < parallel.stage_layers_size(); ++i) {
+    if (parallel.stage_layers(i) < 1) {
+      return Field(absl::StrCat("parallel.stage_layers[", i, "]"),
+                   absl::StrCat("must be >= 1, got ", parallel.stage_layers(i)));
+    }
+    sum += parallel.stage_layers(i);
+  }
+  if (sum != units) {
+    return Field("parallel.stage_layers",
+                 absl::StrCat("sum to ", sum, ", need model.n_layers + 2 = ", units));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTrain(const pp::v1::TrainSpec& train) {
+  for (auto [field, value] : {std::pair<const char*, int64_t>{"train.steps", train.steps()},
+                              {"train.microbatches", train.microbatches()},
+                              {"train.microbatch_size", train.microbatch_size()},
+                              {"train.threads", train.threads()}}) {
+    if (absl::Status s = Positive(field, value); !s.ok()) return s;
+  }
+  for (auto [field, value] : {std::pair<const char*, double>{"train.lr", train.lr()},
+                              {"train.weight_decay", train.weight_decay()},
+                              {"train.grad_clip", train.grad_clip()}}) {
+    if (absl::Status s = NonNegative(field, value); !s.ok()) return s;
+  }
+  for (auto [field, value] : {std::pair<const char*, double>{"train.beta1", train.beta1()},
+                              {"train.beta2", train.beta2()}}) {
+    if (!(value >= 0 && value < 1))
+      return Field(field, absl::StrCat("must be in [0, 1), got ", value));
+  }
+  if (!(train.eps() > 0 && std::isfinite(train.eps()))) {
+    return Field("train.eps", absl::StrCat("must be > 0, got ", train.eps()));
+  }
+  return absl::OkStatus();
+}
+
+// Token count and largest token of the data file; the file is mapped, not copied.
+absl::Status ValidateDataFile(const pp::v1::DataSpec& data, const pp::v1::ModelSpec& model) {
+  if (data.path().empty()) return Field("data.path", "missing");
+  absl::StatusOr<MappedFile> file = MappedFile::Open(data.path());
+  if (!file.ok()) return Field("data.path", file.status().message());
+  int64_t tokens;
+  int64_t max_token = 0;
+  if (data.format() == "uint16") {
+    if (file->size() % 2 != 0) {
+      return Field("data.path", absl::StrCat(data.path(), " has an odd size (", file->size(),
+                                             " bytes) for uint16 tokens"));
+    }
+    tokens = static_cast<int64_t>(file->size() / 2);
+    for (int64_t i = 0; i < tokens; ++i) {
+      int64_t token = file->data()[2 * i] | (file->data()[2 * i + 1] << 8);
+      if (token > max_token) max_token = token;
+    }
+  } else {
+    tokens = static_cast<int64_t>(file->size());
+    max_token = 255;  // byte tokens: the vocabulary must hold every byte value
+  }
+  if (tokens < int64_t{model.seq_len()} + 1) {
+    return Field("data.path",
+                 absl::StrCat(data.path(), " holds ", tokens, " tokens, need at least ",
+                              "model.seq_len + 1 = ", model.seq_len() + 1));
+  }
+  if (model.vocab_size() <= max_token) {
+    return Field("model.vocab_size",
+                 absl::StrCat(model.vocab_size(), " is too small for ", data.format(),
+                              " data with token ", max_token, " (need >= ", max_token + 1, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateData(const pp::v1::DataSpec& data, const pp::v1::ModelSpec& model) {
+  if (absl::Status s = Choice("data.format", data.format(), kFormats); !s.ok()) return s;
+  if (data.format() != "generated") return ValidateDataFile(data, model);
+  if (data.generated_tokens() < int64_t{model.seq_len()} + 1) {
+    return Field("data.generated_tokens",
+                 absl::StrCat(data.generated_tokens(), " is fewer than ",
+                              "model.seq_len + 1 = ", model.seq_len() + 1));
+  }
+  if (model.vocab_size() < 256) {
+    return Field("model.vocab_size",
+                 absl::StrCat(model.vocab_size(), " is too small for generated ",
+                              "byte data (need >= 256)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<pp::v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view origin) {
+  pp::v1::JobSpec spec;
+  absl::string_view stripped = absl::StripLeadingAsciiWhitespace(text);
+  if (!stripped.empty() && stripped.front() == '{') {
+    absl::Status parsed = JsonToMessage(text, &spec);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ": not a valid JobSpec (JSON): ", parsed.message()));
+    }
+    return spec;
+  }
+  google::protobuf::TextFormat::Parser parser;
+  ErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &spec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": not a valid JobSpec (text format): ", errors.errors()));
+  }
+  return spec;
+}
+
+absl::StatusOr<pp::v1::JobSpec> LoadJobSpec(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseJobSpec(*text, path);
+}
+
+void ApplyDefaults(pp::v1::JobSpec* spec) {
+  pp::v1::ParallelSpec* parallel = spec->mutable_parallel();
+  if (parallel->chunks() == 0) parallel->set_chunks(1);
+  if (parallel->tensor() == 0) parallel->set_tensor(1);
+  if (parallel->data() == 0) parallel->set_data(1);
+  if (parallel->partition().empty()) parallel->set_partition("uniform");
+  pp::v1::TrainSpec* train = spec->mutable_train();
+  if (train->beta1() == 0) train->set_beta1(0.9);
+  if (train->beta2() == 0) train->set_beta2(0.95);
+  if (train->eps() == 0) train->set_eps(1e-8);
+  if (train->threads() == 0) train->set_threads(1);
+  if (spec->checkpoint().keep() == 0) spec->mutable_checkpoint()->set_keep(3);
+  pp::v1::DataSpec* data = spec->mutable_data();
+  if (data->format().empty()) data->set_format("bytes");
+  if (data->format() == "generated" && data->generated_tokens() == 0) {
+    data->set_generated_tokens(kDefaultGeneratedTokens);
+  }
+}
+
+absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec) {
+  if (absl::Status s = ValidateModel(spec.model()); !s.ok()) return s;
+  if (absl::Status s = ValidateParallel(spec); !s.ok()) return s;
+  if (absl::Status s = ValidateTrain(spec.train()); !s.ok()) return s;
+  if (spec.checkpoint().every_steps() < 0) {
+    return Field("checkpoint.every_steps",
+                 absl::StrCat("must be >= 0, got ", spec.checkpoint().every_steps()));
+  }
+  if (absl::Status s = Positive("checkpoint.keep", spec.checkpoint().keep()); !s.ok()) return s;
+  if (spec.max_restarts() < 0) {
+    return Field("max_restarts", absl::StrCat("must be >= 0, got ", spec.max_restarts()));
+  }
+  return ValidateData(spec.data(), spec.model());
+}
+
+}  // namespace pp::common

@@ -1,0 +1,18 @@
+// SHA-256 (OpenSSL libcrypto, EVP) as 64 lowercase hex digits, for checkpoint shard integrity.
+// Sha256File streams the file (constant memory) and fails with the file named when unreadable.
+#ifndef PP_COMMON_SHA256_H_
+#define PP_COMMON_SHA256_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace pp::common {
+
+std::string Sha256Hex(absl::string_view bytes);
+absl::StatusOr<std::string> Sha256File(const std::string& path);
+
+}  // namespace pp::common
+
+#endif  // PP_COMMON_SHA256_H_

@@ -1,0 +1,25 @@
+// The whole planning pipeline in plain structs: generate -> lower comms -> validate -> simulate.
+// plan.h's PlanSchedule is this plus the proto conversion.
+#ifndef PP_COORDINATOR_PLAN_COMPILE_H_
+#define PP_COORDINATOR_PLAN_COMPILE_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/plan/ir.h"
+#include "coordinator/plan/simulate.h"
+
+namespace pp::plan {
+
+struct Planned {
+  Schedule schedule;  // lowered and validated
+  Simulation simulation;
+};
+
+// V <= 0 picks the schedule's default (generate.h). InvalidArgument for what the generator
+// refuses or for bad costs.
+absl::StatusOr<Planned> Plan(const std::string& name, int D, int V, int M, const CostModel& costs);
+
+}  // namespace pp::plan
+
+#endif  // PP_COORDINATOR_PLAN_COMPILE_H_

@@ -1,0 +1,59 @@
+// Private to the planner: what actions wait for, and running the per-rank programs the way
+// workers would (each rank in program order; sends asynchronous; a receive waits for its send).
+//
+// Every input of a compute or a send is produced on its own rank (an earlier compute or receive);
+// the validator checks that statically. Given that, a rank only ever waits at receives, and a
+// local input is always ready by the time the rank reaches the action. Execute therefore tracks
+// messages only: the validator runs it with zero durations (symbolic execution, to find
+// deadlocks), the simulator with the cost model.
+#ifndef PP_COORDINATOR_PLAN_EXECUTE_H_
+#define PP_COORDINATOR_PLAN_EXECUTE_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "coordinator/plan/ir.h"
+
+namespace pp::plan::internal {
+
+// Shape and index checks every pass needs before it may index arrays by stage or microbatch:
+// D, V, M >= 1; S = D*V stages, each rank holding V of them; D programs; every action's stage,
+// microbatch and peer in range. Message names the first offending rank and action.
+absl::Status CheckIndices(const Schedule& schedule);
+
+// What finishing an action makes available, per (stage, microbatch of the action).
+enum Event { kForwardDone, kGradDone, kWeightDone, kActSent, kGradSent, kActRecvd, kGradRecvd };
+Event Produces(Kind kind);
+
+// The inputs an action waits for, as (event, stage) of the same microbatch: local ones for
+// computes and sends, the matching send (remote) for a receive. Requires CheckIndices to pass.
+struct Deps {
+  int count = 0;
+  Event event[2];
+  int stage[2];
+  bool remote = false;
+};
+Deps DepsOf(const Action& action, const Schedule& schedule);
+
+struct Durations {
+  // Compute time of kind k (F, B, I, W) at stage s: compute[k * S + s].
+  std::vector<double> compute;
+  double transfer = 0;  // from a send to the matching receive: latency + bytes / bandwidth
+};
+
+struct Execution {
+  std::vector<size_t> ran;  // per rank: how many actions of its program ran
+  bool deadlocked = false;  // some rank stopped before its program's end
+  // With record_times, per rank, per action that ran: when it ended. Each action starts when the
+  // previous one on its rank ended (the first at 0); a RECV ends when its data has arrived, so its
+  // span is time spent waiting.
+  std::vector<std::vector<double>> end;
+};
+
+// Requires CheckIndices to pass; times are meaningful when the local-order check passes too.
+Execution Execute(const Schedule& schedule, const Durations& durations, bool record_times);
+
+}  // namespace pp::plan::internal
+
+#endif  // PP_COORDINATOR_PLAN_EXECUTE_H_

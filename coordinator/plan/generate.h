@@ -1,0 +1,34 @@
+// Schedule generators: compute-only programs (F, B, I, W; no comms yet, see lower.h) for D ranks,
+// V chunks per rank and M microbatches.
+//
+//   gpipe             V=1: all forwards, then all backwards (Huang et al. 2019).
+//   1f1b              V=1: D-1-r warm-up forwards, then one forward / one backward
+//   (PipeDream-Flush,
+//                     Megatron's non-interleaved schedule).
+//   interleaved-1f1b  V>=2 looped chunks, Megatron-LM's depth-first order with its microbatch-group
+//                     rule; refuses M < D as Megatron does.
+//   zb-h1             V=1, backward split into I and W; W fills the bubbles, peak memory of 1F1B.
+//   zb-v              V=2 chunks in a V (rank r holds stages r and 2D-1-r), split backward.
+#ifndef PP_COORDINATOR_PLAN_GENERATE_H_
+#define PP_COORDINATOR_PLAN_GENERATE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/plan/ir.h"
+
+namespace pp::plan {
+
+// The names Generate accepts, in the order they are documented.
+const std::vector<std::string>& ScheduleNames();
+
+// V chunks `name` runs with when the caller passes V <= 0 (2 for interleaved-1f1b and zb-v).
+int DefaultChunks(const std::string& name);
+
+// InvalidArgument (saying why) for an unknown name, D/M < 1, or a V or M the schedule refuses.
+absl::StatusOr<Schedule> Generate(const std::string& name, int D, int V, int M);
+
+}  // namespace pp::plan
+
+#endif  // PP_COORDINATOR_PLAN_GENERATE_H_

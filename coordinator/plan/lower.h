@@ -1,0 +1,23 @@
+// Comm lowering: turns compute-only programs (generate.h) into programs a worker can run, by
+// adding a SEND/RECV pair for every stage edge that crosses ranks (none where consecutive stages
+// share a rank, as at the tip of a V).
+//
+// Placement: each SEND right after the compute that produces its tensor, each RECV right before
+// the compute that consumes it. With asynchronous sends and blocking receives, a rank then only
+// ever waits for data the compute order itself waits for, so the lowered programs deadlock exactly
+// when the compute order does (the validator checks it). Messages are keyed by (kind, stage,
+// microbatch), so a worker may post every receive early and wait at the RECV.
+#ifndef PP_COORDINATOR_PLAN_LOWER_H_
+#define PP_COORDINATOR_PLAN_LOWER_H_
+
+#include "absl/status/statusor.h"
+#include "coordinator/plan/ir.h"
+
+namespace pp::plan {
+
+// InvalidArgument if `compute` already holds comm actions or names a stage out of range.
+absl::StatusOr<Schedule> LowerComms(const Schedule& compute);
+
+}  // namespace pp::plan
+
+#endif  // PP_COORDINATOR_PLAN_LOWER_H_

@@ -1,0 +1,164 @@
+#include "coordinator/plan/render.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/plan/convert.h"
+#include "coordinator/plan/validate.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace pp::plan {
+namespace {
+
+bool IsCompute(Kind kind) { return !IsComm(kind); }
+
+char Letter(Kind kind) {
+  switch (kind) {
+    case Kind::kForward:
+      return 'F';
+    case Kind::kBackward:
+      return 'B';
+    case Kind::kBackwardInput:
+      return 'I';
+    case Kind::kBackwardWeight:
+      return 'W';
+    default:
+      return '?';
+  }
+}
+
+// "F3" (microbatch 2), with the chunk as a letter when ranks hold several: "F3b".
+std::string Label(const Action& a, int D, int V) {
+  std::string label = absl::StrCat(std::string(1, Letter(a.kind)), a.microbatch + 1);
+  if (V > 1) label.push_back(static_cast<char>('a' + a.stage / D));
+  return label;
+}
+
+std::string Cell(const std::string& text, int cells, int width) {
+  std::string cell = "[" + text;
+  cell.resize(cells * width - 2, ' ');
+  return cell + "] ";
+}
+
+}  // namespace
+
+Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation) {
+  Timeline timeline;
+  timeline.ranks.resize(schedule.programs.size());
+  for (size_t r = 0; r < schedule.programs.size(); ++r) {
+    const std::vector<Action>& program = schedule.programs[r];
+    const std::vector<double>& end = simulation.end[r];
+    for (size_t k = 0; k < program.size() && k < end.size(); ++k) {
+      timeline.ranks[r].push_back({program[k], k == 0 ? 0 : end[k - 1], end[k]});
+    }
+  }
+  return timeline;
+}
+
+Timeline TimelineFromTrace(const pp::v1::StepTrace& trace) {
+  Timeline timeline;
+  for (const pp::v1::RankTrace& rank : trace.ranks()) {
+    if (rank.rank() < 0) continue;
+    if (rank.rank() >= static_cast<int>(timeline.ranks.size())) {
+      timeline.ranks.resize(rank.rank() + 1);
+    }
+    for (const pp::v1::TimedAction& timed : rank.actions()) {
+      const pp::v1::ActionKind kind = timed.action().kind();
+      if (kind < pp::v1::FORWARD || kind > pp::v1::RECV_GRAD) continue;
+      timeline.ranks[rank.rank()].push_back(
+          {ActionFromProto(timed.action()), timed.start(), timed.end()});
+    }
+  }
+  return timeline;
+}
+
+std::string RenderAscii(const Timeline& timeline) {
+  const int D = static_cast<int>(timeline.ranks.size());
+  if (D == 0) return "(empty timeline)\n";
+  int V = 1, max_microbatch = 0;
+  double unit = std::numeric_limits<double>::infinity(), makespan = 0;
+  for (const auto& rank : timeline.ranks) {
+    for (const TimedAction& t : rank) {
+      makespan = std::max(makespan, t.end);
+      if (!IsCompute(t.action.kind)) continue;
+      V = std::max(V, t.action.stage / D + 1);
+      max_microbatch = std::max(max_microbatch, t.action.microbatch);
+      if (t.end > t.start) unit = std::min(unit, t.end - t.start);
+    }
+  }
+  if (!std::isfinite(unit)) unit = 1;
+  unit = std::max(unit, makespan / 1000);  // bound the line length of noisy measured traces
+  const int label = static_cast<int>(absl::StrCat(max_microbatch + 1).size()) + 1 + (V > 1);
+  const int width = label + 3;  // "[" label "] "
+  std::string out;
+  for (int r = 0; r < D; ++r) {
+    absl::StrAppend(&out, "GPU ", r, ": ");
+    long cursor = 0;
+    for (const TimedAction& t : timeline.ranks[r]) {
+      if (!IsCompute(t.action.kind)) continue;
+      const long first = std::max(cursor, std::lround(t.start / unit));
+      const long last = std::max(first + 1, std::lround(t.end / unit));
+      for (; cursor < first; ++cursor) out += Cell("", 1, width);
+      out += Cell(Label(t.action, D, V), static_cast<int>(last - first), width);
+      cursor = last;
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    out += "\n";
+  }
+  absl::StrAppend(&out, "(one cell = ", unit,
+                  " time units; F forward, B backward, I input-grad, W weight-grad; number = "
+                  "microbatch from 1",
+                  V > 1 ? "; letter = chunk a.." : "", "; [", std::string(label, ' '), "] idle)\n");
+  return out;
+}
+
+std::string RenderChrome(const Timeline& timeline, double microseconds_per_unit) {
+  using google::protobuf::Value;
+  google::protobuf::Struct root;
+  google::protobuf::ListValue* events =
+      (*root.mutable_fields())["traceEvents"].mutable_list_value();
+  for (size_t r = 0; r < timeline.ranks.size(); ++r) {
+    google::protobuf::Struct* meta = events->add_values()->mutable_struct_value();
+    auto& fields = *meta->mutable_fields();
+    fields["name"].set_string_value("thread_name");
+    fields["ph"].set_string_value("M");
+    fields["pid"].set_number_value(0);
+    fields["tid"].set_number_value(static_cast<double>(r));
+    (*fields["args"].mutable_struct_value()->mutable_fields())["name"].set_string_value(
+        absl::StrCat("GPU ", r));
+    for (const TimedAction& t : timeline.ranks[r]) {
+      google::protobuf::Struct* event = events->add_values()->mutable_struct_value();
+      auto& e = *event->mutable_fields();
+      e["name"].set_string_value(Describe(t.action));
+      e["cat"].set_string_value(KindName(t.action.kind));
+      e["ph"].set_string_value("X");
+      e["pid"].set_number_value(0);
+      e["tid"].set_number_value(static_cast<double>(r));
+      e["ts"].set_number_value(t.start * microseconds_per_unit);
+      e["dur"].set_number_value((t.end - t.start) * microseconds_per_unit);
+      auto& args = *e["args"].mutable_struct_value()->mutable_fields();
+      args["stage"].set_number_value(t.action.stage);
+      args["microbatch"].set_number_value(t.action.microbatch);
+      if (t.action.peer >= 0) args["peer"].set_number_value(t.action.peer);
+    }
+  }
+  (*root.mutable_fields())["displayTimeUnit"].set_string_value("ms");
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(root, &json);
+  return json + "\n";
+}
+
+absl::StatusOr<std::string> RenderScheduleAscii(const pp::v1::Schedule& schedule,
+                                                const pp::v1::CostModel& costs) {
+  absl::StatusOr<Schedule> plain = ScheduleFromProto(schedule);
+  if (!plain.ok()) return plain.status();
+  if (absl::Status status = Validate(*plain); !status.ok()) return status;
+  absl::StatusOr<Simulation> simulation = Simulate(*plain, CostsFromProto(costs));
+  if (!simulation.ok()) return simulation.status();
+  return RenderAscii(TimelineFromSimulation(*plain, *simulation));
+}
+
+}  // namespace pp::plan

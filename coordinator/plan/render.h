@@ -1,0 +1,47 @@
+// Renderers for what a step looks like, planned or measured. Both the simulator's output and a
+// measured pp.v1.StepTrace become a Timeline, so `ppctl plan` and `ppctl trace` draw with the same
+// code:
+//   RenderAscii   one line per rank, `GPU 0: [F1] [F2] [  ] [B1] ...`, a cell per time unit (the
+//                 shortest compute action), idle cells shown, microbatches numbered from 1;
+//   RenderChrome  Chrome trace event JSON (chrome://tracing, ui.perfetto.dev).
+#ifndef PP_COORDINATOR_PLAN_RENDER_H_
+#define PP_COORDINATOR_PLAN_RENDER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/plan/ir.h"
+#include "coordinator/plan/simulate.h"
+#include "pp/v1/schedule.pb.h"
+
+namespace pp::plan {
+
+struct TimedAction {
+  Action action;
+  double start = 0;
+  double end = 0;
+};
+
+// Per rank, the actions it ran with their start and end, in the order they ran.
+struct Timeline {
+  std::vector<std::vector<TimedAction>> ranks;
+};
+
+Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation);
+// Actions with a kind outside FORWARD..RECV_GRAD are skipped; ranks are placed by RankTrace.rank.
+Timeline TimelineFromTrace(const pp::v1::StepTrace& trace);
+
+std::string RenderAscii(const Timeline& timeline);
+// `microseconds_per_unit` converts the timeline's unit: 1e6 for seconds (measured traces); the
+// planner's abstract units are drawn as milliseconds (1000).
+std::string RenderChrome(const Timeline& timeline, double microseconds_per_unit);
+
+// For callers holding protos (ppcoord's PlanJob): validates and re-simulates `schedule` under
+// `costs` and draws it. InvalidArgument (the validator's message) if the schedule is not valid.
+absl::StatusOr<std::string> RenderScheduleAscii(const pp::v1::Schedule& schedule,
+                                                const pp::v1::CostModel& costs);
+
+}  // namespace pp::plan
+
+#endif  // PP_COORDINATOR_PLAN_RENDER_H_

@@ -1,0 +1,113 @@
+#include "coordinator/plan/simulate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/plan/execute.h"
+
+namespace pp::plan {
+namespace {
+
+absl::Status CheckCost(const char* name, double value) {
+  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("cost ", name, " must be a finite number >= 0, got ", value));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int S) {
+  const std::pair<const char*, double> named[] = {{"forward", costs.forward},
+                                                  {"backward", costs.backward},
+                                                  {"backward_input", costs.backward_input},
+                                                  {"backward_weight", costs.backward_weight},
+                                                  {"comm_latency", costs.comm_latency},
+                                                  {"comm_bandwidth", costs.comm_bandwidth},
+                                                  {"activation_bytes", costs.activation_bytes}};
+  for (const auto& [name, value] : named) {
+    if (absl::Status status = CheckCost(name, value); !status.ok()) return status;
+  }
+  for (double scale : costs.stage_scale) {
+    if (absl::Status status = CheckCost("stage_scale", scale); !status.ok()) return status;
+  }
+  if (!costs.stage_scale.empty() && static_cast<int>(costs.stage_scale.size()) != S) {
+    return absl::InvalidArgumentError(absl::StrCat("stage_scale has ", costs.stage_scale.size(),
+                                                   " entries but the schedule has ", S, " stages"));
+  }
+  const double b =
+      costs.backward > 0 ? costs.backward : costs.backward_input + costs.backward_weight;
+  double i = costs.backward_input, w = costs.backward_weight;
+  if (i == 0 && w == 0) {
+    i = w = b / 2;
+  } else if (i == 0) {
+    i = b - w;
+  } else if (w == 0) {
+    w = b - i;
+  }
+  if (i < 0 || w < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backward_input / backward_weight larger than backward (b=", b, " i=", i, " w=", w, ")"));
+  }
+  std::vector<StageCosts> stages(S);
+  for (int s = 0; s < S; ++s) {
+    const double scale = costs.stage_scale.empty() ? 1.0 : costs.stage_scale[s];
+    stages[s] = {costs.forward * scale, b * scale, i * scale, w * scale};
+  }
+  return stages;
+}
+
+absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& costs) {
+  if (absl::Status status = internal::CheckIndices(schedule); !status.ok()) return status;
+  const int S = schedule.stages(), D = schedule.pipeline;
+  absl::StatusOr<std::vector<StageCosts>> stages = ResolveCosts(costs, S);
+  if (!stages.ok()) return stages.status();
+  internal::Durations durations;
+  durations.compute.resize(4 * S);
+  for (int s = 0; s < S; ++s) {
+    durations.compute[0 * S + s] = (*stages)[s].forward;
+    durations.compute[1 * S + s] = (*stages)[s].backward;
+    durations.compute[2 * S + s] = (*stages)[s].backward_input;
+    durations.compute[3 * S + s] = (*stages)[s].backward_weight;
+  }
+  durations.transfer = costs.comm_latency;
+  if (costs.comm_bandwidth > 0) durations.transfer += costs.activation_bytes / costs.comm_bandwidth;
+
+  internal::Execution exec = internal::Execute(schedule, durations, /*record_times=*/true);
+  if (exec.deadlocked) {
+    return absl::InvalidArgumentError("schedule deadlocks; run the validator for details");
+  }
+  Simulation sim;
+  sim.ranks.resize(D);
+  for (int r = 0; r < D; ++r) {
+    RankStats& stats = sim.ranks[r];
+    int live = 0;
+    const std::vector<Action>& program = schedule.programs[r];
+    double start = 0;
+    for (size_t k = 0; k < program.size(); ++k) {
+      const double end = exec.end[r][k];
+      const double took = end - start;
+      start = end;
+      const Kind kind = program[k].kind;
+      if (IsComm(kind)) continue;
+      stats.busy += took;
+      if (kind == Kind::kForward) stats.peak_live = std::max(stats.peak_live, ++live);
+      if (kind == Kind::kBackward || kind == Kind::kBackwardWeight) --live;
+    }
+    stats.peak_bytes = stats.peak_live * costs.activation_bytes;
+  }
+  for (int r = 0; r < D; ++r) {
+    if (!exec.end[r].empty()) sim.makespan = std::max(sim.makespan, exec.end[r].back());
+  }
+  double busy = 0;
+  for (RankStats& stats : sim.ranks) {
+    stats.idle = sim.makespan - stats.busy;
+    busy += stats.busy;
+  }
+  sim.bubble_fraction = sim.makespan > 0 ? 1 - busy / (D * sim.makespan) : 0;
+  sim.end = std::move(exec.end);
+  return sim;
+}
+
+}  // namespace pp::plan

@@ -1,0 +1,63 @@
+// Simulator: runs a lowered schedule under a cost model and reports makespan, busy and idle time
+// per rank, the bubble fraction and peak live activations.
+//
+// Model: compute actions take their stage's cost; a send costs its rank nothing (asynchronous);
+// a receive waits until the matching send's time + comm latency + activation bytes / bandwidth
+// (activations and their gradients are the same size). An activation is live on its rank from
+// the start of its F to the end of its B (or of its W when the backward is split: W still needs
+// the layer inputs).
+#ifndef PP_COORDINATOR_PLAN_SIMULATE_H_
+#define PP_COORDINATOR_PLAN_SIMULATE_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/plan/ir.h"
+
+namespace pp::plan {
+
+// Per-stage costs, in any time unit (pp.v1.CostModel in plain form).
+struct CostModel {
+  double forward = 1;
+  double backward = 2;        // full B; 0 means backward_input + backward_weight
+  double backward_input = 0;  // I and W: when one is 0 it is B minus the other; both 0: B / 2
+  double backward_weight = 0;
+  double comm_latency = 0;          // per message
+  double comm_bandwidth = 0;        // bytes per time unit; 0 = infinite
+  double activation_bytes = 0;      // of one stage-microbatch activation (and of its gradient)
+  std::vector<double> stage_scale;  // empty, or one multiplier of the compute costs per stage
+};
+
+// The costs of one stage after applying the defaulting rules and stage_scale.
+struct StageCosts {
+  double forward, backward, backward_input, backward_weight;
+};
+// InvalidArgument for negative or non-finite costs, or stage_scale without S entries.
+absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int S);
+
+struct RankStats {
+  double busy = 0;    // compute time
+  double idle = 0;    // makespan - busy
+  int peak_live = 0;  // stage-microbatch activations
+  double peak_bytes = 0;
+};
+
+struct Simulation {
+  double makespan = 0;
+  double bubble_fraction = 0;  // kBubbleDefinition
+  std::vector<RankStats> ranks;
+  // Per rank, per action of the program: when it ends. It starts when the previous action on its
+  // rank ends (the first at 0): ranks run their programs back to back, waiting only at receives.
+  std::vector<std::vector<double>> end;
+};
+
+inline constexpr char kBubbleDefinition[] =
+    "1 - sum(busy) / (D * makespan): idle share of all ranks' time from the first action to the "
+    "last (not idle over ideal compute)";
+
+// InvalidArgument for bad costs, a malformed schedule or one that deadlocks.
+absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& costs);
+
+}  // namespace pp::plan
+
+#endif  // PP_COORDINATOR_PLAN_SIMULATE_H_

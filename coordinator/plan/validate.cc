@@ -1,0 +1,223 @@
+#include "coordinator/plan/validate.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/plan/execute.h"
+
+namespace pp::plan {
+namespace {
+
+using internal::Deps;
+using internal::Event;
+
+absl::Status Bad(int rank, size_t index, const Action& a, const std::string& why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", rank, ", action ", index, " (", Describe(a), "): ", why));
+}
+
+// One bit per kind (or event) for each (stage, microbatch): small enough to stay in cache for
+// the largest schedules, so the checks run at memory speed.
+class Bits {
+ public:
+  explicit Bits(const Schedule& schedule)
+      : M_(schedule.microbatches), bits_(static_cast<size_t>(schedule.stages()) * M_, 0) {}
+  bool Has(int what, int stage, int microbatch) const {
+    return bits_[static_cast<size_t>(stage) * M_ + microbatch] >> what & 1;
+  }
+  bool Any(int mask, int stage, int microbatch) const {
+    return bits_[static_cast<size_t>(stage) * M_ + microbatch] & mask;
+  }
+  void Set(int what, int stage, int microbatch) {
+    bits_[static_cast<size_t>(stage) * M_ + microbatch] |= 1 << what;
+  }
+
+ private:
+  size_t M_;
+  std::vector<uint8_t> bits_;
+};
+
+int Bit(Kind kind) { return static_cast<int>(kind); }
+
+// Where the first action of `kind` for (stage, microbatch) sits: "rank R, action I". For error
+// messages only.
+std::string FirstPlace(const Schedule& schedule, Kind kind, int stage, int microbatch) {
+  for (int r = 0; r < schedule.pipeline; ++r) {
+    for (size_t i = 0; i < schedule.programs[r].size(); ++i) {
+      const Action& a = schedule.programs[r][i];
+      if (a.kind == kind && a.stage == stage && a.microbatch == microbatch) {
+        return absl::StrCat("rank ", r, ", action ", i);
+      }
+    }
+  }
+  return "nowhere";
+}
+
+// The kinds whose action produces `event`.
+int ProducerBits(Event event) {
+  switch (event) {
+    case internal::kForwardDone:
+      return 1 << Bit(Kind::kForward);
+    case internal::kGradDone:
+      return 1 << Bit(Kind::kBackward) | 1 << Bit(Kind::kBackwardInput);
+    case internal::kWeightDone:
+      return 1 << Bit(Kind::kBackwardWeight);
+    case internal::kActSent:
+      return 1 << Bit(Kind::kSendActivation);
+    case internal::kGradSent:
+      return 1 << Bit(Kind::kSendGrad);
+    case internal::kActRecvd:
+      return 1 << Bit(Kind::kRecvActivation);
+    case internal::kGradRecvd:
+      return 1 << Bit(Kind::kRecvGrad);
+  }
+  return 0;
+}
+
+// Check 2, inputs of one action: what it consumes on its own rank was produced earlier there. Every
+// local input is produced on the consumer's rank, so while the census walks the ranks one after
+// another, "in the census" means "earlier in this rank's program".
+absl::Status CheckInputs(const Schedule& schedule, const Bits& census, int r, size_t i) {
+  const std::vector<Action>& program = schedule.programs[r];
+  const Action& a = program[i];
+  const Deps deps = internal::DepsOf(a, schedule);
+  for (int d = 0; d < deps.count && !deps.remote; ++d) {
+    if (census.Any(ProducerBits(deps.event[d]), deps.stage[d], a.microbatch)) continue;
+    static const char* const kProducer[] = {"FORWARD",         "BACKWARD_INPUT or BACKWARD",
+                                            "BACKWARD_WEIGHT", "SEND_ACTIVATION",
+                                            "SEND_GRAD",       "RECV_ACTIVATION",
+                                            "RECV_GRAD"};
+    const char* producer =
+        a.kind == Kind::kBackwardWeight ? "BACKWARD_INPUT" : kProducer[deps.event[d]];
+    const std::string needed =
+        absl::StrCat(producer, " stage ", deps.stage[d], " microbatch ", a.microbatch);
+    for (size_t j = i + 1; j < program.size(); ++j) {
+      const Action& later = program[j];
+      if (internal::Produces(later.kind) == deps.event[d] && later.stage == deps.stage[d] &&
+          later.microbatch == a.microbatch) {
+        return Bad(r, i, a, absl::StrCat("runs before ", needed, " (action ", j, ")"));
+      }
+    }
+    return Bad(r, i, a, absl::StrCat("needs ", needed, ", which this rank never runs"));
+  }
+  return absl::OkStatus();
+}
+
+// Check 2, in one walk over the programs: no action twice, B never next to I, inputs produced
+// before use. Fills `census` with what exists.
+absl::Status TakeCensus(const Schedule& schedule, Bits& census) {
+  for (int r = 0; r < schedule.pipeline; ++r) {
+    const std::vector<Action>& program = schedule.programs[r];
+    for (size_t i = 0; i < program.size(); ++i) {
+      const Action& a = program[i];
+      if (census.Has(Bit(a.kind), a.stage, a.microbatch)) {
+        return Bad(
+            r, i, a,
+            absl::StrCat("duplicate of ", FirstPlace(schedule, a.kind, a.stage, a.microbatch)));
+      }
+      const Kind other = a.kind == Kind::kBackward ? Kind::kBackwardInput : Kind::kBackward;
+      const bool backward = a.kind == Kind::kBackward || a.kind == Kind::kBackwardInput;
+      if (backward && census.Has(Bit(other), a.stage, a.microbatch)) {
+        return Bad(r, i, a,
+                   absl::StrCat("this stage and microbatch already has a ", KindName(other), " at ",
+                                FirstPlace(schedule, other, a.stage, a.microbatch),
+                                "; use either B or I + W"));
+      }
+      if (absl::Status status = CheckInputs(schedule, census, r, i); !status.ok()) return status;
+      census.Set(Bit(a.kind), a.stage, a.microbatch);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Check 3: nothing missing.
+absl::Status CheckComplete(const Schedule& schedule, const Bits& census) {
+  for (int s = 0; s < schedule.stages(); ++s) {
+    for (int m = 0; m < schedule.microbatches; ++m) {
+      const bool b = census.Has(Bit(Kind::kBackward), s, m);
+      const bool i = census.Has(Bit(Kind::kBackwardInput), s, m);
+      const bool w = census.Has(Bit(Kind::kBackwardWeight), s, m);
+      const char* why = nullptr;
+      if (!census.Has(Bit(Kind::kForward), s, m)) {
+        why = "has no FORWARD";
+      } else if (!b && !i && !w) {
+        why = "has no BACKWARD (nor BACKWARD_INPUT and BACKWARD_WEIGHT)";
+      } else if (b && w) {
+        why = "has a BACKWARD_WEIGHT next to a full BACKWARD";
+      } else if (i && !w) {
+        why = "has a BACKWARD_INPUT but no BACKWARD_WEIGHT";
+      } else if (w && !i) {
+        why = "has a BACKWARD_WEIGHT but no BACKWARD_INPUT";
+      }
+      if (why != nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("stage ", s, " microbatch ", m, " (rank ",
+                                                       schedule.stage_to_rank[s], ") ", why));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Check 4: a send's partner is the receive of the neighbouring stage, and back.
+absl::Status CheckPairs(const Schedule& schedule, const Bits& census) {
+  for (int r = 0; r < schedule.pipeline; ++r) {
+    const std::vector<Action>& program = schedule.programs[r];
+    for (size_t i = 0; i < program.size(); ++i) {
+      const Action& a = program[i];
+      if (!IsComm(a.kind)) continue;
+      Kind partner = a.kind;
+      int stage = a.stage;
+      switch (a.kind) {
+        case Kind::kSendActivation:
+          partner = Kind::kRecvActivation, ++stage;
+          break;
+        case Kind::kRecvActivation:
+          partner = Kind::kSendActivation, --stage;
+          break;
+        case Kind::kSendGrad:
+          partner = Kind::kRecvGrad, --stage;
+          break;
+        default:
+          partner = Kind::kSendGrad, ++stage;
+          break;
+      }
+      if (census.Has(Bit(partner), stage, a.microbatch)) continue;
+      const bool send = a.kind == Kind::kSendActivation || a.kind == Kind::kSendGrad;
+      return Bad(r, i, a,
+                 absl::StrCat(send ? "no matching " : "never sent: no ", KindName(partner),
+                              " stage ", stage, " microbatch ", a.microbatch, " on rank ", a.peer));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Check 5.
+absl::Status CheckDeadlock(const Schedule& schedule) {
+  internal::Durations zero;
+  zero.compute.assign(4 * schedule.stages(), 0.0);
+  const internal::Execution exec = internal::Execute(schedule, zero, /*record_times=*/false);
+  if (!exec.deadlocked) return absl::OkStatus();
+  std::vector<std::string> stuck;
+  for (int r = 0; r < schedule.pipeline; ++r) {
+    const size_t i = exec.ran[r];
+    if (i == schedule.programs[r].size()) continue;
+    stuck.push_back(absl::StrCat("rank ", r, " waits forever at action ", i, " (",
+                                 Describe(schedule.programs[r][i]), ")"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("deadlock: ", absl::StrJoin(stuck, "; ")));
+}
+
+}  // namespace
+
+absl::Status Validate(const Schedule& schedule) {
+  if (absl::Status status = internal::CheckIndices(schedule); !status.ok()) return status;
+  Bits census(schedule);
+  if (absl::Status status = TakeCensus(schedule, census); !status.ok()) return status;
+  if (absl::Status status = CheckComplete(schedule, census); !status.ok()) return status;
+  if (absl::Status status = CheckPairs(schedule, census); !status.ok()) return status;
+  return CheckDeadlock(schedule);
+}
+
+}  // namespace pp::plan

@@ -1,0 +1,26 @@
+// Validator: proves a lowered schedule is runnable, or names the first rank and action that is
+// not. Checks, in this order:
+//   1. shape and indices: S = D*V stages, V per rank, every action on the rank holding its stage,
+//      comm peers are the ranks holding the neighbouring stage (and never the rank itself);
+//   2. walking rank 0's program, then rank 1's, ...: no action twice, never B next to I for the
+//      same (stage, microbatch), and every compute and send after what it consumes on its own
+//      rank (F after the activation's RECV or the previous stage's F, I/B after its F and the
+//      gradient, W after its I);
+//   3. each (stage, microbatch) has exactly one F and either one B or one I and one W;
+//   4. every send has its receive and every receive its send;
+//   5. no deadlock, found by executing all programs symbolically (sends asynchronous, receives
+//      blocking).
+#ifndef PP_COORDINATOR_PLAN_VALIDATE_H_
+#define PP_COORDINATOR_PLAN_VALIDATE_H_
+
+#include "absl/status/status.h"
+#include "coordinator/plan/ir.h"
+
+namespace pp::plan {
+
+// OK, or InvalidArgument "rank R, action I (KIND stage S microbatch M): why".
+absl::Status Validate(const Schedule& schedule);
+
+}  // namespace pp::plan
+
+#endif  // PP_COORDINATOR_PLAN_VALIDATE_H_

@@ -1,0 +1,399 @@
+// CudaOps: the Ops interface on one CUDA device. All work is queued on one non-blocking stream
+// in call order; only the calls that hand data to the host (CopyToHost, Sum, SumSquares),
+// CopyToDevice (so the host buffer may be reused at once), Free and Synchronize wait for it.
+// A failing CUDA call inside an op (the interface has no status to return) prints what failed
+// and aborts: it means a lost device or exhausted memory, not bad input.
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/device_kernels.h"
+
+namespace pp::kernels {
+namespace {
+
+void Check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return;
+  std::fprintf(stderr, "pp::kernels cuda: %s failed: %s\n", what, cudaGetErrorString(err));
+  std::abort();
+}
+
+void Check(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  std::fprintf(stderr, "pp::kernels cuda: %s failed: %s\n", what, cublasGetStatusString(status));
+  std::abort();
+}
+
+class CudaOps final : public Ops {
+ public:
+  CudaOps(int device, cudaStream_t stream, cublasHandle_t blas)
+      : device_(device), stream_(stream), blas_(blas) {}
+  ~CudaOps() override {
+    Use();
+    cublasDestroy(blas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string Name() const override { return absl::StrCat("cuda:", device_); }
+
+  float* Alloc(size_t n) override { return static_cast<float*>(AllocZeroed(n * sizeof(float))); }
+  int32_t* AllocInt(size_t n) override {
+    return static_cast<int32_t*>(AllocZeroed(n * sizeof(int32_t)));
+  }
+  void Free(void* p) override {
+    Use();
+    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize before cudaFree");
+    Check(cudaFree(p), "cudaFree");
+  }
+  void CopyToDevice(float* dst, const float* host_src, size_t n) override {
+    CopyFromHost(dst, host_src, n * sizeof(float));
+  }
+  void CopyIntToDevice(int32_t* dst, const int32_t* host_src, size_t n) override {
+    CopyFromHost(dst, host_src, n * sizeof(int32_t));
+  }
+  void CopyToHost(float* host_dst, const float* src, size_t n) override {
+    Use();
+    Check(cudaMemcpyAsync(host_dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+          "cudaMemcpyAsync to host");
+    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after copy to host");
+  }
+  void Copy(float* dst, const float* src, size_t n) override {
+    Use();
+    Check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+          "cudaMemcpyAsync on device");
+  }
+  void Zero(float* x, size_t n) override {
+    Use();
+    Check(cudaMemsetAsync(x, 0, n * sizeof(float), stream_), "cudaMemsetAsync");
+  }
+  void Synchronize() override {
+    Use();
+    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
+  void Add(float* acc, const float* x, size_t n) override {
+    Use();
+    cuda::Add(stream_, acc, x, n);
+    Launched("Add");
+  }
+  void Scale(float* x, float s, size_t n) override {
+    Use();
+    cuda::Scale(stream_, x, s, n);
+    Launched("Scale");
+  }
+  double SumSquares(const float* x, size_t n) override { return SumDouble(x, n, true); }
+  double Sum(const float* x, size_t n) override { return SumDouble(x, n, false); }
+  void ResidualForward(float* out, const float* a, const float* b, size_t n) override {
+    Use();
+    cuda::Residual(stream_, out, a, b, n);
+    Launched("ResidualForward");
+  }
+
+  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                      int T, int C) override {
+    Use();
+    cuda::EncoderForward(stream_, out, tokens, wte, wpe, B, T, C);
+    Launched("EncoderForward");
+  }
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                       int T, int C) override {
+    Use();
+    Check(cuda::EncoderBackward(stream_, dwte, dwpe, dout, tokens, B, T, C), "EncoderBackward");
+    Launched("EncoderBackward");
+  }
+
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C) override {
+    Use();
+    cuda::LayerNormForward(stream_, out, mean, rstd, inp, weight, bias, N, C);
+    Launched("LayerNormForward");
+  }
+  void LayerNormBackwardInput(float* dinp, const float* dout, const float* inp, const float* weight,
+                              const float* mean, const float* rstd, int N, int C) override {
+    Use();
+    cuda::LayerNormBackwardInput(stream_, dinp, dout, inp, weight, mean, rstd, N, C);
+    Launched("LayerNormBackwardInput");
+  }
+  void LayerNormBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,
+                               const float* mean, const float* rstd, int N, int C) override {
+    Use();
+    cuda::LayerNormBackwardWeight(stream_, dweight, dbias, dout, inp, mean, rstd, N, C);
+    Launched("LayerNormBackwardWeight");
+  }
+
+  // cuBLAS is column-major: a row-major (R,K) buffer is the column-major (K,R) matrix, its
+  // transpose. So each row-major product below is issued as its transpose.
+  // out (N,OC) = inp (N,IC) weight^T  <=>  out^T (OC,N) = weight (OC,IC) inp^T (IC,N)
+  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                     int IC, int OC) override {
+    Use();
+    Gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, inp, IC, 0.0f, out, OC, "MatmulForward");
+    if (bias != nullptr) {
+      cuda::AddBias(stream_, out, bias, N, OC);
+      Launched("MatmulForward bias");
+    }
+  }
+  // dinp (N,IC) += dout (N,OC) weight (OC,IC)  <=>  dinp^T (IC,N) += weight^T (IC,OC) dout^T
+  void MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int IC,
+                           int OC) override {
+    Use();
+    Gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, 1.0f, dinp, IC,
+         "MatmulBackwardInput");
+  }
+  // dweight (OC,IC) += dout^T (OC,N) inp (N,IC)  <=>  dweight^T (IC,OC) += inp^T (IC,N) dout
+  void MatmulBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,
+                            int N, int IC, int OC) override {
+    Use();
+    Gemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, 1.0f, dweight, IC,
+         "MatmulBackwardWeight");
+    if (dbias != nullptr) {
+      cuda::BiasBackward(stream_, dbias, dout, N, OC);
+      Launched("MatmulBackwardWeight bias");
+    }
+  }
+
+  // Attention products per batch row b, each one strided-batched call over the NH heads. Head h
+  // of q, k, v is the row-major (T,hs) slice at qkv + b*T*3C + {0,C,2C} + h*hs (row stride 3C);
+  // its (T,T) att block sits at att + (b*NH + h)*T*T; its out slice at out + b*T*C + h*hs (row
+  // stride C). Like the CPU backend, the full T x T scores are multiplied and the causal softmax
+  // zeroes the future.
+  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
+                        int NH) override {
+    Use();
+    const Heads hd(T, C, NH);
+    for (int b = 0; b < B; ++b) {
+      // S = scale Q K^T  <=>  S^T (T,T) = K Q^T
+      GemmBatched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd.hs, hd.scale, hd.Qkv(qkv, b, 1), hd.c3,
+                  hd.hs, hd.Qkv(qkv, b, 0), hd.c3, hd.hs, 0.0f, hd.Att(att, b), T, hd.tt, NH,
+                  "AttentionForward scores");
+    }
+    cuda::CausalSoftmax(stream_, att, static_cast<size_t>(B) * NH * T, T);
+    Launched("AttentionForward softmax");
+    for (int b = 0; b < B; ++b) {
+      // out = P V  <=>  out^T (hs,T) = V^T P^T
+      GemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, hd.hs, T, T, 1.0f, hd.Qkv(qkv, b, 2), hd.c3, hd.hs,
+                  hd.Att(att, b), T, hd.tt, 0.0f, hd.Out(out, b), C, hd.hs, NH,
+                  "AttentionForward values");
+    }
+  }
+  // dP = dout V^T, dV += P^T dout, dS = P (dP - rowsum(P dP)), dQ += scale dS K,
+  // dK += scale dS^T Q; dS lives in a (B,NH,T,T) scratch from the stream's pool.
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                         int T, int C, int NH) override {
+    Use();
+    const Heads hd(T, C, NH);
+    const size_t rows = static_cast<size_t>(B) * NH * T;
+    float* ds = nullptr;
+    Check(cudaMallocAsync(reinterpret_cast<void**>(&ds), rows * T * sizeof(float), stream_),
+          "AttentionBackward scratch");
+    for (int b = 0; b < B; ++b) {
+      const float* dy = hd.Out(dout, b);
+      // dP^T (T,T) = V dout^T
+      GemmBatched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd.hs, 1.0f, hd.Qkv(qkv, b, 2), hd.c3, hd.hs,
+                  dy, C, hd.hs, 0.0f, hd.Att(ds, b), T, hd.tt, NH, "AttentionBackward dP");
+      // dV^T (hs,T) += dout^T P
+      GemmBatched(CUBLAS_OP_N, CUBLAS_OP_T, hd.hs, T, T, 1.0f, dy, C, hd.hs, hd.Att(att, b), T,
+                  hd.tt, 1.0f, hd.Qkv(dqkv, b, 2), hd.c3, hd.hs, NH, "AttentionBackward dV");
+    }
+    cuda::CausalSoftmaxBackward(stream_, ds, att, rows, T);
+    Launched("AttentionBackward softmax");
+    for (int b = 0; b < B; ++b) {
+      // dQ^T (hs,T) += scale K^T dS^T
+      GemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, hd.hs, T, T, hd.scale, hd.Qkv(qkv, b, 1), hd.c3,
+                  hd.hs, hd.Att(ds, b), T, hd.tt, 1.0f, hd.Qkv(dqkv, b, 0), hd.c3, hd.hs, NH,
+                  "AttentionBackward dQ");
+      // dK^T (hs,T) += scale Q^T dS
+      GemmBatched(CUBLAS_OP_N, CUBLAS_OP_T, hd.hs, T, T, hd.scale, hd.Qkv(qkv, b, 0), hd.c3,
+                  hd.hs, hd.Att(ds, b), T, hd.tt, 1.0f, hd.Qkv(dqkv, b, 1), hd.c3, hd.hs, NH,
+                  "AttentionBackward dK");
+    }
+    Check(cudaFreeAsync(ds, stream_), "AttentionBackward scratch free");
+  }
+
+  void GeluForward(float* out, const float* inp, size_t n) override {
+    Use();
+    cuda::GeluForward(stream_, out, inp, n);
+    Launched("GeluForward");
+  }
+  void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    Use();
+    cuda::GeluBackward(stream_, dinp, inp, dout, n);
+    Launched("GeluBackward");
+  }
+
+  void CrossEntropyForward(float* losses, float* probs, const float* logits, const int32_t* targets,
+                           int N, int V) override {
+    Use();
+    cuda::CrossEntropyForward(stream_, losses, probs, logits, targets, N, V);
+    Launched("CrossEntropyForward");
+  }
+  void CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
+                            int N, int V) override {
+    Use();
+    cuda::CrossEntropyBackward(stream_, dlogits, probs, targets, dloss, N, V);
+    Launched("CrossEntropyBackward");
+  }
+
+  void AdamW(float* params, const float* grads, float* m, float* v, size_t n,
+             const AdamWParams& p) override {
+    Use();
+    // bias corrections as the CPU backend forms them: in double, then rounded
+    const auto correction = [&](float beta) {
+      return static_cast<float>(1.0 - std::pow(static_cast<double>(beta), p.step));
+    };
+    const cuda::AdamWStep s{p.lr,
+                            p.beta1,
+                            p.beta2,
+                            p.eps,
+                            p.weight_decay,
+                            p.grad_scale,
+                            correction(p.beta1),
+                            correction(p.beta2)};
+    cuda::AdamW(stream_, params, grads, m, v, n, s);
+    Launched("AdamW");
+  }
+
+ private:
+  // The current device is per host thread; callers may use one Ops from any thread.
+  void Use() const { Check(cudaSetDevice(device_), "cudaSetDevice"); }
+
+  // Launch errors (bad configuration, missing kernel image) surface here, without a sync.
+  void Launched(const char* op) const { Check(cudaGetLastError(), op); }
+
+  void* AllocZeroed(size_t bytes) {
+    Use();
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess) {
+      std::fprintf(stderr, "pp::kernels cuda: cudaMalloc of %zu bytes on cuda:%d failed: %s\n",
+                   bytes, device_, cudaGetErrorString(err));
+      std::abort();
+    }
+    Check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync after cudaMalloc");
+    return p;
+  }
+
+  void CopyFromHost(void* dst, const void* host_src, size_t bytes) {
+    Use();
+    Check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync to device");
+    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after copy to device");
+  }
+
+  double SumDouble(const float* x, size_t n, bool square) {
+    Use();
+    double result = 0.0;
+    Check(cuda::SumDouble(stream_, x, n, square, &result), square ? "SumSquares" : "Sum");
+    return result;
+  }
+
+  // Column-major C (m,n) = op(A) op(B) + beta C
+  void Gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a,
+            int lda, const float* b, int ldb, float beta, float* c, int ldc, const char* what) {
+    if (m == 0 || n == 0) return;
+    const float alpha = 1.0f;
+    Check(cublasSgemm(blas_, op_a, op_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc), what);
+  }
+  // The same for `batch` products whose operands lie stride_* floats apart
+  void GemmBatched(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                   float alpha, const float* a, int lda, long long stride_a, const float* b,
+                   int ldb, long long stride_b, float beta, float* c, int ldc, long long stride_c,
+                   int batch, const char* what) {
+    if (m == 0 || n == 0 || batch == 0) return;
+    Check(cublasSgemmStridedBatched(blas_, op_a, op_b, m, n, k, &alpha, a, lda, stride_a, b, ldb,
+                                    stride_b, &beta, c, ldc, stride_c, batch),
+          what);
+  }
+
+  // Where the heads of batch row b live (see AttentionForward).
+  struct Heads {
+    Heads(int T, int C, int NH)
+        : T(T), C(C), hs(C / NH), c3(3 * C), tt(static_cast<long long>(T) * T), nh(NH),
+          scale(1.0f / std::sqrt(static_cast<float>(C / NH))) {}
+    // part 0, 1, 2: q, k, v (or their gradients) of head 0
+    template <typename F>
+    F* Qkv(F* qkv, int b, int part) const {
+      return qkv + static_cast<size_t>(b) * T * c3 + static_cast<size_t>(part) * C;
+    }
+    template <typename F>
+    F* Out(F* out, int b) const {
+      return out + static_cast<size_t>(b) * T * C;
+    }
+    template <typename F>
+    F* Att(F* att, int b) const {
+      return att + static_cast<size_t>(b) * nh * tt;
+    }
+    int T, C, hs, c3;
+    long long tt;
+    int nh;
+    float scale;
+  };
+
+  const int device_;
+  const cudaStream_t stream_;
+  const cublasHandle_t blas_;
+};
+
+}  // namespace
+
+bool CudaDevicePresent() {
+  int count = 0;  // left untouched when there is no driver
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps(int device) {
+  const std::string name = absl::StrCat("cuda:", device);
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    return absl::UnavailableError(
+        absl::StrCat(name, ": no usable CUDA device (",
+                     err != cudaSuccess ? cudaGetErrorString(err) : "no device visible", ")"));
+  }
+  if (device < 0 || device >= count) {
+    return absl::NotFoundError(absl::StrCat(
+        name, ": only ", count, " CUDA device(s) visible (cuda:0..cuda:", count - 1, ")"));
+  }
+  err = cudaSetDevice(device);
+  if (err != cudaSuccess) {
+    return absl::UnavailableError(
+        absl::StrCat(name, ": cudaSetDevice failed: ", cudaGetErrorString(err)));
+  }
+  // Keep memory freed by the kernels' stream-ordered scratch in the pool for the next step.
+  cudaMemPool_t pool;
+  err = cudaDeviceGetDefaultMemPool(&pool, device);
+  if (err == cudaSuccess) {
+    uint64_t keep_all = std::numeric_limits<uint64_t>::max();
+    err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
+  }
+  if (err != cudaSuccess) {
+    return absl::UnavailableError(
+        absl::StrCat(name, ": configuring the memory pool failed: ", cudaGetErrorString(err)));
+  }
+  cudaStream_t stream;
+  err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (err != cudaSuccess) {
+    return absl::UnavailableError(
+        absl::StrCat(name, ": cudaStreamCreate failed: ", cudaGetErrorString(err)));
+  }
+  cublasHandle_t blas = nullptr;
+  cublasStatus_t status = cublasCreate(&blas);
+  if (status == CUBLAS_STATUS_SUCCESS) status = cublasSetStream(blas, stream);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    if (blas != nullptr) cublasDestroy(blas);
+    cudaStreamDestroy(stream);
+    return absl::UnavailableError(
+        absl::StrCat(name, ": cuBLAS setup failed: ", cublasGetStatusString(status)));
+  }
+  return std::make_unique<CudaOps>(device, stream, blas);
+}
+
+}  // namespace pp::kernels

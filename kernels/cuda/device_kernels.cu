@@ -1,0 +1,515 @@
+// The own kernels of the CUDA backend. Conventions:
+// - Elementwise kernels use grid-stride loops over size_t indices (coalesced).
+// - Row reductions (LayerNorm, attention softmax) give one warp per row; cross-entropy gives one
+//   block per row, since vocabularies can be large.
+// - No atomics: every output element is written by one thread that sums its terms in a fixed
+//   order, so a launch is deterministic run to run.
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kernels/cuda/device_kernels.h"
+
+namespace pp::kernels::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kBlock = 256;
+constexpr int kRowsPerBlock = kBlock / kWarp;  // warp-per-row kernels
+constexpr int kMaxGrid = 8192;
+constexpr int kReduceBlocks = 256;  // fixed, so SumDouble's order depends on n alone
+constexpr float kLayerNormEps = 1e-5f;
+
+int GridFor(size_t n) {
+  size_t blocks = (n + kBlock - 1) / kBlock;
+  return static_cast<int>(blocks < kMaxGrid ? blocks : kMaxGrid);
+}
+
+int WarpRowGrid(size_t rows) {
+  return static_cast<int>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+__device__ size_t GlobalThread() {
+  return static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ size_t GridStride() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
+
+template <typename T>
+__device__ T WarpSum(T v) {
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+__device__ float WarpMax(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset >>= 1) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Whole-block reductions; every thread gets the result. blockDim.x is a multiple of 32.
+template <typename T>
+__device__ T BlockSum(T v) {
+  __shared__ T partial[kWarp];
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  v = WarpSum(v);
+  __syncthreads();  // a previous call may still be reading partial
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < blockDim.x / kWarp ? partial[threadIdx.x] : T(0);
+  if (warp == 0) v = WarpSum(v);
+  if (threadIdx.x == 0) partial[0] = v;
+  __syncthreads();
+  return partial[0];
+}
+
+__device__ float BlockMax(float v) {
+  __shared__ float partial[kWarp];
+  const int lane = threadIdx.x % kWarp;
+  const int warp = threadIdx.x / kWarp;
+  v = WarpMax(v);
+  __syncthreads();
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < blockDim.x / kWarp ? partial[threadIdx.x] : -INFINITY;
+  if (warp == 0) v = WarpMax(v);
+  if (threadIdx.x == 0) partial[0] = v;
+  __syncthreads();
+  return partial[0];
+}
+
+// ---- elementwise ------------------------------------------------------------------------------
+
+__global__ void AddKernel(float* acc, const float* x, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) acc[i] += x[i];
+}
+
+__global__ void ScaleKernel(float* x, float s, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) x[i] *= s;
+}
+
+__global__ void ResidualKernel(float* out, const float* a, const float* b, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) out[i] = a[i] + b[i];
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+
+// x (n) -> partial (gridDim.x): each block's share of sum x (or x^2), in double
+template <bool kSquare>
+__global__ void PartialSumKernel(double* partial, const float* x, size_t n) {
+  double acc = 0.0;
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) {
+    const double v = x[i];
+    acc += kSquare ? v * v : v;
+  }
+  acc = BlockSum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+// partial (n <= blockDim.x) -> out (1)
+__global__ void FinalSumKernel(double* out, const double* partial, int n) {
+  double v = static_cast<int>(threadIdx.x) < n ? partial[threadIdx.x] : 0.0;
+  v = BlockSum(v);
+  if (threadIdx.x == 0) out[0] = v;
+}
+
+// ---- embedding --------------------------------------------------------------------------------
+
+// tokens (B,T), wte (V,C), wpe (T,C) -> out (B,T,C)
+__global__ void EncoderForwardKernel(float* out, const int32_t* tokens, const float* wte,
+                                     const float* wpe, int T, int C, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) {
+    const size_t row = i / C;
+    const int c = static_cast<int>(i % C);
+    const int t = static_cast<int>(row % T);
+    out[i] = wte[static_cast<size_t>(tokens[row]) * C + c] + wpe[static_cast<size_t>(t) * C + c];
+  }
+}
+
+// dout (B,T,C) -> dwpe (T,C) +=, summing over b in increasing order
+__global__ void EncoderPositionBackwardKernel(float* dwpe, const float* dout, int B, int T, int C) {
+  const size_t tc = static_cast<size_t>(T) * C;
+  for (size_t i = GlobalThread(); i < tc; i += GridStride()) {
+    float acc = dwpe[i];
+    for (int b = 0; b < B; ++b) acc += dout[b * tc + i];
+    dwpe[i] = acc;
+  }
+}
+
+// tokens (N) -> next (N): the next position holding the same token, or -1; head (N): 1 where a
+// position is the first of its token. Chains let one thread own each dwte row element.
+__global__ void TokenChainKernel(int32_t* next, int32_t* head, const int32_t* tokens, int N) {
+  const int n = static_cast<int>(GlobalThread());
+  if (n >= N) return;
+  const int32_t token = tokens[n];
+  int32_t first = 1;
+  for (int m = n - 1; m >= 0; --m) {
+    if (tokens[m] == token) {
+      first = 0;
+      break;
+    }
+  }
+  int32_t after = -1;
+  for (int m = n + 1; m < N; ++m) {
+    if (tokens[m] == token) {
+      after = m;
+      break;
+    }
+  }
+  head[n] = first;
+  next[n] = after;
+}
+
+// grid (N, ceil(C/kBlock)): block (n, y) adds the dout rows of n's token chain into dwte, in
+// position order, for kBlock channels; only blocks at the head of a chain work
+__global__ void EncoderTokenBackwardKernel(float* dwte, const float* dout, const int32_t* tokens,
+                                           const int32_t* next, const int32_t* head, int C) {
+  const int n = blockIdx.x;
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (!head[n] || c >= C) return;
+  float* row = dwte + static_cast<size_t>(tokens[n]) * C;
+  float acc = row[c];
+  for (int m = n; m >= 0; m = next[m]) acc += dout[static_cast<size_t>(m) * C + c];
+  row[c] = acc;
+}
+
+// ---- LayerNorm --------------------------------------------------------------------------------
+
+// inp (N,C) -> out (N,C), mean (N), rstd (N); one warp per row
+__global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* inp,
+                                       const float* weight, const float* bias, int N, int C) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= N) return;
+  const float* x = inp + static_cast<size_t>(row) * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += kWarp) sum += x[c];
+  const float m = WarpSum(sum) / C;
+  float var = 0.0f;
+  for (int c = lane; c < C; c += kWarp) {
+    const float d = x[c] - m;
+    var += d * d;
+  }
+  const float r = 1.0f / sqrtf(WarpSum(var) / C + kLayerNormEps);
+  float* y = out + static_cast<size_t>(row) * C;
+  for (int c = lane; c < C; c += kWarp) y[c] = (x[c] - m) * r * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+// dout (N,C) -> dinp (N,C) +=; one warp per row
+__global__ void LayerNormBackwardInputKernel(float* dinp, const float* dout, const float* inp,
+                                             const float* weight, const float* mean,
+                                             const float* rstd, int N, int C) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= N) return;
+  const size_t offset = static_cast<size_t>(row) * C;
+  const float* x = inp + offset;
+  const float* dy = dout + offset;
+  const float m = mean[row];
+  const float r = rstd[row];
+  float sum_dnorm = 0.0f;
+  float sum_dnorm_norm = 0.0f;
+  for (int c = lane; c < C; c += kWarp) {
+    const float dnorm = dy[c] * weight[c];
+    sum_dnorm += dnorm;
+    sum_dnorm_norm += dnorm * (x[c] - m) * r;
+  }
+  const float mean_dnorm = WarpSum(sum_dnorm) / C;
+  const float mean_dnorm_norm = WarpSum(sum_dnorm_norm) / C;
+  float* dx = dinp + offset;
+  for (int c = lane; c < C; c += kWarp) {
+    const float norm = (x[c] - m) * r;
+    dx[c] += r * (dy[c] * weight[c] - mean_dnorm - norm * mean_dnorm_norm);
+  }
+}
+
+// Column sums over N rows: block (kWarp, kWarp) covers 32 columns; thread (x, y) sums rows
+// y, y+32, ... of column x, then row 0 of the block adds the 32 partial sums in order.
+// dout (N,C) -> dweight (C) += sum dout * norm, dbias (C) += sum dout (dweight may be null)
+__global__ void ColumnSumsKernel(float* dweight, float* dbias, const float* dout, const float* inp,
+                                 const float* mean, const float* rstd, int N, int C) {
+  __shared__ float part_w[kWarp][kWarp + 1];
+  __shared__ float part_b[kWarp][kWarp + 1];
+  const int c = blockIdx.x * kWarp + threadIdx.x;
+  float acc_w = 0.0f;
+  float acc_b = 0.0f;
+  if (c < C) {
+    for (int n = threadIdx.y; n < N; n += kWarp) {
+      const size_t i = static_cast<size_t>(n) * C + c;
+      acc_b += dout[i];
+      if (dweight) acc_w += dout[i] * (inp[i] - mean[n]) * rstd[n];
+    }
+  }
+  part_w[threadIdx.y][threadIdx.x] = acc_w;
+  part_b[threadIdx.y][threadIdx.x] = acc_b;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= C) return;
+  float sum_w = 0.0f;
+  float sum_b = 0.0f;
+  for (int k = 0; k < kWarp; ++k) {
+    sum_w += part_w[k][threadIdx.x];
+    sum_b += part_b[k][threadIdx.x];
+  }
+  if (dweight) dweight[c] += sum_w;
+  dbias[c] += sum_b;
+}
+
+// ---- linear -----------------------------------------------------------------------------------
+
+__global__ void AddBiasKernel(float* out, const float* bias, int OC, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) out[i] += bias[i % OC];
+}
+
+// ---- attention softmax ------------------------------------------------------------------------
+// The attention products run through cuBLAS (cuda_ops.cc); these kernels do the row-wise part.
+// Row r of (rows, T) is query position t = r % T: its causal columns are 0..t. One warp per row.
+
+// att (rows,T) scores -> softmax over columns 0..t, zeros above the diagonal
+__global__ void CausalSoftmaxKernel(float* att, size_t rows, int T) {
+  const size_t r = static_cast<size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (r >= rows) return;
+  const int t = static_cast<int>(r % T);
+  float* p = att + r * T;
+  // each lane reads and writes only its own columns lane, lane+32, ...
+  float max_score = -INFINITY;
+  for (int j = lane; j <= t; j += kWarp) max_score = fmaxf(max_score, p[j]);
+  max_score = WarpMax(max_score);
+  float sum = 0.0f;
+  for (int j = lane; j <= t; j += kWarp) {
+    p[j] = expf(p[j] - max_score);
+    sum += p[j];
+  }
+  const float inv_sum = 1.0f / WarpSum(sum);
+  for (int j = lane; j < T; j += kWarp) p[j] = j <= t ? p[j] * inv_sum : 0.0f;
+}
+
+// dp (rows,T) holds dP = dout V^T on entry; on exit dS = P (dP - sum_j P dP) on columns 0..t,
+// zeros above the diagonal
+__global__ void CausalSoftmaxBackwardKernel(float* dp, const float* att, size_t rows, int T) {
+  const size_t r = static_cast<size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (r >= rows) return;
+  const int t = static_cast<int>(r % T);
+  const float* p = att + r * T;
+  float* d = dp + r * T;
+  float dot = 0.0f;
+  for (int j = lane; j <= t; j += kWarp) dot += p[j] * d[j];
+  dot = WarpSum(dot);
+  for (int j = lane; j < T; j += kWarp) d[j] = j <= t ? p[j] * (d[j] - dot) : 0.0f;
+}
+
+// ---- GELU (tanh approximation) ----------------------------------------------------------------
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+__global__ void GeluForwardKernel(float* out, const float* inp, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + kGeluCubic * x * x * x)));
+  }
+}
+
+// d/dx of 0.5 x (1 + tanh u), u = s (x + a x^3):
+// 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) s (1 + 3 a x^2)
+__global__ void GeluBackwardKernel(float* dinp, const float* inp, const float* dout, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) {
+    const float x = inp[i];
+    const float th = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
+    const float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale *
+                                                 (1.0f + 3.0f * kGeluCubic * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+// ---- cross-entropy ----------------------------------------------------------------------------
+
+// logits (N,V), targets (N) -> probs (N,V), losses (N); one block per row. A target outside
+// [0, V) gives a NaN loss instead of a read out of bounds.
+__global__ void CrossEntropyForwardKernel(float* losses, float* probs, const float* logits,
+                                          const int32_t* targets, int V) {
+  const size_t offset = static_cast<size_t>(blockIdx.x) * V;
+  const float* l = logits + offset;
+  float* p = probs + offset;
+  float max_logit = -INFINITY;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) max_logit = fmaxf(max_logit, l[v]);
+  max_logit = BlockMax(max_logit);
+  float sum = 0.0f;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    p[v] = expf(l[v] - max_logit);
+    sum += p[v];
+  }
+  sum = BlockSum(sum);
+  const float inv_sum = 1.0f / sum;
+  for (int v = threadIdx.x; v < V; v += blockDim.x) p[v] *= inv_sum;
+  if (threadIdx.x == 0) {
+    const int32_t target = targets[blockIdx.x];
+    // log-sum-exp form: accurate also when p[target] rounds to 1 or underflows
+    losses[blockIdx.x] = (target >= 0 && target < V) ? logf(sum) + max_logit - l[target] : NAN;
+  }
+}
+
+// dlogits (N,V) += dloss * (probs - onehot(targets))
+__global__ void CrossEntropyBackwardKernel(float* dlogits, const float* probs,
+                                           const int32_t* targets, float dloss, int V, size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) {
+    const float onehot = static_cast<int>(i % V) == targets[i / V] ? 1.0f : 0.0f;
+    dlogits[i] += dloss * (probs[i] - onehot);
+  }
+}
+
+// ---- optimizer --------------------------------------------------------------------------------
+
+__global__ void AdamWKernel(float* params, const float* grads, float* m, float* v, size_t n,
+                            AdamWStep s) {
+  for (size_t i = GlobalThread(); i < n; i += GridStride()) {
+    const float g = grads[i] * s.grad_scale;
+    const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;
+    const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float m_hat = mi / s.bias_correction1;
+    const float v_hat = vi / s.bias_correction2;
+    params[i] -= s.lr * (m_hat / (sqrtf(v_hat) + s.eps) + s.weight_decay * params[i]);
+  }
+}
+
+}  // namespace
+
+// ---- launchers --------------------------------------------------------------------------------
+
+void Add(cudaStream_t stream, float* acc, const float* x, size_t n) {
+  if (n == 0) return;
+  AddKernel<<<GridFor(n), kBlock, 0, stream>>>(acc, x, n);
+}
+
+void Scale(cudaStream_t stream, float* x, float s, size_t n) {
+  if (n == 0) return;
+  ScaleKernel<<<GridFor(n), kBlock, 0, stream>>>(x, s, n);
+}
+
+void Residual(cudaStream_t stream, float* out, const float* a, const float* b, size_t n) {
+  if (n == 0) return;
+  ResidualKernel<<<GridFor(n), kBlock, 0, stream>>>(out, a, b, n);
+}
+
+cudaError_t SumDouble(cudaStream_t stream, const float* x, size_t n, bool square, double* result) {
+  double* partial = nullptr;
+  cudaError_t err = cudaMallocAsync(&partial, (kReduceBlocks + 1) * sizeof(double), stream);
+  if (err != cudaSuccess) return err;
+  if (square) {
+    PartialSumKernel<true><<<kReduceBlocks, kBlock, 0, stream>>>(partial, x, n);
+  } else {
+    PartialSumKernel<false><<<kReduceBlocks, kBlock, 0, stream>>>(partial, x, n);
+  }
+  FinalSumKernel<<<1, kReduceBlocks, 0, stream>>>(partial + kReduceBlocks, partial, kReduceBlocks);
+  cudaMemcpyAsync(result, partial + kReduceBlocks, sizeof(double), cudaMemcpyDeviceToHost, stream);
+  cudaFreeAsync(partial, stream);
+  return cudaStreamSynchronize(stream);
+}
+
+void EncoderForward(cudaStream_t stream, float* out, const int32_t* tokens, const float* wte,
+                    const float* wpe, int B, int T, int C) {
+  const size_t n = static_cast<size_t>(B) * T * C;
+  if (n == 0) return;
+  EncoderForwardKernel<<<GridFor(n), kBlock, 0, stream>>>(out, tokens, wte, wpe, T, C, n);
+}
+
+cudaError_t EncoderBackward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
+                            const int32_t* tokens, int B, int T, int C) {
+  const int N = B * T;
+  if (N == 0 || C == 0) return cudaSuccess;
+  EncoderPositionBackwardKernel<<<GridFor(static_cast<size_t>(T) * C), kBlock, 0, stream>>>(
+      dwpe, dout, B, T, C);
+  int32_t* chain = nullptr;  // next (N) then head (N)
+  cudaError_t err = cudaMallocAsync(&chain, 2 * static_cast<size_t>(N) * sizeof(int32_t), stream);
+  if (err != cudaSuccess) return err;
+  TokenChainKernel<<<(N + kBlock - 1) / kBlock, kBlock, 0, stream>>>(chain, chain + N, tokens, N);
+  const dim3 grid(N, (C + kBlock - 1) / kBlock);
+  EncoderTokenBackwardKernel<<<grid, kBlock, 0, stream>>>(dwte, dout, tokens, chain, chain + N, C);
+  return cudaFreeAsync(chain, stream);
+}
+
+void LayerNormForward(cudaStream_t stream, float* out, float* mean, float* rstd, const float* inp,
+                      const float* weight, const float* bias, int N, int C) {
+  if (N == 0) return;
+  LayerNormForwardKernel<<<WarpRowGrid(N), kBlock, 0, stream>>>(out, mean, rstd, inp, weight, bias,
+                                                                N, C);
+}
+
+void LayerNormBackwardInput(cudaStream_t stream, float* dinp, const float* dout, const float* inp,
+                            const float* weight, const float* mean, const float* rstd, int N,
+                            int C) {
+  if (N == 0) return;
+  LayerNormBackwardInputKernel<<<WarpRowGrid(N), kBlock, 0, stream>>>(dinp, dout, inp, weight, mean,
+                                                                      rstd, N, C);
+}
+
+void LayerNormBackwardWeight(cudaStream_t stream, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* mean, const float* rstd, int N, int C) {
+  if (C == 0) return;
+  ColumnSumsKernel<<<(C + kWarp - 1) / kWarp, dim3(kWarp, kWarp), 0, stream>>>(
+      dweight, dbias, dout, inp, mean, rstd, N, C);
+}
+
+void AddBias(cudaStream_t stream, float* out, const float* bias, int N, int OC) {
+  const size_t n = static_cast<size_t>(N) * OC;
+  if (n == 0) return;
+  AddBiasKernel<<<GridFor(n), kBlock, 0, stream>>>(out, bias, OC, n);
+}
+
+void BiasBackward(cudaStream_t stream, float* dbias, const float* dout, int N, int OC) {
+  if (OC == 0) return;
+  ColumnSumsKernel<<<(OC + kWarp - 1) / kWarp, dim3(kWarp, kWarp), 0, stream>>>(
+      nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC);
+}
+
+void CausalSoftmax(cudaStream_t stream, float* att, size_t rows, int T) {
+  if (rows == 0) return;
+  CausalSoftmaxKernel<<<WarpRowGrid(rows), kBlock, 0, stream>>>(att, rows, T);
+}
+
+void CausalSoftmaxBackward(cudaStream_t stream, float* dp, const float* att, size_t rows, int T) {
+  if (rows == 0) return;
+  CausalSoftmaxBackwardKernel<<<WarpRowGrid(rows), kBlock, 0, stream>>>(dp, att, rows, T);
+}
+
+void GeluForward(cudaStream_t stream, float* out, const float* inp, size_t n) {
+  if (n == 0) return;
+  GeluForwardKernel<<<GridFor(n), kBlock, 0, stream>>>(out, inp, n);
+}
+
+void GeluBackward(cudaStream_t stream, float* dinp, const float* inp, const float* dout, size_t n) {
+  if (n == 0) return;
+  GeluBackwardKernel<<<GridFor(n), kBlock, 0, stream>>>(dinp, inp, dout, n);
+}
+
+void CrossEntropyForward(cudaStream_t stream, float* losses, float* probs, const float* logits,
+                         const int32_t* targets, int N, int V) {
+  if (N == 0) return;
+  CrossEntropyForwardKernel<<<N, kBlock, 0, stream>>>(losses, probs, logits, targets, V);
+}
+
+void CrossEntropyBackward(cudaStream_t stream, float* dlogits, const float* probs,
+                          const int32_t* targets, float dloss, int N, int V) {
+  const size_t n = static_cast<size_t>(N) * V;
+  if (n == 0) return;
+  CrossEntropyBackwardKernel<<<GridFor(n), kBlock, 0, stream>>>(dlogits, probs, targets, dloss, V,
+                                                                n);
+}
+
+void AdamW(cudaStream_t stream, float* params, const float* grads, float* m, float* v, size_t n,
+           const AdamWStep& p) {
+  if (n == 0) return;
+  AdamWKernel<<<GridFor(n), kBlock, 0, stream>>>(params, grads, m, v, n, p);
+}
+
+}  // namespace pp::kernels::cuda

@@ -1,0 +1,65 @@
+// Private to the CUDA backend: host-side launchers of the own kernels (device_kernels.cu).
+// Every launcher enqueues work on `stream` and returns at once; pointers are device memory;
+// shapes follow kernels/ops.h. Scratch memory is taken from the stream-ordered pool.
+#ifndef PP_KERNELS_CUDA_DEVICE_KERNELS_H_
+#define PP_KERNELS_CUDA_DEVICE_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pp::kernels::cuda {
+
+// Adam hyper-parameters with the bias corrections already folded in on the host.
+struct AdamWStep {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  float bias_correction1, bias_correction2;  // 1 - beta^step
+};
+
+void Add(cudaStream_t stream, float* acc, const float* x, size_t n);
+void Scale(cudaStream_t stream, float* x, float s, size_t n);
+void Residual(cudaStream_t stream, float* out, const float* a, const float* b, size_t n);
+
+// x (n) -> *result = sum x (or x^2) in double; the block partition depends on n only, so the
+// same input always gives the same bits. Synchronises the stream.
+cudaError_t SumDouble(cudaStream_t stream, const float* x, size_t n, bool square, double* result);
+
+void EncoderForward(cudaStream_t stream, float* out, const int32_t* tokens, const float* wte,
+                    const float* wpe, int B, int T, int C);
+cudaError_t EncoderBackward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
+                            const int32_t* tokens, int B, int T, int C);
+
+void LayerNormForward(cudaStream_t stream, float* out, float* mean, float* rstd, const float* inp,
+                      const float* weight, const float* bias, int N, int C);
+void LayerNormBackwardInput(cudaStream_t stream, float* dinp, const float* dout, const float* inp,
+                            const float* weight, const float* mean, const float* rstd, int N,
+                            int C);
+void LayerNormBackwardWeight(cudaStream_t stream, float* dweight, float* dbias, const float* dout,
+                             const float* inp, const float* mean, const float* rstd, int N, int C);
+
+// out (N,OC) += bias (OC) broadcast over rows
+void AddBias(cudaStream_t stream, float* out, const float* bias, int N, int OC);
+// dout (N,OC) -> dbias (OC) += column sums
+void BiasBackward(cudaStream_t stream, float* dbias, const float* dout, int N, int OC);
+
+// Row r of att (rows,T) is query position r % T (rows = B*NH*T).
+// att: scores -> causal softmax probabilities, zeros above the diagonal
+void CausalSoftmax(cudaStream_t stream, float* att, size_t rows, int T);
+// dp: dP -> dS = P (dP - rowsum(P dP)), zeros above the diagonal
+void CausalSoftmaxBackward(cudaStream_t stream, float* dp, const float* att, size_t rows, int T);
+
+void GeluForward(cudaStream_t stream, float* out, const float* inp, size_t n);
+void GeluBackward(cudaStream_t stream, float* dinp, const float* inp, const float* dout, size_t n);
+
+void CrossEntropyForward(cudaStream_t stream, float* losses, float* probs, const float* logits,
+                         const int32_t* targets, int N, int V);
+void CrossEntropyBackward(cudaStream_t stream, float* dlogits, const float* probs,
+                          const int32_t* targets, float dloss, int N, int V);
+
+void AdamW(cudaStream_t stream, float* params, const float* grads, float* m, float* v, size_t n,
+           const AdamWStep& p);
+
+}  // namespace pp::kernels::cuda
+
+#endif  // PP_KERNELS_CUDA_DEVICE_KERNELS_H_

@@ -1,0 +1,202 @@
+#include "common/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "common/file_io.h"
+#include "common/sha256.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pp::common {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = ::testing::TempDir() + "/ckpt_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // Two ranks' shards and a manifest for `step`; returns the step folder.
+  std::string Save(int step, bool commit = true) {
+    std::string dir = StepDir(root_, "job1", step);
+    float v = static_cast<float>(step);
+    std::vector<Tensor> rank0 = {{"wte.weight", {2, 2}, {v, 1, 2, 3}},
+                                 {ExpAvgName("wte.weight"), {2, 2}, {0, 0, 0, v}}};
+    std::vector<Tensor> rank1 = {{"lm_head.weight", {2, 2}, {4, 5, 6, v}},
+                                 {ExpAvgSqName("lm_head.weight"), {2, 2}, {v, 0, 0, 0}}};
+    pp::v1::CheckpointManifest manifest;
+    manifest.set_job_id("job1");
+    manifest.set_step(step);
+    manifest.set_data_position(step * 32);
+    manifest.mutable_rng()->set_seed(7);
+    manifest.mutable_rng()->set_counter(step);
+    manifest.mutable_spec()->set_name("tiny");
+    manifest.mutable_layout()->set_pipeline(2);
+    manifest.mutable_layout()->add_stage_layers(3);
+    manifest.mutable_layout()->add_stage_layers(3);
+    int rank = 0;
+    for (const auto& tensors : {rank0, rank1}) {
+      absl::StatusOr<pp::v1::CheckpointShard> shard =
+          WriteShard(dir, ShardFileName(rank), tensors, {{"rank", std::to_string(rank)}});
+      EXPECT_TRUE(shard.ok()) << shard.status();
+      shard->set_rank(rank++);
+      *manifest.add_shards() = *shard;
+    }
+    if (commit) {
+      EXPECT_TRUE(CommitManifest(dir, manifest).ok());
+    }
+    return dir;
+  }
+
+  void FlipByte(const std::string& path, size_t offset) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(offset));
+    char c;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.put(static_cast<char>(c ^ 0x20));
+  }
+
+  std::string root_;
+};
+
+TEST_F(CheckpointTest, NamesFollowTheLayout) {
+  EXPECT_EQ(StepDir("/ck", "j", 20), "/ck/j/step-20");
+  EXPECT_EQ(ShardFileName(3), "rank-00003.safetensors");
+  EXPECT_EQ(ExpAvgName("h.0.mlp.fc.weight"), "optim.exp_avg.h.0.mlp.fc.weight");
+  EXPECT_EQ(ExpAvgSqName("ln_f.bias"), "optim.exp_avg_sq.ln_f.bias");
+}
+
+TEST_F(CheckpointTest, ShardReportsBytesAndSha) {
+  std::string dir = StepDir(root_, "job1", 1);
+  absl::StatusOr<pp::v1::CheckpointShard> shard =
+      WriteShard(dir, "a.safetensors", {{"x", {1}, {1.0f}}});
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  std::string path = dir + "/a.safetensors";
+  EXPECT_EQ(shard->bytes(), static_cast<int64_t>(fs::file_size(path)));
+  EXPECT_EQ(shard->sha256(), *Sha256File(path));
+  EXPECT_THAT(std::string(WriteShard(dir, "../evil.safetensors", {}).status().message()),
+              HasSubstr("plain *.safetensors name"));
+}
+
+TEST_F(CheckpointTest, RoundTripAcrossShards) {
+  Save(10);
+  absl::StatusOr<Checkpoint> checkpoint = LoadCheckpoint(StepDir(root_, "job1", 10));
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ(checkpoint->manifest.step(), 10);
+  EXPECT_EQ(checkpoint->manifest.data_position(), 320);
+  EXPECT_EQ(checkpoint->manifest.rng().counter(), 10u);
+  EXPECT_EQ(checkpoint->manifest.format_version(), 1);
+  EXPECT_EQ(checkpoint->manifest.spec().name(), "tiny");
+  EXPECT_EQ(checkpoint->tensors.size(), 4u);
+  absl::StatusOr<std::vector<Tensor>> selected =
+      SelectTensors(*checkpoint, {"lm_head.weight", ExpAvgName("wte.weight")});
+  ASSERT_TRUE(selected.ok()) << selected.status();
+  EXPECT_EQ((*selected)[0].data, (std::vector<float>{4, 5, 6, 10}));
+  EXPECT_EQ((*selected)[1].data, (std::vector<float>{0, 0, 0, 10}));
+  EXPECT_THAT(std::string(SelectTensors(*checkpoint, {"wpe.weight"}).status().message()),
+              HasSubstr("no tensor \"wpe.weight\""));
+}
+
+TEST_F(CheckpointTest, OnlyCommittedStepsAreListed) {
+  EXPECT_THAT(*ListCommittedSteps(root_, "job1"), IsEmpty());
+  Save(5);
+  Save(20);
+  Save(15);
+  Save(25, /*commit=*/false);  // shards written, manifest never committed: a torn save
+  for (const char* odd : {"step-x", "step-030", "step--1"}) {  // not step-<N>: ignored
+    fs::create_directories(root_ + "/job1/" + odd);
+    std::ofstream(root_ + "/job1/" + odd + "/manifest.json") << "{}";
+  }
+  EXPECT_THAT(*ListCommittedSteps(root_, "job1"), ElementsAre(20, 15, 5));
+  EXPECT_FALSE(LoadCheckpoint(StepDir(root_, "job1", 25)).ok());
+}
+
+TEST_F(CheckpointTest, CommitRefusesMissingOrShortShards) {
+  std::string dir = Save(3, /*commit=*/false);
+  pp::v1::CheckpointManifest manifest;
+  pp::v1::CheckpointShard* shard = manifest.add_shards();
+  shard->set_file("rank-00007.safetensors");
+  EXPECT_THAT(std::string(CommitManifest(dir, manifest).message()),
+              HasSubstr("rank-00007.safetensors"));
+  shard->set_file(ShardFileName(0));
+  shard->set_bytes(3);
+  EXPECT_THAT(std::string(CommitManifest(dir, manifest).message()),
+              HasSubstr("the manifest says 3"));
+  EXPECT_FALSE(fs::exists(dir + "/manifest.json"));
+  EXPECT_THAT(*ListCommittedSteps(root_, "job1"), IsEmpty());
+}
+
+TEST_F(CheckpointTest, TamperedShardIsRefusedNamingTheFile) {
+  std::string dir = Save(4);
+  std::string shard = dir + "/" + ShardFileName(1);
+  FlipByte(shard, fs::file_size(shard) - 2);  // a data byte: still a valid safetensors file
+  absl::StatusOr<Checkpoint> checkpoint = LoadCheckpoint(dir);
+  ASSERT_FALSE(checkpoint.ok());
+  EXPECT_THAT(std::string(checkpoint.status().message()), HasSubstr(ShardFileName(1)));
+  EXPECT_THAT(std::string(checkpoint.status().message()), HasSubstr("sha256"));
+}
+
+TEST_F(CheckpointTest, MissingOrTornShardIsRefusedNamingTheFile) {
+  std::string dir = Save(4);
+  fs::resize_file(dir + "/" + ShardFileName(0), 10);
+  EXPECT_THAT(std::string(LoadCheckpoint(dir).status().message()), HasSubstr(ShardFileName(0)));
+  fs::remove(dir + "/" + ShardFileName(0));
+  EXPECT_THAT(std::string(LoadCheckpoint(dir).status().message()),
+              HasSubstr(ShardFileName(0) + " is missing"));
+}
+
+TEST_F(CheckpointTest, BadManifestIsRefused) {
+  std::string dir = Save(4);
+  std::string other = Save(5);
+  fs::copy_file(other + "/manifest.json", dir + "/manifest.json",
+                fs::copy_options::overwrite_existing);
+  EXPECT_THAT(std::string(LoadCheckpoint(dir).status().message()),
+              HasSubstr("step-4/manifest.json: manifest is for step 5, not 4"));
+  ASSERT_TRUE(WriteFileAtomic(dir + "/manifest.json", "{\"step\": ").ok());
+  EXPECT_THAT(std::string(LoadCheckpoint(dir).status().message()),
+              HasSubstr("manifest.json: bad manifest"));
+}
+
+TEST_F(CheckpointTest, LatestFallsBackToAnOlderGoodCheckpoint) {
+  Save(10);
+  std::string newest = Save(20);
+  std::string shard = newest + "/" + ShardFileName(0);
+  FlipByte(shard, fs::file_size(shard) - 1);
+  absl::StatusOr<LatestCheckpoint> latest = LoadLatestCheckpoint(root_, "job1");
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->checkpoint.manifest.step(), 10);
+  ASSERT_EQ(latest->skipped.size(), 1u);
+  EXPECT_THAT(latest->skipped[0], HasSubstr("step-20/" + ShardFileName(0)));
+
+  EXPECT_EQ(LoadLatestCheckpoint(root_, "job1", 15)->checkpoint.manifest.step(), 10);
+  EXPECT_EQ(LoadLatestCheckpoint(root_, "job1", 9).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(LoadLatestCheckpoint(root_, "other").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointTest, PruneKeepsTheNewestCommitted) {
+  for (int step : {1, 2, 3, 4, 5}) Save(step);
+  Save(0, /*commit=*/false);  // old and torn: removed
+  Save(6, /*commit=*/false);  // newer than every kept one: maybe in progress, left alone
+  ASSERT_TRUE(PruneCheckpoints(root_, "job1", 3).ok());
+  EXPECT_THAT(*ListCommittedSteps(root_, "job1"), ElementsAre(5, 4, 3));
+  EXPECT_FALSE(fs::exists(StepDir(root_, "job1", 0)));
+  EXPECT_FALSE(fs::exists(StepDir(root_, "job1", 2)));
+  EXPECT_TRUE(fs::exists(StepDir(root_, "job1", 6)));
+  ASSERT_TRUE(PruneCheckpoints(root_, "job1", 5).ok());  // fewer than keep: nothing goes
+  EXPECT_THAT(*ListCommittedSteps(root_, "job1"), ElementsAre(5, 4, 3));
+  EXPECT_FALSE(PruneCheckpoints(root_, "job1", 0).ok());
+}
+
+}  // namespace
+}  // namespace pp::common

@@ -1,0 +1,258 @@
+#include "common/job_spec.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace pp::common {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// DESIGN.md's example, with a data file the test owns.
+std::string DesignExample(const std::string& data_path) {
+  return absl::StrCat(R"({"name": "tiny",
+   "model": {"vocabSize": 256, "seqLen": 64, "dModel": 128, "nHeads": 4, "nLayers": 4},
+   "parallel": {"pipeline": 4, "chunks": 1, "tensor": 1, "data": 1, "schedule": "1f1b"},
+   "train": {"steps": 20, "microbatches": 8, "microbatchSize": 4, "lr": 0.0003,
+             "weightDecay": 0.1, "gradClip": 1.0, "seed": 1},
+   "data": {"path": ")",
+                      data_path, R"("},
+   "checkpoint": {"everySteps": 10, "keep": 3}})");
+}
+
+class JobSpecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir();
+    data_ = dir_ + "/job_spec_data.txt";
+    ASSERT_TRUE(WriteFileAtomic(data_, std::string(1000, 'a')).ok());
+    absl::StatusOr<pp::v1::JobSpec> spec = ParseJobSpec(DesignExample(data_));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    spec_ = *spec;
+    ApplyDefaults(&spec_);
+    ASSERT_TRUE(ValidateJobSpec(spec_).ok()) << ValidateJobSpec(spec_);
+  }
+
+  // Validation of a modified copy of the good spec must fail with a message starting `prefix`.
+  template <typename Mutate>
+  void ExpectInvalid(Mutate mutate, const std::string& prefix) {
+    pp::v1::JobSpec spec = spec_;
+    mutate(&spec);
+    absl::Status status = ValidateJobSpec(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << prefix;
+    EXPECT_THAT(std::string(status.message()), StartsWith(prefix));
+  }
+
+  std::string dir_;
+  std::string data_;
+  pp::v1::JobSpec spec_;
+};
+
+TEST_F(JobSpecTest, DesignExampleParses) {
+  EXPECT_EQ(spec_.name(), "tiny");
+  EXPECT_EQ(spec_.model().d_model(), 128);
+  EXPECT_EQ(spec_.parallel().schedule(), "1f1b");
+  EXPECT_EQ(spec_.train().microbatch_size(), 4);
+  EXPECT_DOUBLE_EQ(spec_.train().lr(), 0.0003);
+  EXPECT_EQ(spec_.checkpoint().every_steps(), 10);
+}
+
+TEST_F(JobSpecTest, TextFormatAndFilesLoad) {
+  std::string text = absl::StrCat(
+      "name: \"tiny\"\nmodel { vocab_size: 256 seq_len: 64 d_model: 128 n_heads: 4 n_layers: 4 }\n",
+      "parallel { pipeline: 4 schedule: \"1f1b\" }\n",
+      "train { steps: 20 microbatches: 8 microbatch_size: 4 lr: 0.0003 weight_decay: 0.1 ",
+      "grad_clip: 1.0 seed: 1 }\n", "data { path: \"", data_, "\" }\n",
+      "checkpoint { every_steps: 10 keep: 3 }\n");
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/spec.txtpb", text).ok());
+  absl::StatusOr<pp::v1::JobSpec> spec = LoadJobSpec(dir_ + "/spec.txtpb");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ApplyDefaults(&*spec);
+  EXPECT_EQ(spec->SerializeAsString(), spec_.SerializeAsString());
+
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/spec.json", "\n  " + DesignExample(data_)).ok());
+  spec = LoadJobSpec(dir_ + "/spec.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ApplyDefaults(&*spec);
+  EXPECT_EQ(spec->SerializeAsString(), spec_.SerializeAsString());
+}
+
+TEST_F(JobSpecTest, ParseErrorsNameTheFileAndTheParser) {
+  absl::StatusOr<pp::v1::JobSpec> spec = ParseJobSpec(R"({"model": {"dModle": 3}})", "a.json");
+  EXPECT_THAT(std::string(spec.status().message()),
+              StartsWith("a.json: not a valid JobSpec (JSON): "));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("dModle"));
+  spec = ParseJobSpec("model { d_model: \"x\" }", "a.txtpb");
+  EXPECT_THAT(std::string(spec.status().message()),
+              StartsWith("a.txtpb: not a valid JobSpec (text format): line 1"));
+  EXPECT_THAT(std::string(LoadJobSpec(dir_ + "/nope.json").status().message()),
+              HasSubstr("nope.json"));
+}
+
+TEST_F(JobSpecTest, DefaultsFillZeros) {
+  pp::v1::JobSpec spec;
+  spec.mutable_data()->set_format("generated");
+  ApplyDefaults(&spec);
+  EXPECT_EQ(spec.parallel().chunks(), 1);
+  EXPECT_EQ(spec.parallel().tensor(), 1);
+  EXPECT_EQ(spec.parallel().data(), 1);
+  EXPECT_EQ(spec.parallel().partition(), "uniform");
+  EXPECT_DOUBLE_EQ(spec.train().beta1(), 0.9);
+  EXPECT_DOUBLE_EQ(spec.train().beta2(), 0.95);
+  EXPECT_DOUBLE_EQ(spec.train().eps(), 1e-8);
+  EXPECT_EQ(spec.train().threads(), 1);
+  EXPECT_EQ(spec.checkpoint().keep(), 3);
+  EXPECT_EQ(spec.data().generated_tokens(), 1 << 20);
+  pp::v1::JobSpec bytes;
+  ApplyDefaults(&bytes);
+  EXPECT_EQ(bytes.data().format(), "bytes");
+  EXPECT_EQ(bytes.data().generated_tokens(), 0);
+  spec.mutable_train()->set_beta2(0.999);  // set values stay
+  ApplyDefaults(&spec);
+  EXPECT_DOUBLE_EQ(spec.train().beta2(), 0.999);
+}
+
+using Spec = pp::v1::JobSpec;
+
+TEST_F(JobSpecTest, ModelErrors) {
+  ExpectInvalid([](Spec* s) { s->mutable_model()->set_n_heads(5); },
+                "model.n_heads: 5 does not divide model.d_model 128");
+  ExpectInvalid([](Spec* s) { s->mutable_model()->set_d_model(0); }, "model.d_model: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_model()->set_seq_len(-4); },
+                "model.seq_len: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_model()->set_n_layers(0); },
+                "model.n_layers: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_model()->set_n_heads(0); }, "model.n_heads: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_model()->set_vocab_size(0); },
+                "model.vocab_size: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_model()->set_vocab_size(255); },
+                "model.vocab_size: 255 is too small for bytes data");
+}
+
+TEST_F(JobSpecTest, ParallelErrors) {
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_pipeline(0); },
+                "parallel.pipeline: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_data(-1); },
+                "parallel.data: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_tensor(3); },
+                "parallel.tensor: 3 does not divide model.n_heads 4");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_schedule("2f2b"); },
+                "parallel.schedule: unknown value \"2f2b\"");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->clear_schedule(); },
+                "parallel.schedule: unknown value \"\"");
+  ExpectInvalid(
+      [](Spec* s) {
+        s->mutable_parallel()->set_schedule("zb-v");
+        s->mutable_parallel()->set_chunks(1);
+      },
+      "parallel.chunks: schedule zb-v needs 2 chunks, got 1");
+  for (const char* schedule : {"gpipe", "1f1b", "zb-h1"}) {
+    ExpectInvalid(
+        [&](Spec* s) {
+          s->mutable_parallel()->set_schedule(schedule);
+          s->mutable_parallel()->set_chunks(2);
+        },
+        absl::StrCat("parallel.chunks: schedule ", schedule, " needs 1 chunk, got 2"));
+  }
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_pipeline(7); },
+                "parallel.pipeline: pipeline 7 x chunks 1 = 7 stages but the model has only 6");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_partition("random"); },
+                "parallel.partition: unknown value \"random\"");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->add_stage_layers(6); },
+                "parallel.stage_layers: only allowed with partition \"explicit\"");
+  auto explicit_layers = [](std::vector<int> layers) {
+    return [layers](Spec* s) {
+      s->mutable_parallel()->set_partition("explicit");
+      for (int n : layers) s->mutable_parallel()->add_stage_layers(n);
+    };
+  };
+  ExpectInvalid(explicit_layers({3, 3}), "parallel.stage_layers: has 2 entries, need");
+  ExpectInvalid(explicit_layers({1, 1, 1, 1}), "parallel.stage_layers: sum to 4, need");
+  ExpectInvalid(explicit_layers({3, 0, 2, 1}), "parallel.stage_layers[1]: must be >= 1, got 0");
+  Spec good = spec_;
+  explicit_layers({1, 2, 2, 1})(&good);
+  EXPECT_TRUE(ValidateJobSpec(good).ok());
+  good = spec_;
+  good.mutable_parallel()->set_schedule("interleaved-1f1b");
+  good.mutable_parallel()->set_pipeline(3);
+  good.mutable_parallel()->set_chunks(2);
+  EXPECT_TRUE(ValidateJobSpec(good).ok());
+}
+
+TEST_F(JobSpecTest, TrainErrors) {
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_steps(0); }, "train.steps: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_microbatches(0); },
+                "train.microbatches: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_microbatch_size(0); },
+                "train.microbatch_size: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_threads(-2); },
+                "train.threads: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_lr(-1e-3); }, "train.lr: must be a finite");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_lr(std::nan("")); },
+                "train.lr: must be a finite");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_weight_decay(-0.1); },
+                "train.weight_decay: must be a finite");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_grad_clip(-1); },
+                "train.grad_clip: must be a finite");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_beta1(1.0); },
+                "train.beta1: must be in [0, 1), got 1");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_beta2(-0.5); }, "train.beta2: must be in");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_eps(-1); }, "train.eps: must be > 0");
+}
+
+TEST_F(JobSpecTest, CheckpointAndRestartErrors) {
+  ExpectInvalid([](Spec* s) { s->mutable_checkpoint()->set_every_steps(-1); },
+                "checkpoint.every_steps: must be >= 0");
+  ExpectInvalid([](Spec* s) { s->mutable_checkpoint()->set_keep(-1); },
+                "checkpoint.keep: must be >= 1");
+  ExpectInvalid([](Spec* s) { s->set_max_restarts(-1); }, "max_restarts: must be >= 0");
+}
+
+TEST_F(JobSpecTest, DataErrors) {
+  ExpectInvalid([](Spec* s) { s->mutable_data()->clear_path(); }, "data.path: missing");
+  ExpectInvalid([&](Spec* s) { s->mutable_data()->set_path(dir_ + "/absent.bin"); },
+                "data.path: cannot open " + dir_ + "/absent.bin");
+  ExpectInvalid([&](Spec* s) { s->mutable_data()->set_path(dir_); }, "data.path: ");
+  ExpectInvalid([](Spec* s) { s->mutable_data()->set_format("utf8"); },
+                "data.format: unknown value \"utf8\"");
+  std::string shortfile = dir_ + "/short.txt";
+  ASSERT_TRUE(WriteFileAtomic(shortfile, std::string(64, 'x')).ok());  // needs 65 tokens
+  ExpectInvalid(
+      [&](Spec* s) { s->mutable_data()->set_path(shortfile); },
+      "data.path: " + shortfile + " holds 64 tokens, need at least model.seq_len + 1 = 65");
+  ExpectInvalid(
+      [](Spec* s) {
+        s->mutable_data()->set_format("generated");
+        s->mutable_data()->set_generated_tokens(10);
+      },
+      "data.generated_tokens: 10 is fewer than model.seq_len + 1 = 65");
+}
+
+TEST_F(JobSpecTest, Uint16VocabularyMustHoldEveryToken) {
+  std::string tokens;
+  for (int i = 0; i < 100; ++i) {
+    uint16_t token = static_cast<uint16_t>(i == 57 ? 50256 : i);
+    tokens.append(reinterpret_cast<const char*>(&token), 2);
+  }
+  std::string path = dir_ + "/tokens.u16";
+  ASSERT_TRUE(WriteFileAtomic(path, tokens).ok());
+  Spec spec = spec_;
+  spec.mutable_data()->set_path(path);
+  spec.mutable_data()->set_format("uint16");
+  spec.mutable_model()->set_vocab_size(50257);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_model()->set_vocab_size(50256);
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
+              StartsWith("model.vocab_size: 50256 is too small for uint16 data with token 50256"));
+  ASSERT_TRUE(WriteFileAtomic(path, tokens + "x").ok());
+  spec.mutable_model()->set_vocab_size(50257);
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()), HasSubstr("odd size (201 bytes)"));
+}
+
+}  // namespace
+}  // namespace pp::common

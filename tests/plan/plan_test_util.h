@@ -1,0 +1,39 @@
+// Helpers shared by the planner tests.
+#ifndef PP_TESTS_PLAN_PLAN_TEST_UTIL_H_
+#define PP_TESTS_PLAN_PLAN_TEST_UTIL_H_
+
+#include <string>
+
+#include "coordinator/plan/compile.h"
+#include "gtest/gtest.h"
+
+namespace pp::plan {
+
+// The acceptance cost model: f=1, b=2 (I=W=1 when split), free comms.
+inline CostModel UnitCosts() { return CostModel{}; }
+
+inline Planned MustPlan(const std::string& name, int D, int V, int M,
+                        const CostModel& costs = UnitCosts()) {
+  absl::StatusOr<Planned> planned = Plan(name, D, V, M, costs);
+  EXPECT_TRUE(planned.ok()) << name << " D=" << D << " V=" << V << " M=" << M << ": "
+                            << planned.status();
+  return planned.ok() ? *std::move(planned) : Planned{};
+}
+
+// Simulated times are sums of small integers here, so they convert to integers exactly.
+inline long Exact(double value) {
+  const long whole = static_cast<long>(value);
+  EXPECT_EQ(static_cast<double>(whole), value) << "not an integer: " << value;
+  return whole;
+}
+
+// Total idle time over all ranks, D * makespan - sum(busy), as an exact integer.
+inline long TotalIdle(const Planned& planned) {
+  long idle = 0;
+  for (const RankStats& rank : planned.simulation.ranks) idle += Exact(rank.idle);
+  return idle;
+}
+
+}  // namespace pp::plan
+
+#endif  // PP_TESTS_PLAN_PLAN_TEST_UTIL_H_

@@ -1,0 +1,137 @@
+// Runs the real ppctl binary: `ppctl plan` output formats, --help, and bad arguments.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "coordinator/plan/convert.h"
+#include "coordinator/plan/validate.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+
+namespace pp::plan {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+Result Ppctl(const std::string& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "/ppctl.out", err = dir + "/ppctl.err";
+  const std::string command = absl::StrCat(PPCTL_PATH, " ", args, " >", out, " 2>", err);
+  const int status = std::system(command.c_str());
+  Result result;
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = Slurp(out);
+  result.err = Slurp(err);
+  return result;
+}
+
+TEST(PpctlTest, HelpDocumentsEveryPlanFlag) {
+  const Result help = Ppctl("plan --help");
+  EXPECT_EQ(help.code, 0);
+  for (const char* flag :
+       {"schedule", "stages", "chunks", "microbatches", "costs", "format", "auto",
+        "min_microbatches", "max_microbatches", "memory_budget", "schedules", "max_chunks"}) {
+    EXPECT_NE(help.out.find(absl::StrCat("  --", flag, " (default: ")), std::string::npos)
+        << flag << "\n"
+        << help.out;
+  }
+  EXPECT_NE(help.out.find("comm latency per message"), std::string::npos);
+  const Result top = Ppctl("--help");
+  EXPECT_EQ(top.code, 0);
+  EXPECT_NE(top.out.find("  plan\t"), std::string::npos) << top.out;
+  EXPECT_EQ(Ppctl("help plan").out, help.out);
+}
+
+TEST(PpctlTest, BadArgumentsAreOneLineAndExitTwo) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"plan --schedule=bogus", "unknown schedule 'bogus'"},
+      {"plan --stages=x", "bad value 'x' for --stages"},
+      {"plan --frobnicate=1", "unknown flag --frobnicate"},
+      {"plan --costs=f=abc", "'abc' is not a number"},
+      {"plan --costs=q=1", "unknown key 'q'"},
+      {"plan --format=svg", "--format must be ascii, json or chrome"},
+      {"plan --schedule=interleaved-1f1b --stages=4 --microbatches=2", "M >= D"},
+      {"plan --stages=0", "D=0 < 1"},
+      {"plan --stages=100000 --microbatches=100000", "stage-microbatches is more than"},
+      {"plan --costs=f=-1", "cost forward must be a finite number >= 0"},
+      {"plan extra", "unexpected argument 'extra'"},
+      {"plan --auto --min_microbatches=9 --max_microbatches=3", "is empty"},
+      {"frobnicate", "unknown command 'frobnicate'"},
+      {"", "Usage: ppctl"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = Ppctl(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+    if (!args.empty()) {
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    }
+  }
+}
+
+TEST(PpctlTest, JsonIsAValidSchedule) {
+  const Result r = Ppctl("plan --schedule=zb-h1 --stages 3 --microbatches=5 --format=json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  pp::v1::Schedule proto;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &proto).ok()) << r.out;
+  EXPECT_EQ(r.out.rfind(R"({"name":"zb-h1","pipeline":3,"chunks":1,"microbatches":5,)", 0), 0u)
+      << r.out.substr(0, 200);
+  absl::StatusOr<Schedule> schedule = ScheduleFromProto(proto);
+  ASSERT_TRUE(schedule.ok());
+  EXPECT_TRUE(Validate(*schedule).ok());
+  EXPECT_EQ(proto.simulation().makespan(), 5 * 3 + 2 * 1);  // M(f+b) + (D-1)(f+b-2w)
+}
+
+TEST(PpctlTest, AsciiAndChrome) {
+  const Result ascii = Ppctl("plan");
+  ASSERT_EQ(ascii.code, 0) << ascii.err;
+  EXPECT_EQ(ascii.out.rfind("1f1b: D=4 V=1 M=8", 0), 0u) << ascii.out;
+  EXPECT_NE(ascii.out.find("\nGPU 3: [  ] [  ] [  ] [F1] [B1     ] [F2]"), std::string::npos);
+  EXPECT_NE(ascii.out.find("makespan 33, bubble 0.2727"), std::string::npos);
+
+  const Result chrome = Ppctl("plan --schedule=gpipe --stages=2 --microbatches=2 --format=chrome");
+  ASSERT_EQ(chrome.code, 0) << chrome.err;
+  google::protobuf::Struct trace;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(chrome.out, &trace).ok());
+  EXPECT_EQ(trace.fields().at("traceEvents").list_value().values_size(), 2 + 2 * 4 + 2 * 2 * 2);
+}
+
+TEST(PpctlTest, AutoPrintsTheComparisonAndTheChoice) {
+  const Result r = Ppctl(
+      "plan --auto --stages=4 --min_microbatches=4 --max_microbatches=6 --memory_budget=4 "
+      "--schedules=gpipe,1f1b,zb-h1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("<- chosen"), std::string::npos) << r.out;
+  // Costs are per microbatch at M=4: M=6 has smaller microbatches and the smallest bubble.
+  EXPECT_NE(r.out.find("chose zb-h1 V=1 M=6"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nzb-h1: D=4 V=1 M=6"), std::string::npos) << r.out;
+
+  const Result json = Ppctl("plan --auto --stages=2 --max_microbatches=3 --format=json");
+  ASSERT_EQ(json.code, 0) << json.err;
+  pp::v1::Schedule proto;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &proto).ok());
+  EXPECT_NE(json.err.find("<- chosen"), std::string::npos);
+
+  const Result none = Ppctl("plan --auto --stages=4 --memory_budget=0.1");
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.err.find("none of the"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pp::plan

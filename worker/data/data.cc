@@ -1,0 +1,140 @@
+#include "worker/data/data.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace pp::data {
+namespace {
+
+// splitmix64 (Steele, Lea, Flood 2014): a tiny counter-based generator, enough for test text.
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A word list drawn from syllables, so the corpus has a learnable, text-like structure.
+std::vector<std::string> MakeWords(uint64_t* state) {
+  static const char* const kSyllables[] = {"the", "an", "er", "in", "on", "re", "at", "es",
+                                           "or",  "ti", "st", "ar", "ne", "lo", "ma", "ve"};
+  std::vector<std::string> words;
+  for (int i = 0; i < 64; ++i) {
+    std::string word;
+    int syllables = 1 + static_cast<int>(SplitMix64(state) % 3);
+    for (int s = 0; s < syllables; ++s) word += kSyllables[SplitMix64(state) % 16];
+    words.push_back(word);
+  }
+  return words;
+}
+
+}  // namespace
+
+std::string GenerateCorpus(uint64_t seed, int64_t n_bytes) {
+  uint64_t state = seed;
+  std::vector<std::string> words = MakeWords(&state);
+  std::string text;
+  n_bytes = std::max<int64_t>(n_bytes, 0);
+  text.reserve(static_cast<size_t>(n_bytes) + 32);
+  bool sentence_start = true;
+  while (static_cast<int64_t>(text.size()) < n_bytes) {
+    uint64_t r = SplitMix64(&state);
+    // Two draws, keep the smaller: frequent short words, rare long ones (roughly Zipf-like).
+    size_t index = std::min(r % words.size(), (r >> 32) % words.size());
+    std::string word = words[index];
+    if (sentence_start) word[0] = static_cast<char>(word[0] - 'a' + 'A');
+    text += word;
+    uint64_t punctuation = (r >> 16) % 16;
+    sentence_start = punctuation < 2;
+    if (punctuation == 0) {
+      text += ".\n";
+    } else if (punctuation == 1) {
+      text += ". ";
+    } else if (punctuation == 2) {
+      text += ", ";
+    } else {
+      text += ' ';
+    }
+  }
+  text.resize(static_cast<size_t>(n_bytes));
+  return text;
+}
+
+absl::StatusOr<TokenSource> TokenSource::Open(const pp::v1::DataSpec& spec) {
+  std::string format = spec.format().empty() ? "bytes" : spec.format();
+  if (format == "generated") return Generated(spec.generated_seed(), spec.generated_tokens());
+  if (format != "bytes" && format != "uint16") {
+    return absl::InvalidArgumentError(absl::StrCat("data.format: unknown value \"", format,
+                                                   "\" (one of bytes, uint16, generated)"));
+  }
+  absl::StatusOr<pp::common::MappedFile> file = pp::common::MappedFile::Open(spec.path());
+  if (!file.ok()) return file.status();
+  TokenSource source;
+  source.uint16_ = format == "uint16";
+  if (source.uint16_ && file->size() % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.path(), " has an odd size (", file->size(), " bytes) for uint16 tokens"));
+  }
+  source.base_ = file->data();
+  source.size_ = static_cast<int64_t>(source.uint16_ ? file->size() / 2 : file->size());
+  source.file_ = *std::move(file);
+  return source;
+}
+
+TokenSource TokenSource::Generated(uint64_t seed, int64_t n_tokens) {
+  TokenSource source;
+  std::string text = GenerateCorpus(seed, n_tokens);
+  source.owned_.assign(text.begin(), text.end());
+  source.base_ = source.owned_.data();
+  source.size_ = static_cast<int64_t>(source.owned_.size());
+  return source;
+}
+
+int64_t WindowStride(int64_t n_tokens, int64_t seq_len) {
+  uint64_t starts = static_cast<uint64_t>(n_tokens - seq_len);
+  uint64_t stride = static_cast<uint64_t>((static_cast<unsigned __int128>(starts) * 40503) >> 16);
+  if (stride < 1) stride = 1;
+  while (std::gcd(stride, starts) != 1) ++stride;
+  return static_cast<int64_t>(stride);
+}
+
+int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len) {
+  uint64_t starts = static_cast<uint64_t>(n_tokens - seq_len);
+  unsigned __int128 product = static_cast<unsigned __int128>(sequence) *
+                              static_cast<uint64_t>(WindowStride(n_tokens, seq_len));
+  return static_cast<int64_t>(product % starts);
+}
+
+int64_t DataPositionAtStep(int64_t step, int64_t microbatches, int64_t microbatch_size) {
+  return step * microbatches * microbatch_size;
+}
+
+absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t data_position,
+                                          int64_t microbatch, int64_t batch, int64_t seq_len) {
+  if (batch < 1 || seq_len < 1 || data_position < 0 || microbatch < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ReadMicrobatch: bad arguments (data_position ",
+                                                   data_position, ", microbatch ", microbatch,
+                                                   ", batch ", batch, ", seq_len ", seq_len, ")"));
+  }
+  if (source.size() < seq_len + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data holds ", source.size(), " tokens, need at least seq_len + 1 = ", seq_len + 1));
+  }
+  Microbatch mb;
+  mb.batch = batch;
+  mb.seq_len = seq_len;
+  mb.inputs.resize(static_cast<size_t>(batch * seq_len));
+  mb.targets.resize(mb.inputs.size());
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t start = WindowStart(data_position + microbatch * batch + b, source.size(), seq_len);
+    for (int64_t t = 0; t < seq_len; ++t) {
+      mb.inputs[b * seq_len + t] = source[start + t];
+      mb.targets[b * seq_len + t] = source[start + t + 1];
+    }
+  }
+  return mb;
+}
+
+}  // namespace pp::data

@@ -1,0 +1,81 @@
+// Token streams for training (DataSpec in proto/pp/v1/job.proto) and the fixed window each sequence
+// reads, so that every layout and every restart sees the same tokens.
+//
+// Sources: "bytes" (any file, token = byte, vocab 256), "uint16" (little-endian uint16 tokens; odd
+// file size is an error), "generated" (deterministic text-like bytes from a seed, for tests). Files
+// are memory-mapped, never copied. Token ids are checked against the vocabulary once, by
+// common/job_spec.h ValidateJobSpec, not here.
+//
+// Window formula. N tokens, T = seq_len, W = N - T valid starts (a window reads T+1 tokens).
+//   P        = smallest p >= max(1, floor(W * 40503 / 2^16)) with gcd(p, W) = 1   (40503/2^16 ~
+//   golden
+//              ratio 0.618: consecutive sequences land far apart and never in lock-step with T)
+//   start(s) = (s * P) mod W                         (exact integer arithmetic)
+//   sequence s: inputs = tokens[start, start+T), targets = tokens[start+1, start+T+1)
+// Since gcd(P, W) = 1, every start is used once per W sequences.
+// Sequence numbering: the data position is the number of sequences consumed before a step; row b of
+// microbatch j reads sequence s = position + j*B + b, and a step advances the position by M*B. A
+// fresh run is at position step*M*B (DataPositionAtStep), so microbatch j of step k reads
+// s = (k*M + j)*B + b. With data parallelism, replica r's microbatch j is j' = r*M + j of M' = R*M.
+#ifndef PP_WORKER_DATA_DATA_H_
+#define PP_WORKER_DATA_DATA_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/file_io.h"
+#include "pp/v1/job.pb.h"
+
+namespace pp::data {
+
+class TokenSource {
+ public:
+  // Errors name the file: missing, unreadable, odd-sized uint16 file, unknown format.
+  static absl::StatusOr<TokenSource> Open(const pp::v1::DataSpec& spec);
+  static TokenSource Generated(uint64_t seed, int64_t n_tokens);
+
+  int64_t size() const { return size_; }
+  int32_t operator[](int64_t i) const {
+    return uint16_ ? static_cast<int32_t>(base_[2 * i] | (base_[2 * i + 1] << 8))
+                   : static_cast<int32_t>(base_[i]);
+  }
+
+ private:
+  TokenSource() = default;
+  std::optional<pp::common::MappedFile> file_;
+  std::vector<uint8_t> owned_;  // generated corpus (a vector: moving keeps base_ valid)
+  const uint8_t* base_ = nullptr;
+  int64_t size_ = 0;
+  bool uint16_ = false;
+};
+
+// Deterministic text-like bytes (words, punctuation, lines) for tests; same seed, same bytes.
+std::string GenerateCorpus(uint64_t seed, int64_t n_bytes);
+
+// P and start(s) of the formula above; require n_tokens >= seq_len + 1 and seq_len >= 1.
+int64_t WindowStride(int64_t n_tokens, int64_t seq_len);
+int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len);
+
+// Sequences consumed before `step` in a run that started at step 0: step * M * B.
+int64_t DataPositionAtStep(int64_t step, int64_t microbatches, int64_t microbatch_size);
+
+// inputs (B,T) and targets (B,T), int32, row-major.
+struct Microbatch {
+  int64_t batch = 0;
+  int64_t seq_len = 0;
+  std::vector<int32_t> inputs;
+  std::vector<int32_t> targets;
+};
+
+// Microbatch `microbatch` of the step that starts at `data_position`. InvalidArgument when the
+// source holds fewer than seq_len+1 tokens or a size is not positive.
+absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t data_position,
+                                          int64_t microbatch, int64_t batch, int64_t seq_len);
+
+}  // namespace pp::data
+
+#endif  // PP_WORKER_DATA_DATA_H_
