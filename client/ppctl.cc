@@ -1,9 +1,42 @@
 // ppctl: the pipeline service's command-line client. `ppctl --help` lists the commands.
 #include "client/command.h"
+#include "client/job_commands.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace {
+
+// The server commands of client/job_commands.cc, as table entries. Their usage line is
+// "name ARGS...: summary"; the flags each reads are named here.
+std::vector<pp::client::Command> JobCommands() {
+  std::vector<pp::client::Command> commands;
+  for (const std::string& name : pp::client::JobCommandNames()) {
+    pp::client::Command c;
+    c.name = name;
+    const std::string usage = pp::client::JobCommandUsage(name);
+    const size_t colon = usage.find(": ");
+    c.summary = colon == std::string::npos ? usage : usage.substr(colon + 2);
+    const std::string head = colon == std::string::npos ? name : usage.substr(0, colon);
+    for (absl::string_view word : absl::StrSplit(head, ' ', absl::SkipEmpty())) {
+      if (word != name && !absl::StartsWith(word, "[--")) absl::StrAppend(&c.args, c.args.empty() ? "" : " ", word);
+    }
+    c.flags = {"coordinator", "rpc_timeout"};
+    if (name == "trace") c.flags.insert(c.flags.end(), {"step", "format"});
+    if (name == "resume") c.flags.push_back("step");
+    c.run = [name](const std::vector<std::string>& args) {
+      return pp::client::RunJobCommand(name, args);
+    };
+    commands.push_back(std::move(c));
+  }
+  return commands;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  const std::vector<pp::client::Command> commands = {
-      pp::client::PlanCommand(),
-  };
+  std::vector<pp::client::Command> commands = {pp::client::PlanCommand()};
+  for (pp::client::Command& c : JobCommands()) commands.push_back(std::move(c));
   return pp::client::RunPpctl(commands, argc, argv);
 }

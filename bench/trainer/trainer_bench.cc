@@ -1,0 +1,176 @@
+// trainer_bench: tokens/s and achieved GFLOP/s of the reference trainer on a documented model,
+// next to this machine's sgemm rate on the same thread count.
+//
+// Model (defaults): 6 layers, C=256, T=128, 4 heads, byte vocabulary (256), untied head;
+// B=8 sequences per microbatch, M=2 microbatches per step (2048 tokens per step).
+// FLOPs per step = 6 * P * tokens + 12 * n_layers * C * T * tokens, with P the matmul parameters
+// (every tensor but wte and wpe, which are lookups) and the second term the attention score and
+// value products (PaLM, Chowdhery et al. 2022, appendix B). Non-causal: the masked half is
+// computed too. Timed: the last N of a 2N-step run, as CPU(2N-step run) - CPU(N-step run).
+// Rates are per CPU second of this process (the 2-core machines these run on are shared, so wall
+// time also measures the neighbours); wall-clock rates are printed next to them.
+// --curve trains --steps steps once (with --data=FILE: on that file's bytes) and prints the loss
+// of every step: the learning curve of bench/trainer/shakespeare.sh.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <iostream>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "common/job_spec.h"
+#include "kernels/ops.h"
+#include "worker/model/model.h"
+#include "worker/trainer/trainer.h"
+
+ABSL_FLAG(int, steps, 3, "timed steps N (runs N, then 2N steps; the difference is timed)");
+ABSL_FLAG(int, layers, 6, "transformer blocks");
+ABSL_FLAG(int, d_model, 256, "model width C");
+ABSL_FLAG(int, heads, 4, "attention heads");
+ABSL_FLAG(int, seq_len, 128, "sequence length T");
+ABSL_FLAG(int, batch, 8, "sequences per microbatch B");
+ABSL_FLAG(int, microbatches, 2, "microbatches per step M");
+ABSL_FLAG(int, threads, 1, "BLAS threads");
+ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate");
+ABSL_FLAG(std::string, data, "", "train on this file's bytes (default: a generated corpus)");
+ABSL_FLAG(bool, log_steps, true, "print one line per step");
+ABSL_FLAG(bool, curve, false, "train --steps steps once and print the loss curve, no timing");
+
+namespace {
+
+double CpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Best of a few single sgemm calls of (n,k) x (k,m), through the Ops interface (no bias), per CPU
+// second.
+double SgemmGflops(pp::kernels::Ops& ops, int n, int k, int m) {
+  float* a = ops.Alloc(size_t(n) * k);
+  float* w = ops.Alloc(size_t(m) * k);
+  float* c = ops.Alloc(size_t(n) * m);
+  std::vector<float> init(size_t(std::max(n, m)) * k);
+  for (size_t i = 0; i < init.size(); ++i) init[i] = float(i % 17) * 0.01f - 0.08f;
+  ops.CopyToDevice(a, init.data(), size_t(n) * k);
+  ops.CopyToDevice(w, init.data(), size_t(m) * k);
+  double best = 1e30;
+  for (int rep = 0; rep < 6; ++rep) {
+    const double t0 = CpuSeconds();
+    ops.MatmulForward(c, a, w, nullptr, n, k, m);
+    ops.Synchronize();
+    best = std::min(best, CpuSeconds() - t0);
+  }
+  ops.Free(a), ops.Free(w), ops.Free(c);
+  return 2.0 * n * k * m / best / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("trainer_bench [--data=FILE] [--steps=N]: trainer throughput");
+  absl::ParseCommandLine(argc, argv);
+  pp::v1::JobSpec spec;
+  spec.set_name("trainer-bench");
+  auto* m = spec.mutable_model();
+  m->set_vocab_size(256), m->set_seq_len(absl::GetFlag(FLAGS_seq_len));
+  m->set_d_model(absl::GetFlag(FLAGS_d_model)), m->set_n_heads(absl::GetFlag(FLAGS_heads));
+  m->set_n_layers(absl::GetFlag(FLAGS_layers));
+  spec.mutable_parallel()->set_pipeline(1);
+  spec.mutable_parallel()->set_schedule("gpipe");
+  auto* t = spec.mutable_train();
+  t->set_steps(absl::GetFlag(FLAGS_steps)), t->set_microbatches(absl::GetFlag(FLAGS_microbatches));
+  t->set_microbatch_size(absl::GetFlag(FLAGS_batch)), t->set_lr(absl::GetFlag(FLAGS_lr));
+  t->set_weight_decay(0.1), t->set_grad_clip(1.0), t->set_seed(1);
+  t->set_threads(absl::GetFlag(FLAGS_threads));
+  if (absl::GetFlag(FLAGS_data).empty()) {
+    spec.mutable_data()->set_format("generated");
+    spec.mutable_data()->set_generated_tokens(4 << 20);
+  } else {
+    spec.mutable_data()->set_path(absl::GetFlag(FLAGS_data));
+  }
+  pp::common::ApplyDefaults(&spec);
+  if (auto s = pp::common::ValidateJobSpec(spec); !s.ok()) {
+    std::cerr << "trainer_bench: " << s.message() << "\n";
+    return 1;
+  }
+  auto config = pp::model::ModelConfigFromSpec(spec.model());
+  if (!config.ok()) {
+    std::cerr << "trainer_bench: " << config.status().message() << "\n";
+    return 1;
+  }
+  const int L = config->n_layers, C = config->d_model, T = config->seq_len;
+  const int64_t params = pp::model::NumParameters(*config);
+  const int64_t matmul_params = params - int64_t(config->vocab_size + T) * C;
+  const int64_t tokens_per_step = int64_t(t->microbatches()) * t->microbatch_size() * T;
+  const double flops_per_token = 6.0 * matmul_params + 12.0 * L * C * T;
+
+  auto ops = pp::kernels::MakeOps("cpu", t->threads());
+  if (!ops.ok()) {
+    std::cerr << "trainer_bench: " << ops.status().message() << "\n";
+    return 1;
+  }
+  const double sgemm_square = SgemmGflops(**ops, 1024, 1024, 1024);
+  const double sgemm_model = SgemmGflops(**ops, t->microbatch_size() * T, C, 4 * C);
+
+  std::printf("model: %d layers, C=%d, T=%d, heads %d, vocab %d: %lld params (%lld in matmuls)\n",
+              L, C, T, config->n_heads, config->vocab_size, (long long)params,
+              (long long)matmul_params);
+  std::printf("step: M=%d x B=%d x T=%d = %lld tokens, %.2f GFLOP\n", t->microbatches(),
+              t->microbatch_size(), T, (long long)tokens_per_step,
+              flops_per_token * tokens_per_step / 1e9);
+  pp::trainer::TrainOptions opts;
+  const int steps = t->steps();
+  if (steps < 1) {
+    std::cerr << "trainer_bench: --steps must be >= 1\n";
+    return 1;
+  }
+  if (absl::GetFlag(FLAGS_curve)) {
+    opts.log = &std::cout;
+    auto run = pp::trainer::Train(spec, opts);
+    if (!run.ok()) {
+      std::cerr << "trainer_bench: " << run.status().message() << "\n";
+      return 1;
+    }
+    std::printf("curve: %d steps, loss %.4f -> %.4f (min %.4f), %.0f tokens/s wall\n", steps,
+                run->losses.front(), run->losses.back(),
+                *std::min_element(run->losses.begin(), run->losses.end()),
+                run->tokens / run->seconds);
+    return 0;
+  }
+  // CPU time of N steps = CPU(run of 2N steps) - CPU(run of N steps): setup, first-touch of
+  // the heap and the warm-up step cancel out.
+  opts.steps = steps;
+  double c0 = CpuSeconds();
+  if (auto first = pp::trainer::Train(spec, opts); !first.ok()) {
+    std::cerr << "trainer_bench: " << first.status().message() << "\n";
+    return 1;
+  }
+  const double cpu_short = CpuSeconds() - c0;
+  opts.steps = 2 * steps;
+  if (absl::GetFlag(FLAGS_log_steps)) opts.log = &std::cout;
+  c0 = CpuSeconds();
+  auto result = pp::trainer::Train(spec, opts);
+  if (!result.ok()) {
+    std::cerr << "trainer_bench: " << result.status().message() << "\n";
+    return 1;
+  }
+  const double cpu_timed = CpuSeconds() - c0 - cpu_short;
+  double wall_timed = 0;
+  for (int i = steps; i < 2 * steps; ++i) wall_timed += result->step_seconds[i];
+  const double timed_tokens = double(tokens_per_step) * steps;
+  const double tok_s = timed_tokens / cpu_timed, wall_tok_s = timed_tokens / wall_timed;
+  const double gflops = tok_s * flops_per_token / 1e9;
+  std::printf("sgemm (%d thread%s): %.1f GFLOP/s at 1024^3, %.1f GFLOP/s at %dx%dx%d\n",
+              t->threads(), t->threads() == 1 ? "" : "s", sgemm_square, sgemm_model,
+              t->microbatch_size() * T, C, 4 * C);
+  std::printf(
+      "trainer: %.0f tokens per CPU second, %.1f GFLOP/s = %.1f%% of sgemm at 1024^3 "
+      "(target > 50%%); wall clock %.0f tokens/s\n",
+      tok_s, gflops, 100.0 * gflops / sgemm_square, wall_tok_s);
+  std::printf("loss: first %.4f, last %.4f\n", result->losses.front(), result->losses.back());
+  return 0;
+}

@@ -1,0 +1,288 @@
+#include "client/job_commands.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "coordinator/plan/render.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "pp/v1/coordinator.grpc.pb.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051",
+          "HOST:PORT of ppcoord (submit, get, list, watch, cancel, resume, workers, trace)");
+ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(10),
+          "how long a server command waits to reach ppcoord and for each answer");
+ABSL_FLAG(
+    int32_t, step, 0,
+    "trace: the step to draw (0: the newest traced); resume: the checkpoint step (0: newest)");
+// Shared with `ppctl plan`, which defines it: ascii | json | chrome.
+ABSL_DECLARE_FLAG(std::string, format);
+
+namespace pp::client {
+namespace {
+
+// Exit codes.
+constexpr int kOk = 0;
+constexpr int kFailed = 1;
+constexpr int kUsage = 2;
+
+struct Command {
+  std::string usage;
+  int positional;  // required positional arguments
+  std::function<int(pp::v1::Coordinator::Stub&, const std::vector<std::string>&)> run;
+};
+
+int Fail(const std::string& command, const std::string& message, int code = kFailed) {
+  std::cerr << "ppctl " << command << ": " << message << "\n";
+  return code;
+}
+
+std::string Describe(const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::StrCat("coordinator at ", absl::GetFlag(FLAGS_coordinator),
+                        " did not answer: ", status.error_message());
+  }
+  return status.error_message();
+}
+
+std::unique_ptr<grpc::ClientContext> Context() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_rpc_timeout)));
+  return context;
+}
+
+std::string Json(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+// "1:02:03" or "2:03".
+std::string Clock(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s >= 3600) return absl::StrFormat("%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
+  return absl::StrFormat("%d:%02d", s / 60, s % 60);
+}
+
+std::string ProgressLine(const pp::v1::JobEvent& e) {
+  std::string line =
+      absl::StrFormat("%s %s step %d/%d", e.job_id(), pp::v1::JobEventKind_Name(e.kind()).substr(6),
+                      e.step(), e.total_steps());
+  if (e.step() > 0) {
+    absl::StrAppendFormat(&line, "  loss %.4f  %.0f tok/s  bubble %.1f%%", e.loss(),
+                          e.tokens_per_second(), 100 * e.bubble_ratio());
+    if (e.step_seconds() > 0 && e.step() < e.total_steps()) {
+      absl::StrAppend(&line, "  ETA ", Clock(e.step_seconds() * (e.total_steps() - e.step())));
+    }
+  }
+  if (!e.message().empty() && e.kind() != pp::v1::EVENT_STEP)
+    absl::StrAppend(&line, "  ", e.message());
+  return line;
+}
+
+int Submit(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
+  absl::StatusOr<pp::v1::JobSpec> spec = pp::common::LoadJobSpec(args[0]);
+  if (!spec.ok()) return Fail("submit", std::string(spec.status().message()));
+  // The daemons open the data file: give them a path that does not depend on our directory.
+  if (!spec->data().path().empty()) {
+    spec->mutable_data()->set_path(std::filesystem::absolute(spec->data().path()).string());
+  }
+  pp::v1::SubmitJobRequest request;
+  *request.mutable_spec() = *std::move(spec);
+  pp::v1::SubmitJobResponse response;
+  grpc::Status status = stub.SubmitJob(Context().get(), request, &response);
+  if (!status.ok()) return Fail("submit", Describe(status));
+  std::cout << response.job_id() << "\n";
+  return kOk;
+}
+
+int Get(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
+  pp::v1::GetJobRequest request;
+  request.set_job_id(args[0]);
+  pp::v1::Job job;
+  grpc::Status status = stub.GetJob(Context().get(), request, &job);
+  if (!status.ok()) return Fail("get", Describe(status));
+  std::cout << Json(job);
+  return kOk;
+}
+
+int List(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
+  pp::v1::ListJobsResponse response;
+  grpc::Status status = stub.ListJobs(Context().get(), {}, &response);
+  if (!status.ok()) return Fail("list", Describe(status));
+  std::cout << absl::StrFormat("%-24s %-10s %-11s %-9s %-18s %s\n", "JOB", "STATE", "STEP", "LOSS",
+                               "SCHEDULE", "REASON");
+  for (const pp::v1::Job& job : response.jobs()) {
+    const pp::v1::ParallelSpec& p = job.spec().parallel();
+    std::cout << absl::StrFormat(
+        "%-24s %-10s %-11s %-9s %-18s %s\n", job.id(), pp::v1::JobState_Name(job.state()),
+        absl::StrCat(job.step(), "/", job.spec().train().steps()),
+        job.step() > 0 ? absl::StrFormat("%.4f", job.loss()) : "-",
+        absl::StrCat(p.schedule(), " D=", p.pipeline(), " V=", p.chunks()), job.reason());
+  }
+  return kOk;
+}
+
+int Watch(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
+  // No deadline on the stream (jobs run for hours); reachability was checked before.
+  grpc::ClientContext context;
+  pp::v1::WatchJobRequest request;
+  request.set_job_id(args[0]);
+  std::unique_ptr<grpc::ClientReader<pp::v1::JobEvent>> reader = stub.WatchJob(&context, request);
+  const bool live = isatty(STDOUT_FILENO);
+  pp::v1::JobEvent event;
+  pp::v1::JobEventKind last = pp::v1::JOB_EVENT_KIND_UNSPECIFIED;
+  while (reader->Read(&event)) {
+    last = event.kind();
+    // On a terminal one line is redrawn in place; otherwise each event is a line of a log.
+    std::cout << (live ? "\r\033[K" : "") << ProgressLine(event) << (live ? "" : "\n")
+              << std::flush;
+  }
+  if (live) std::cout << "\n";
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return Fail("watch", Describe(status));
+  if (last == pp::v1::EVENT_FINISHED) return kOk;
+  if (last == pp::v1::EVENT_FAILED || last == pp::v1::EVENT_CANCELLED) return kFailed;
+  return Fail("watch", "the stream ended before the job did");
+}
+
+int Cancel(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
+  pp::v1::CancelJobRequest request;
+  request.set_job_id(args[0]);
+  pp::v1::Job job;
+  grpc::Status status = stub.CancelJob(Context().get(), request, &job);
+  if (!status.ok()) return Fail("cancel", Describe(status));
+  std::cout << job.id() << " " << pp::v1::JobState_Name(job.state()) << "\n";
+  return kOk;
+}
+
+int Resume(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
+  pp::v1::ResumeJobRequest request;
+  request.set_job_id(args[0]);
+  request.set_step(absl::GetFlag(FLAGS_step));
+  pp::v1::Job job;
+  grpc::Status status = stub.ResumeJob(Context().get(), request, &job);
+  if (!status.ok()) return Fail("resume", Describe(status));
+  std::cout << job.id() << " " << pp::v1::JobState_Name(job.state()) << "\n";
+  return kOk;
+}
+
+int Workers(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
+  pp::v1::ListWorkersResponse response;
+  grpc::Status status = stub.ListWorkers(Context().get(), {}, &response);
+  if (!status.ok()) return Fail("workers", Describe(status));
+  const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  std::cout << absl::StrFormat("%-16s %-6s %-24s %-8s %-22s %s\n", "WORKER", "STATE", "JOB",
+                               "DEVICE", "ADDRESS", "LAST HEARTBEAT");
+  for (const pp::v1::WorkerInfo& w : response.workers()) {
+    std::cout << absl::StrFormat("%-16s %-6s %-24s %-8s %-22s %.1fs ago\n", w.name(),
+                                 pp::v1::WorkerState_Name(w.state()),
+                                 w.job_id().empty() ? "-" : w.job_id(), w.device(), w.address(),
+                                 now - w.last_heartbeat_unix());
+  }
+  return kOk;
+}
+
+int Trace(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "ascii" && format != "chrome" && format != "json") {
+    return Fail("trace", absl::StrCat("--format: unknown \"", format, "\" (ascii, chrome, json)"),
+                kUsage);
+  }
+  pp::v1::GetTraceRequest request;
+  request.set_job_id(args[0]);
+  request.set_step(absl::GetFlag(FLAGS_step));
+  pp::v1::StepTrace trace;
+  grpc::Status status = stub.GetTrace(Context().get(), request, &trace);
+  if (!status.ok()) return Fail("trace", Describe(status));
+  if (format == "json") {
+    std::cout << Json(trace);
+    return kOk;
+  }
+  // The planner's renderers: a measured step reads like `ppctl plan`'s timeline.
+  const pp::plan::Timeline timeline = pp::plan::TimelineFromTrace(trace);
+  if (format == "ascii") {
+    std::cout << "job " << trace.job_id() << " step " << trace.step() << " (measured)\n"
+              << pp::plan::RenderAscii(timeline);
+  } else {
+    std::cout << pp::plan::RenderChrome(timeline, 1e6);
+  }
+  return kOk;
+}
+
+const std::map<std::string, Command>& Commands() {
+  static const auto* commands = new std::map<std::string, Command>{
+      {"submit",
+       {"submit FILE: submit the job spec FILE (proto3 JSON or text); prints the job id", 1,
+        Submit}},
+      {"get", {"get JOB: the job as proto3 JSON (state, reason, step, loss, placement)", 1, Get}},
+      {"list", {"list: every job, one line each", 0, List}},
+      {"watch",
+       {"watch JOB: live progress until the job ends; exit 0 only if it SUCCEEDED", 1, Watch}},
+      {"cancel", {"cancel JOB: stop a queued or running job", 1, Cancel}},
+      {"resume",
+       {"resume JOB [--step=N]: restart from a checkpoint (not implemented by ppcoord "
+        "yet)",
+        1, Resume}},
+      {"workers", {"workers: registered workers and their state", 0, Workers}},
+      {"trace",
+       {"trace JOB [--step=N] [--format=ascii|chrome|json]: the measured timeline of a "
+        "step",
+        1, Trace}},
+  };
+  return *commands;
+}
+
+}  // namespace
+
+std::vector<std::string> JobCommandNames() {
+  return {"submit", "get", "list", "watch", "cancel", "resume", "workers", "trace"};
+}
+
+std::string JobCommandUsage(const std::string& command) {
+  auto it = Commands().find(command);
+  return it == Commands().end() ? "" : it->second.usage;
+}
+
+int RunJobCommand(const std::string& command, const std::vector<std::string>& args) {
+  auto it = Commands().find(command);
+  if (it == Commands().end()) return Fail(command, "unknown command", kUsage);
+  const Command& c = it->second;
+  if (static_cast<int>(args.size()) != c.positional) {
+    return Fail(command,
+                absl::StrCat("expected ", c.positional, " argument(s), got ", args.size(),
+                             "; usage: ppctl ", c.usage),
+                kUsage);
+  }
+  const std::string address = absl::GetFlag(FLAGS_coordinator);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  const absl::Duration timeout = absl::GetFlag(FLAGS_rpc_timeout);
+  if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
+    return Fail(command, absl::StrCat("cannot reach the coordinator at ", address, " within ",
+                                      absl::FormatDuration(timeout),
+                                      " (is ppcoord running? see --coordinator)"));
+  }
+  std::unique_ptr<pp::v1::Coordinator::Stub> stub = pp::v1::Coordinator::NewStub(channel);
+  return c.run(*stub, args);
+}
+
+}  // namespace pp::client

@@ -1,0 +1,47 @@
+// ppcoord, the coordinator daemon, as a library (main.cc and the tests start it).
+// Contract: Start serves pp.v1.Coordinator (clients) and pp.v1.WorkerRegistry (workers) on one gRPC
+// port, with grpc.health.v1 and server reflection, and Prometheus text on /metrics. Jobs are
+// validated and compiled on submit, kept in SQLite under data_dir, wait QUEUED for enough IDLE
+// workers, are placed (workers in name order) and pushed with Worker.RunTask. A worker silent for
+// worker_timeout is DOWN and fails its job. Port 0 in an address binds a free port.
+#ifndef PP_COORDINATOR_COORDINATOR_H_
+#define PP_COORDINATOR_COORDINATOR_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace pp::coordinator {
+
+struct CoordinatorOptions {
+  std::string grpc_address = "127.0.0.1:0";
+  std::string metrics_address = "127.0.0.1:0";
+  std::string data_dir;  // required: ppcoord.db and checkpoints/<job>/step-<N>/
+  absl::Duration worker_timeout = absl::Seconds(5);
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+};
+
+class CoordinatorServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const CoordinatorOptions& options);
+  ~CoordinatorServer();  // shuts down
+
+  // The addresses actually bound (host as given, the chosen port).
+  std::string grpc_address() const;
+  std::string metrics_address() const;
+
+  // Ends watches and rendezvous waits, then stops serving. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Impl;
+  explicit CoordinatorServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pp::coordinator
+
+#endif  // PP_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,661 @@
+#include "coordinator/jobs.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/checkpoint.h"
+#include "coordinator/placement.h"
+#include "coordinator/planning.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace pp::coordinator {
+namespace {
+
+constexpr int kTracedSteps = 8;
+constexpr int kKeptEvents = 256;
+
+// One line on stderr: the daemon's log.
+void Log(const std::string& line) { std::cerr << "ppcoord: " + line + "\n"; }
+
+double NowUnix() { return absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()); }
+
+// "<name>-<n>" with the name reduced to [a-z0-9-] so ids are safe in paths, keys and labels.
+std::string MakeJobId(const std::string& name, int64_t sequence) {
+  std::string clean;
+  for (char c : name) {
+    if (clean.size() >= 40) break;
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (std::isalnum(u)) {
+      clean.push_back(static_cast<char>(std::tolower(u)));
+    } else if (!clean.empty() && clean.back() != '-') {
+      clean.push_back('-');
+    }
+  }
+  while (!clean.empty() && clean.back() == '-') clean.pop_back();
+  return absl::StrCat(clean.empty() ? "job" : clean, "-", sequence);
+}
+
+pp::v1::JobEventKind FinalEventKind(pp::v1::JobState state) {
+  switch (state) {
+    case pp::v1::SUCCEEDED:
+      return pp::v1::EVENT_FINISHED;
+    case pp::v1::CANCELLED:
+      return pp::v1::EVENT_CANCELLED;
+    default:
+      return pp::v1::EVENT_FAILED;
+  }
+}
+
+bool EndsWatch(pp::v1::JobEventKind kind) {
+  return kind == pp::v1::EVENT_FINISHED || kind == pp::v1::EVENT_FAILED ||
+         kind == pp::v1::EVENT_CANCELLED;
+}
+
+int RankOfWorker(const pp::v1::Job& job, const std::string& worker) {
+  for (const pp::v1::RankPlacement& p : job.placement()) {
+    if (p.worker() == worker) return p.rank();
+  }
+  return -1;
+}
+
+// Tokens one step trains on: M microbatches of B sequences of T tokens per data replica.
+double TokensPerStep(const pp::v1::JobSpec& spec) {
+  return static_cast<double>(spec.train().microbatches()) * spec.train().microbatch_size() *
+         spec.model().seq_len() * std::max(1, spec.parallel().data());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(const ManagerOptions& options,
+                                                               CoordinatorMetrics* metrics) {
+  std::error_code error;
+  std::filesystem::create_directories(options.data_dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--data_dir: cannot create ", options.data_dir, ": ", error.message()));
+  }
+  absl::StatusOr<std::unique_ptr<JobStore>> store =
+      JobStore::Open((std::filesystem::path(options.data_dir) / "ppcoord.db").string());
+  if (!store.ok()) return store.status();
+  std::unique_ptr<JobManager> manager(new JobManager(options, *std::move(store), metrics));
+  if (absl::Status reloaded = manager->Reload(); !reloaded.ok()) return reloaded;
+  manager->scheduler_ = std::thread([m = manager.get()] { m->SchedulerLoop(); });
+  return manager;
+}
+
+JobManager::JobManager(const ManagerOptions& options, std::unique_ptr<JobStore> store,
+                       CoordinatorMetrics* metrics)
+    : options_(options), metrics_(metrics), store_(std::move(store)) {}
+
+JobManager::~JobManager() { Stop(); }
+
+void JobManager::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  kv_.Close();
+  if (scheduler_.joinable()) scheduler_.join();
+  // Worker RPCs carry deadlines, so their callbacks come back in bounded time.
+  absl::MutexLock lock(&mu_);
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+  mu_.AwaitWithTimeout(absl::Condition(&idle), options_.worker_rpc_deadline + absl::Seconds(1));
+}
+
+std::string JobManager::checkpoint_root() const {
+  return (std::filesystem::path(options_.data_dir) / "checkpoints").string();
+}
+
+absl::Status JobManager::Reload() {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::vector<pp::v1::Job>> jobs = store_->LoadJobs();
+  if (!jobs.ok()) return jobs.status();
+  absl::StatusOr<int64_t> next = store_->NextSequence();
+  if (!next.ok()) return next.status();
+  next_sequence_ = *next;
+  for (pp::v1::Job& job : *jobs) {
+    const std::string id = job.id();
+    JobRecord& rec = jobs_[id];
+    rec.job = std::move(job);
+    order_.push_back(id);
+    if (rec.job.state() == pp::v1::RUNNING) {
+      Finish(rec, pp::v1::FAILED, "ppcoord restarted while the job was running");
+    } else if (rec.job.state() == pp::v1::QUEUED) {
+      absl::StatusOr<PlannedJob> planned = PlanJobSpec(rec.job.spec());
+      if (!planned.ok()) {
+        Finish(rec, pp::v1::FAILED,
+               absl::StrCat("spec no longer valid after a restart: ", planned.status().message()));
+        continue;
+      }
+      rec.schedule = std::move(planned->schedule);
+      rec.stage_units = std::move(planned->stage_units);
+      metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
+    }
+  }
+  UpdateGauges();
+  return absl::OkStatus();
+}
+
+void JobManager::SchedulerLoop() {
+  while (true) {
+    std::deque<Outbound> rpcs;
+    {
+      absl::MutexLock lock(&mu_);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !outbound_.empty();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&wake), options_.tick);
+      if (stopping_) return;
+      Tick();
+      rpcs.swap(outbound_);
+    }
+    for (Outbound& rpc : rpcs) Issue(std::move(rpc));
+  }
+}
+
+void JobManager::Tick() {
+  for (const pp::v1::WorkerInfo& w :
+       workers_.MarkSilentDown(absl::Now(), options_.worker_timeout)) {
+    Log(absl::StrCat("worker ", w.name(), " is DOWN (no heartbeat for ",
+                     absl::FormatDuration(options_.worker_timeout), ")"));
+    JobRecord* rec = w.job_id().empty() ? nullptr : FindLocked(w.job_id());
+    if (rec == nullptr || rec->job.state() != pp::v1::RUNNING) continue;
+    Finish(*rec, pp::v1::FAILED,
+           absl::StrCat("worker ", w.name(), " (rank ", RankOfWorker(rec->job, w.name()),
+                        ") stopped heartbeating: silent for more than ",
+                        absl::FormatDuration(options_.worker_timeout)),
+           w.name());
+  }
+  PlaceQueued();
+  UpdateGauges();
+}
+
+void JobManager::PlaceQueued() {
+  // First come, first served: a job that does not fit holds back the ones behind it.
+  for (const std::string& id : order_) {
+    JobRecord& rec = jobs_.at(id);
+    if (rec.job.state() != pp::v1::QUEUED) continue;
+    const std::vector<int> stage_to_rank(rec.schedule.stage_to_rank().begin(),
+                                         rec.schedule.stage_to_rank().end());
+    absl::StatusOr<std::vector<pp::v1::RankPlacement>> placement =
+        PlaceRanks(rec.job.spec(), stage_to_rank, workers_.Idle());
+    if (!placement.ok()) return;
+    pp::v1::Job& job = rec.job;
+    job.mutable_placement()->Assign(placement->begin(), placement->end());
+    job.set_state(pp::v1::RUNNING);
+    job.set_updated_unix(NowUnix());
+    rec.attempt = job.restarts();
+    rec.steps = std::make_unique<StepAggregator>(job.placement_size());
+    rec.checkpoints = std::make_unique<CheckpointCollector>(job.placement_size());
+    rec.ranks_done.clear();
+    std::vector<std::string> names;
+    for (const pp::v1::RankPlacement& p : job.placement()) {
+      workers_.SetBusy(p.worker(), id);
+      names.push_back(absl::StrCat(p.worker(), " (rank ", p.rank(), ")"));
+    }
+    for (pp::v1::TaskPlan& plan :
+         BuildTaskPlans(job, rec.schedule, rec.stage_units, rec.attempt, checkpoint_root())) {
+      const pp::v1::RankPlacement& p = job.placement(plan.rank());
+      outbound_.push_back(Outbound{.run = true,
+                                   .worker = p.worker(),
+                                   .address = p.address(),
+                                   .job_id = id,
+                                   .reason = "",
+                                   .attempt = rec.attempt,
+                                   .plan = std::move(plan)});
+    }
+    Persist(rec);
+    Emit(rec, pp::v1::EVENT_PLACED, absl::StrCat("placed on ", absl::StrJoin(names, ", ")));
+  }
+}
+
+pp::v1::Worker::Stub* JobManager::StubFor(const std::string& address) {
+  std::unique_ptr<pp::v1::Worker::Stub>& stub = stubs_[address];
+  if (!stub) {
+    stub =
+        pp::v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+  return stub.get();
+}
+
+void JobManager::Issue(Outbound rpc) {
+  // Callback RPCs: a slow or dead worker never blocks the scheduler.
+  struct Call {
+    grpc::ClientContext context;
+    pp::v1::AbortTaskRequest abort;
+    pp::v1::RunTaskResponse run_response;
+    pp::v1::AbortTaskResponse abort_response;
+    Outbound rpc;
+  };
+  auto call = std::make_shared<Call>();
+  call->rpc = std::move(rpc);
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.worker_rpc_deadline));
+  pp::v1::Worker::Stub* stub;
+  {
+    absl::MutexLock lock(&mu_);
+    stub = StubFor(call->rpc.address);
+    ++in_flight_;
+  }
+  auto done = [this, call](grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    --in_flight_;
+    if (status.ok()) return;
+    const Outbound& rpc = call->rpc;
+    metrics_->RpcError(rpc.run ? "pp.v1.Worker/RunTask" : "pp.v1.Worker/AbortTask");
+    Log(absl::StrCat((rpc.run ? "RunTask" : "AbortTask"), " to ", rpc.worker, " at ", rpc.address,
+                     " failed: ", status.error_message()));
+    JobRecord* rec = rpc.run ? FindLocked(rpc.job_id) : nullptr;
+    if (rec == nullptr || rec->attempt != rpc.attempt || rec->job.state() != pp::v1::RUNNING) {
+      return;
+    }
+    Finish(*rec, pp::v1::FAILED,
+           absl::StrCat("rank ", rpc.plan.rank(), " on worker ", rpc.worker, " (", rpc.address,
+                        "): RunTask failed: ", status.error_message()),
+           rpc.worker);
+  };
+  if (call->rpc.run) {
+    stub->async()->RunTask(&call->context, &call->rpc.plan, &call->run_response, done);
+  } else {
+    call->abort.set_job_id(call->rpc.job_id);
+    call->abort.set_reason(call->rpc.reason);
+    stub->async()->AbortTask(&call->context, &call->abort, &call->abort_response, done);
+  }
+}
+
+JobManager::JobRecord* JobManager::FindLocked(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+void JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
+                        const std::string& skip_worker) {
+  if (absl::Status allowed = CheckTransition(rec.job.state(), state); !allowed.ok()) {
+    Log(absl::StrCat("job ", rec.job.id(), ": ", allowed.message()));
+    return;
+  }
+  pp::v1::Job& job = rec.job;
+  job.set_state(state);
+  job.set_reason(reason);
+  job.set_updated_unix(NowUnix());
+  for (const pp::v1::RankPlacement& p : job.placement()) {
+    const pp::v1::WorkerInfo* w = workers_.Find(p.worker());
+    if (p.worker() == skip_worker || w == nullptr || w->state() != pp::v1::BUSY ||
+        w->job_id() != job.id()) {
+      continue;
+    }
+    outbound_.push_back(Outbound{.run = false,
+                                 .worker = p.worker(),
+                                 .address = p.address(),
+                                 .job_id = job.id(),
+                                 .reason = reason,
+                                 .attempt = rec.attempt,
+                                 .plan = {}});
+  }
+  kv_.EraseWithPrefix(job.id() + "/");
+  Persist(rec);
+  Emit(rec, FinalEventKind(state),
+       reason.empty() ? absl::StrCat("finished after ", job.step(), " steps") : reason);
+  UpdateGauges();
+}
+
+void JobManager::Emit(JobRecord& rec, pp::v1::JobEventKind kind, const std::string& message) {
+  pp::v1::JobEvent event = Snapshot(rec);
+  event.set_kind(kind);
+  event.set_message(message);
+  rec.events.push_back(std::move(event));
+  if (rec.events.size() > kKeptEvents) {
+    rec.events.pop_front();
+    ++rec.first_event;
+  }
+}
+
+pp::v1::JobEvent JobManager::Snapshot(const JobRecord& rec) const {
+  const pp::v1::Job& job = rec.job;
+  pp::v1::JobEvent event;
+  switch (job.state()) {
+    case pp::v1::QUEUED:
+      event.set_kind(pp::v1::EVENT_QUEUED);
+      break;
+    case pp::v1::RUNNING:
+      event.set_kind(job.step() > 0 ? pp::v1::EVENT_STEP : pp::v1::EVENT_PLACED);
+      break;
+    default:
+      event.set_kind(FinalEventKind(job.state()));
+      break;
+  }
+  event.set_job_id(job.id());
+  event.set_step(job.step());
+  event.set_total_steps(job.spec().train().steps());
+  event.set_loss(job.loss());
+  event.set_tokens_per_second(job.tokens_per_second());
+  event.set_bubble_ratio(job.bubble_ratio());
+  event.set_message(job.reason());
+  event.set_time_unix(NowUnix());
+  return event;
+}
+
+void JobManager::Persist(JobRecord& rec) {
+  if (absl::Status saved = store_->Put(rec.job); !saved.ok()) {
+    Log(absl::StrCat("job ", rec.job.id(), " not saved: ", saved.message()));
+  }
+}
+
+void JobManager::UpdateGauges() {
+  std::map<std::string, int> jobs;
+  for (pp::v1::JobState s :
+       {pp::v1::QUEUED, pp::v1::RUNNING, pp::v1::SUCCEEDED, pp::v1::FAILED, pp::v1::CANCELLED}) {
+    jobs[pp::v1::JobState_Name(s)] = 0;
+  }
+  for (const auto& [id, rec] : jobs_) ++jobs[pp::v1::JobState_Name(rec.job.state())];
+  metrics_->SetJobCounts(jobs);
+  std::map<std::string, int> workers;
+  for (pp::v1::WorkerState s : {pp::v1::IDLE, pp::v1::BUSY, pp::v1::DOWN}) {
+    workers[pp::v1::WorkerState_Name(s)] = workers_.CountInState(s);
+  }
+  metrics_->SetWorkerCounts(workers);
+}
+
+absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec) {
+  absl::StatusOr<PlannedJob> planned = PlanJobSpec(spec);
+  if (!planned.ok()) return planned.status();
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("ppcoord is shutting down");
+  const std::string id = MakeJobId(planned->spec.name(), next_sequence_++);
+  JobRecord& rec = jobs_[id];
+  rec.job.set_id(id);
+  *rec.job.mutable_spec() = std::move(planned->spec);
+  rec.job.set_state(pp::v1::QUEUED);
+  rec.job.set_created_unix(NowUnix());
+  rec.job.set_updated_unix(rec.job.created_unix());
+  rec.schedule = std::move(planned->schedule);
+  rec.stage_units = std::move(planned->stage_units);
+  order_.push_back(id);
+  Persist(rec);
+  metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
+  Emit(rec, pp::v1::EVENT_QUEUED,
+       absl::StrCat("waiting for ", WorldSize(rec.job.spec()), " idle workers"));
+  PlaceQueued();
+  UpdateGauges();
+  return id;
+}
+
+absl::StatusOr<pp::v1::Job> JobManager::Get(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  JobRecord* rec = FindLocked(job_id);
+  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
+  return rec->job;
+}
+
+std::vector<pp::v1::Job> JobManager::List() {
+  absl::MutexLock lock(&mu_);
+  std::vector<pp::v1::Job> jobs;
+  for (const std::string& id : order_) jobs.push_back(jobs_.at(id).job);
+  return jobs;
+}
+
+absl::StatusOr<pp::v1::Job> JobManager::Cancel(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  JobRecord* rec = FindLocked(job_id);
+  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
+  if (IsTerminal(rec->job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job \"", job_id, "\" already ended: ", pp::v1::JobState_Name(rec->job.state())));
+  }
+  Finish(*rec, pp::v1::CANCELLED, "cancelled by the user");
+  return rec->job;
+}
+
+std::vector<pp::v1::WorkerInfo> JobManager::Workers() {
+  absl::MutexLock lock(&mu_);
+  return workers_.All();
+}
+
+absl::StatusOr<pp::v1::StepTrace> JobManager::Trace(const std::string& job_id, int step) {
+  absl::MutexLock lock(&mu_);
+  JobRecord* rec = FindLocked(job_id);
+  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
+  if (rec->traces.empty()) {
+    return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" has no traced step yet"));
+  }
+  if (step == 0) return rec->traces.back();
+  for (const pp::v1::StepTrace& trace : rec->traces) {
+    if (trace.step() == step) return trace;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "step ", step, " of job \"", job_id,
+      "\" is not kept; kept steps: ", rec->traces.front().step(), "..", rec->traces.back().step()));
+}
+
+absl::Status JobManager::Watch(const std::string& job_id,
+                               const std::function<bool(const pp::v1::JobEvent&)>& send,
+                               const std::function<bool()>& cancelled) {
+  pp::v1::JobEvent first;
+  int64_t next;
+  {
+    absl::MutexLock lock(&mu_);
+    JobRecord* rec = FindLocked(job_id);
+    if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
+    first = Snapshot(*rec);
+    next = rec->first_event + static_cast<int64_t>(rec->events.size());
+  }
+  if (!send(first) || EndsWatch(first.kind())) return absl::OkStatus();
+  while (true) {
+    std::vector<pp::v1::JobEvent> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      JobRecord* rec = FindLocked(job_id);
+      auto ready = [this, rec, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || rec->first_event + static_cast<int64_t>(rec->events.size()) > next;
+      };
+      // Short waits so a client that left is noticed.
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
+      if (stopping_) return absl::UnavailableError("ppcoord is shutting down");
+      next = std::max(next, rec->first_event);  // a slow watcher skips what was dropped
+      for (; next < rec->first_event + static_cast<int64_t>(rec->events.size()); ++next) {
+        batch.push_back(rec->events[next - rec->first_event]);
+      }
+    }
+    for (const pp::v1::JobEvent& event : batch) {
+      if (!send(event) || EndsWatch(event.kind())) return absl::OkStatus();
+    }
+    if (cancelled()) return absl::CancelledError("watcher left");
+  }
+}
+
+absl::StatusOr<pp::v1::RegisterWorkerResponse> JobManager::Register(
+    const pp::v1::WorkerInfo& worker) {
+  absl::MutexLock lock(&mu_);
+  std::optional<pp::v1::WorkerInfo> before;
+  if (const pp::v1::WorkerInfo* w = workers_.Find(worker.name())) before = *w;
+  if (absl::Status ok = workers_.Register(worker, absl::Now()); !ok.ok()) return ok;
+  Log(absl::StrCat("worker ", worker.name(), " registered at ", worker.address()));
+  // A worker that comes back without the task it held has lost that rank.
+  if (before && before->state() == pp::v1::BUSY && !before->job_id().empty() &&
+      before->job_id() != worker.job_id()) {
+    JobRecord* rec = FindLocked(before->job_id());
+    if (rec != nullptr && rec->job.state() == pp::v1::RUNNING) {
+      Finish(
+          *rec, pp::v1::FAILED,
+          absl::StrCat("worker ", worker.name(), " (rank ", RankOfWorker(rec->job, worker.name()),
+                       ") registered again without its task (restarted?)"),
+          worker.name());
+    }
+  }
+  PlaceQueued();
+  UpdateGauges();
+  pp::v1::RegisterWorkerResponse response;
+  response.set_name(worker.name());
+  response.set_heartbeat_seconds(absl::ToDoubleSeconds(options_.heartbeat_interval));
+  return response;
+}
+
+pp::v1::HeartbeatResponse JobManager::Heartbeat(const pp::v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  pp::v1::HeartbeatResponse response;
+  response.set_known(workers_.Heartbeat(request.name(), absl::Now()));
+  if (!response.known()) return response;
+  if (!request.job_id().empty()) {
+    JobRecord* rec = FindLocked(request.job_id());
+    if (rec == nullptr || IsTerminal(rec->job.state()) || rec->attempt != request.attempt()) {
+      response.add_abort_jobs(request.job_id());
+    }
+  }
+  // A worker held by a job that ended is free once it says it runs something else (or nothing).
+  const pp::v1::WorkerInfo* w = workers_.Find(request.name());
+  if (w->state() == pp::v1::BUSY && w->job_id() != request.job_id()) {
+    JobRecord* held = FindLocked(w->job_id());
+    if (held == nullptr || IsTerminal(held->job.state())) {
+      workers_.SetIdle(request.name());
+      PlaceQueued();
+      UpdateGauges();
+    }
+  }
+  return response;
+}
+
+pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) {
+  absl::MutexLock lock(&mu_);
+  pp::v1::ReportResponse response;
+  JobRecord* rec = FindLocked(report.job_id());
+  if (rec == nullptr || rec->attempt != report.attempt() || rec->job.state() != pp::v1::RUNNING) {
+    response.set_abort(true);
+    return response;
+  }
+  std::optional<StepSummary> summary = rec->steps->Add(report);
+  if (!summary) return response;
+  pp::v1::Job& job = rec->job;
+  job.set_step(summary->step);
+  job.set_loss(summary->loss);
+  job.set_bubble_ratio(summary->bubble_ratio);
+  job.set_tokens_per_second(
+      summary->step_seconds > 0 ? TokensPerStep(job.spec()) / summary->step_seconds : 0);
+  job.set_updated_unix(NowUnix());
+  rec->traces.push_back(std::move(summary->trace));
+  if (rec->traces.size() > kTracedSteps) rec->traces.pop_front();
+  StepRecord record{.step = summary->step,
+                    .loss = summary->loss,
+                    .step_seconds = summary->step_seconds,
+                    .tokens_per_second = job.tokens_per_second(),
+                    .bubble_ratio = summary->bubble_ratio,
+                    .time_unix = job.updated_unix()};
+  if (absl::Status saved = store_->AddStep(job.id(), record); !saved.ok()) {
+    Log(absl::StrCat("step of job ", job.id(), " not saved: ", saved.message()));
+  }
+  Persist(*rec);
+  metrics_->StepCompleted(job.id(), summary->loss, summary->bubble_ratio);
+  Emit(*rec, pp::v1::EVENT_STEP, "");
+  rec->events.back().set_step_seconds(summary->step_seconds);
+  return response;
+}
+
+pp::v1::ReportResponse JobManager::ReportTask(const pp::v1::TaskReport& report) {
+  absl::MutexLock lock(&mu_);
+  pp::v1::ReportResponse response;
+  JobRecord* rec = FindLocked(report.job_id());
+  if (rec == nullptr || rec->attempt != report.attempt()) {
+    response.set_abort(true);
+    return response;
+  }
+  pp::v1::Job& job = rec->job;
+  if (report.rank() < 0 || report.rank() >= job.placement_size()) return response;
+  const std::string& worker = job.placement(report.rank()).worker();
+  if (const pp::v1::WorkerInfo* w = workers_.Find(worker);
+      w != nullptr && w->state() == pp::v1::BUSY && w->job_id() == job.id()) {
+    workers_.SetIdle(worker);
+  }
+  if (job.state() == pp::v1::RUNNING) {
+    if (!report.ok()) {
+      Finish(*rec, pp::v1::FAILED,
+             absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ", report.error()),
+             worker);
+    } else {
+      rec->ranks_done.insert(report.rank());
+      if (static_cast<int>(rec->ranks_done.size()) == job.placement_size()) {
+        Finish(*rec, pp::v1::SUCCEEDED, "");
+      }
+    }
+  }
+  PlaceQueued();
+  UpdateGauges();
+  return response;
+}
+
+pp::v1::ReportResponse JobManager::ReportCheckpoint(const pp::v1::CheckpointReport& report) {
+  absl::MutexLock lock(&mu_);
+  pp::v1::ReportResponse response;
+  JobRecord* rec = FindLocked(report.job_id());
+  // The final checkpoint may arrive after the last rank said it succeeded.
+  if (rec == nullptr || rec->attempt != report.attempt() || rec->checkpoints == nullptr ||
+      (rec->job.state() != pp::v1::RUNNING && rec->job.state() != pp::v1::SUCCEEDED)) {
+    response.set_abort(rec == nullptr || rec->job.state() != pp::v1::SUCCEEDED);
+    return response;
+  }
+  absl::StatusOr<std::optional<std::vector<pp::v1::CheckpointReport>>> complete =
+      rec->checkpoints->Add(report);
+  if (!complete.ok()) {
+    Log(absl::StrCat("job ", rec->job.id(), ": ", complete.status().message()));
+    metrics_->CheckpointFailed(rec->job.id());
+  } else if (complete->has_value()) {
+    CommitCheckpoint(*rec, **complete);
+  }
+  return response;
+}
+
+void JobManager::CommitCheckpoint(JobRecord& rec,
+                                  const std::vector<pp::v1::CheckpointReport>& shards) {
+  pp::v1::Job& job = rec.job;
+  const pp::v1::JobSpec& spec = job.spec();
+  const int step = shards.front().step();
+  pp::v1::CheckpointManifest manifest;
+  manifest.set_job_id(job.id());
+  manifest.set_step(step);
+  // worker/data/data.h DataPositionAtStep: a step consumes M*B sequences.
+  manifest.set_data_position(static_cast<int64_t>(step) * spec.train().microbatches() *
+                             spec.train().microbatch_size());
+  // Randomness is only drawn at initialisation, from the seed.
+  manifest.mutable_rng()->set_seed(spec.train().seed());
+  *manifest.mutable_spec() = spec;
+  pp::v1::CheckpointLayout* layout = manifest.mutable_layout();
+  layout->set_pipeline(spec.parallel().pipeline());
+  layout->set_chunks(spec.parallel().chunks());
+  layout->set_tensor(spec.parallel().tensor());
+  layout->set_data(spec.parallel().data());
+  layout->set_schedule(spec.parallel().schedule());
+  layout->mutable_stage_layers()->Assign(rec.stage_units.begin(), rec.stage_units.end());
+  for (const pp::v1::CheckpointReport& r : shards) {
+    pp::v1::CheckpointShard* shard = manifest.add_shards();
+    shard->set_file(r.shard());
+    shard->set_bytes(r.bytes());
+    shard->set_sha256(r.sha256());
+    shard->set_rank(r.rank());
+  }
+  manifest.set_created_unix(NowUnix());
+  const std::string root = checkpoint_root();
+  absl::Status committed =
+      pp::common::CommitManifest(pp::common::StepDir(root, job.id(), step), manifest);
+  if (!committed.ok()) {
+    Log(absl::StrCat("job ", job.id(), ": checkpoint step ", step,
+                     " not committed: ", committed.message()));
+    metrics_->CheckpointFailed(job.id());
+    return;
+  }
+  if (absl::Status pruned = pp::common::PruneCheckpoints(root, job.id(), spec.checkpoint().keep());
+      !pruned.ok()) {
+    Log(absl::StrCat("job ", job.id(), ": ", pruned.message()));
+  }
+  job.set_last_checkpoint_step(step);
+  Persist(rec);
+  metrics_->CheckpointCommitted(job.id(), step, manifest.created_unix());
+  Emit(rec, pp::v1::EVENT_CHECKPOINT, absl::StrCat("checkpoint step ", step, " committed"));
+  rec.events.back().set_step(step);
+}
+
+}  // namespace pp::coordinator

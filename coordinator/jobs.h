@@ -1,0 +1,134 @@
+// The coordinator's state (internal): jobs, workers, rendezvous keys and event streams, behind one
+// lock, plus a scheduler thread that detects silent workers, places queued jobs and pushes tasks.
+// The gRPC services (service.cc) are thin adapters over these methods.
+#ifndef PP_COORDINATOR_JOBS_H_
+#define PP_COORDINATOR_JOBS_H_
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "coordinator/job_logic.h"
+#include "coordinator/kv.h"
+#include "coordinator/metrics.h"
+#include "coordinator/registry.h"
+#include "coordinator/store.h"
+#include "grpcpp/channel.h"
+#include "pp/v1/coordinator.pb.h"
+#include "pp/v1/worker.grpc.pb.h"
+
+namespace pp::coordinator {
+
+struct ManagerOptions {
+  std::string data_dir;                                   // ppcoord.db and checkpoints/
+  absl::Duration worker_timeout = absl::Seconds(5);       // silent longer: DOWN
+  absl::Duration heartbeat_interval = absl::Seconds(1);   // told to workers
+  absl::Duration worker_rpc_deadline = absl::Seconds(5);  // RunTask / AbortTask
+  absl::Duration tick = absl::Milliseconds(100);          // scheduler period
+};
+
+class JobManager {
+ public:
+  // Opens the store under options.data_dir and reloads its jobs: queued ones wait again, jobs
+  // that were running when ppcoord stopped become FAILED (recovery is not implemented yet).
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(const ManagerOptions& options,
+                                                            CoordinatorMetrics* metrics);
+  ~JobManager();
+
+  // Ends the scheduler, every watch and every rendezvous wait. Idempotent.
+  void Stop();
+
+  // Client side.
+  absl::StatusOr<std::string> Submit(const pp::v1::JobSpec& spec);
+  absl::StatusOr<pp::v1::Job> Get(const std::string& job_id);
+  std::vector<pp::v1::Job> List();
+  absl::StatusOr<pp::v1::Job> Cancel(const std::string& job_id);
+  std::vector<pp::v1::WorkerInfo> Workers();
+  absl::StatusOr<pp::v1::StepTrace> Trace(const std::string& job_id, int step);
+  // Calls `send` with the job's current state, then with each new event, until the job ends,
+  // `send` returns false, `cancelled` returns true, or Stop.
+  absl::Status Watch(const std::string& job_id,
+                     const std::function<bool(const pp::v1::JobEvent&)>& send,
+                     const std::function<bool()>& cancelled);
+
+  // Worker side.
+  absl::StatusOr<pp::v1::RegisterWorkerResponse> Register(const pp::v1::WorkerInfo& worker);
+  pp::v1::HeartbeatResponse Heartbeat(const pp::v1::HeartbeatRequest& request);
+  pp::v1::ReportResponse ReportStep(const pp::v1::StepReport& report);
+  pp::v1::ReportResponse ReportTask(const pp::v1::TaskReport& report);
+  pp::v1::ReportResponse ReportCheckpoint(const pp::v1::CheckpointReport& report);
+  KvStore& kv() { return kv_; }
+
+  std::string checkpoint_root() const;
+
+ private:
+  struct JobRecord {
+    pp::v1::Job job;
+    pp::v1::Schedule schedule;
+    std::vector<int> stage_units;
+    int attempt = 0;
+    std::unique_ptr<StepAggregator> steps;
+    std::unique_ptr<CheckpointCollector> checkpoints;
+    std::set<int> ranks_done;
+    std::deque<pp::v1::StepTrace> traces;  // the newest few steps
+    std::deque<pp::v1::JobEvent> events;   // the newest events; events[0] has index first_event
+    int64_t first_event = 0;
+  };
+  // An RPC to a worker, issued by the scheduler thread outside the lock.
+  struct Outbound {
+    bool run = false;  // RunTask(plan) when true, else AbortTask(job_id, reason)
+    std::string worker, address, job_id, reason;
+    int attempt = 0;
+    pp::v1::TaskPlan plan;
+  };
+
+  JobManager(const ManagerOptions& options, std::unique_ptr<JobStore> store,
+             CoordinatorMetrics* metrics);
+  absl::Status Reload();
+  void SchedulerLoop();
+  void Tick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PlaceQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Issue(Outbound rpc);
+  pp::v1::Worker::Stub* StubFor(const std::string& address);
+
+  JobRecord* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a job to a terminal state: persists it, emits the event, asks its still busy workers to
+  // stop (except `skip_worker`) and drops its rendezvous keys.
+  void Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
+              const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(JobRecord& rec, pp::v1::JobEventKind kind, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Persist(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CommitCheckpoint(JobRecord& rec, const std::vector<pp::v1::CheckpointReport>& shards)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  pp::v1::JobEvent Snapshot(const JobRecord& rec) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const ManagerOptions options_;
+  CoordinatorMetrics* const metrics_;
+  KvStore kv_;
+
+  absl::Mutex mu_;
+  std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
+  int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  WorkerTable workers_ ABSL_GUARDED_BY(mu_);
+  std::deque<Outbound> outbound_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<pp::v1::Worker::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread scheduler_;
+};
+
+}  // namespace pp::coordinator
+
+#endif  // PP_COORDINATOR_JOBS_H_

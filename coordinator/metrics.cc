@@ -1,0 +1,141 @@
+#include "coordinator/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <exception>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace pp::coordinator {
+
+absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
+    const std::string& address) {
+  std::unique_ptr<CoordinatorMetrics> m(new CoordinatorMetrics());
+  try {
+    // civetweb reports a busy or malformed address by throwing.
+    m->exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("--metrics: cannot serve /metrics on ", address, ": ", e.what()));
+  }
+  m->exposer_->RegisterCollectable(m->registry_);
+  const std::vector<int> ports = m->exposer_->GetListeningPorts();
+  m->port_ = ports.empty() ? 0 : ports.front();
+  const std::string host = address.substr(0, address.rfind(':'));
+  m->host_ = host == "0.0.0.0" || host.empty() || host == "localhost" ? "127.0.0.1" : host;
+
+  prometheus::Registry& r = *m->registry_;
+  m->jobs_ = &prometheus::BuildGauge().Name("pp_jobs").Help("Jobs by state.").Register(r);
+  m->workers_ =
+      &prometheus::BuildGauge().Name("pp_workers").Help("Registered workers by state.").Register(r);
+  m->steps_ = &prometheus::BuildCounter()
+                   .Name("pp_job_steps_total")
+                   .Help("Training steps completed by every rank.")
+                   .Register(r);
+  m->loss_ =
+      &prometheus::BuildGauge().Name("pp_job_loss").Help("Loss of the last step.").Register(r);
+  m->restarts_ = &prometheus::BuildCounter()
+                      .Name("pp_job_restarts_total")
+                      .Help("Automatic restarts of a job.")
+                      .Register(r);
+  m->bubble_ = &prometheus::BuildGauge()
+                    .Name("pp_job_bubble_ratio")
+                    .Help("Measured idle share of the last step over all ranks.")
+                    .Register(r);
+  m->planned_bubble_ = &prometheus::BuildGauge()
+                            .Name("pp_job_planned_bubble_ratio")
+                            .Help("Simulated idle share of the compiled schedule (uniform costs).")
+                            .Register(r);
+  m->checkpoint_step_ = &prometheus::BuildGauge()
+                             .Name("pp_checkpoint_last_step")
+                             .Help("Step of the newest committed checkpoint.")
+                             .Register(r);
+  m->checkpoint_time_ = &prometheus::BuildGauge()
+                             .Name("pp_checkpoint_last_commit_timestamp_seconds")
+                             .Help("Unix time of the newest checkpoint commit.")
+                             .Register(r);
+  m->checkpoint_failures_ = &prometheus::BuildCounter()
+                                 .Name("pp_checkpoint_failures_total")
+                                 .Help("Checkpoints that could not be committed.")
+                                 .Register(r);
+  m->rpc_errors_ = &prometheus::BuildCounter()
+                        .Name("pp_rpc_errors_total")
+                        .Help("RPCs answered or ended with an error, by method.")
+                        .Register(r);
+  return m;
+}
+
+namespace {
+
+void Connect(const std::string& host, int port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return;
+  (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  close(fd);
+}
+
+}  // namespace
+
+CoordinatorMetrics::~CoordinatorMetrics() {
+  // civetweb's listener polls in 2 s slices before it sees the stop flag; a connection wakes
+  // it, so shutting down does not wait out the slice.
+  std::atomic<bool> stopped = false;
+  std::thread waker([this, &stopped] {
+    while (!stopped) {
+      Connect(host_, port_);
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  exposer_.reset();
+  stopped = true;
+  waker.join();
+}
+
+void CoordinatorMetrics::SetJobCounts(const std::map<std::string, int>& by_state) {
+  for (const auto& [state, n] : by_state) jobs_->Add({{"state", state}}).Set(n);
+}
+
+void CoordinatorMetrics::SetWorkerCounts(const std::map<std::string, int>& by_state) {
+  for (const auto& [state, n] : by_state) workers_->Add({{"state", state}}).Set(n);
+}
+
+void CoordinatorMetrics::JobCreated(const std::string& job_id, double planned_bubble_ratio) {
+  steps_->Add({{"job", job_id}});
+  restarts_->Add({{"job", job_id}});
+  checkpoint_failures_->Add({{"job", job_id}});
+  planned_bubble_->Add({{"job", job_id}}).Set(planned_bubble_ratio);
+}
+
+void CoordinatorMetrics::StepCompleted(const std::string& job_id, double loss,
+                                       double bubble_ratio) {
+  steps_->Add({{"job", job_id}}).Increment();
+  loss_->Add({{"job", job_id}}).Set(loss);
+  bubble_->Add({{"job", job_id}}).Set(bubble_ratio);
+}
+
+void CoordinatorMetrics::CheckpointCommitted(const std::string& job_id, int step,
+                                             double time_unix) {
+  checkpoint_step_->Add({{"job", job_id}}).Set(step);
+  checkpoint_time_->Add({{"job", job_id}}).Set(time_unix);
+}
+
+void CoordinatorMetrics::CheckpointFailed(const std::string& job_id) {
+  checkpoint_failures_->Add({{"job", job_id}}).Increment();
+}
+
+void CoordinatorMetrics::RpcError(const std::string& method) {
+  rpc_errors_->Add({{"method", method}}).Increment();
+}
+
+}  // namespace pp::coordinator

@@ -1,0 +1,60 @@
+// Prometheus metrics of ppcoord (internal); names and labels as in README.md's metrics table.
+// Thread-safe (prometheus-cpp metrics are atomic; family lookups are locked inside the library).
+#ifndef PP_COORDINATOR_METRICS_H_
+#define PP_COORDINATOR_METRICS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+
+namespace pp::coordinator {
+
+class CoordinatorMetrics {
+ public:
+  // Serves /metrics on `address` (host:port, port 0 = a free port).
+  static absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> Serve(const std::string& address);
+
+  ~CoordinatorMetrics();
+
+  int port() const { return port_; }
+
+  // Whole-fleet gauges: counts by JobState / WorkerState name.
+  void SetJobCounts(const std::map<std::string, int>& by_state);
+  void SetWorkerCounts(const std::map<std::string, int>& by_state);
+
+  void JobCreated(const std::string& job_id, double planned_bubble_ratio);
+  void StepCompleted(const std::string& job_id, double loss, double bubble_ratio);
+  void CheckpointCommitted(const std::string& job_id, int step, double time_unix);
+  void CheckpointFailed(const std::string& job_id);
+  void RpcError(const std::string& method);
+
+ private:
+  CoordinatorMetrics() = default;
+
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+  std::string host_;  // where a local connection reaches the listener
+  prometheus::Family<prometheus::Gauge>* jobs_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* workers_ = nullptr;
+  prometheus::Family<prometheus::Counter>* steps_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* loss_ = nullptr;
+  prometheus::Family<prometheus::Counter>* restarts_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* bubble_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* planned_bubble_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* checkpoint_step_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* checkpoint_time_ = nullptr;
+  prometheus::Family<prometheus::Counter>* checkpoint_failures_ = nullptr;
+  prometheus::Family<prometheus::Counter>* rpc_errors_ = nullptr;
+};
+
+}  // namespace pp::coordinator
+
+#endif  // PP_COORDINATOR_METRICS_H_

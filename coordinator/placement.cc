@@ -1,0 +1,77 @@
+#include "coordinator/placement.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace pp::coordinator {
+
+int WorldSize(const pp::v1::JobSpec& spec) {
+  const pp::v1::ParallelSpec& p = spec.parallel();
+  return p.pipeline() * std::max(1, p.tensor()) * std::max(1, p.data());
+}
+
+absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
+    const pp::v1::JobSpec& spec, const std::vector<int>& stage_to_rank,
+    const std::vector<pp::v1::WorkerInfo>& idle) {
+  const int pipeline = spec.parallel().pipeline();
+  const int tensor = std::max(1, spec.parallel().tensor());
+  const int world = WorldSize(spec);
+  if (static_cast<int>(idle.size()) < world) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job needs ", world, " idle workers, ", idle.size(), " available"));
+  }
+  std::vector<pp::v1::RankPlacement> placement;
+  for (int rank = 0; rank < world; ++rank) {
+    pp::v1::RankPlacement& p = placement.emplace_back();
+    p.set_rank(rank);
+    p.set_worker(idle[rank].name());
+    p.set_address(idle[rank].address());
+    p.set_tp(rank % tensor);
+    p.set_pp((rank / tensor) % pipeline);
+    p.set_dp(rank / (tensor * pipeline));
+    for (int s = 0; s < static_cast<int>(stage_to_rank.size()); ++s) {
+      if (stage_to_rank[s] == p.pp()) p.add_stages(s);
+    }
+  }
+  return placement;
+}
+
+std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
+                                             const pp::v1::Schedule& schedule,
+                                             const std::vector<int>& stage_units, int attempt,
+                                             const std::string& checkpoint_dir) {
+  std::vector<int> first_unit(stage_units.size() + 1, 0);
+  for (size_t s = 0; s < stage_units.size(); ++s)
+    first_unit[s + 1] = first_unit[s] + stage_units[s];
+
+  std::vector<pp::v1::TaskPlan> plans;
+  for (const pp::v1::RankPlacement& p : job.placement()) {
+    pp::v1::TaskPlan& plan = plans.emplace_back();
+    plan.set_job_id(job.id());
+    plan.set_attempt(attempt);
+    plan.set_rank(p.rank());
+    plan.set_world_size(job.placement_size());
+    plan.set_pp_rank(p.pp());
+    plan.set_dp_rank(p.dp());
+    plan.set_tp_rank(p.tp());
+    *plan.mutable_spec() = job.spec();
+    for (int s : p.stages()) {
+      pp::v1::StageLayers* layers = plan.add_stages();
+      layers->set_stage(s);
+      layers->set_first_unit(first_unit[s]);
+      layers->set_last_unit(first_unit[s + 1] - 1);
+    }
+    for (const pp::v1::RankProgram& program : schedule.ranks()) {
+      if (program.rank() == p.pp()) *plan.mutable_program() = program;
+    }
+    *plan.mutable_stage_to_rank() = schedule.stage_to_rank();
+    plan.set_start_step(0);
+    plan.set_checkpoint_dir(checkpoint_dir);
+    plan.set_rendezvous_prefix(absl::StrCat(job.id(), "/", attempt, "/"));
+  }
+  return plans;
+}
+
+}  // namespace pp::coordinator

@@ -1,0 +1,37 @@
+// Placement and task building of ppcoord (internal), pure functions.
+// Global rank layout: rank = (dp * pipeline + pp) * tensor + tp, so with tensor = data = 1 the
+// global rank is the pipeline rank of the compiled schedule. Workers are taken in name order.
+#ifndef PP_COORDINATOR_PLACEMENT_H_
+#define PP_COORDINATOR_PLACEMENT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pp/v1/coordinator.pb.h"
+#include "pp/v1/job.pb.h"
+#include "pp/v1/schedule.pb.h"
+#include "pp/v1/worker.pb.h"
+
+namespace pp::coordinator {
+
+// pipeline * tensor * data of a spec whose defaults are applied.
+int WorldSize(const pp::v1::JobSpec& spec);
+
+// Puts every rank on one of `idle` (sorted by name; the first WorldSize are used). Each rank holds
+// the stages that `stage_to_rank` gives its pipeline rank. FailedPrecondition when too few workers.
+absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
+    const pp::v1::JobSpec& spec, const std::vector<int>& stage_to_rank,
+    const std::vector<pp::v1::WorkerInfo>& idle);
+
+// The TaskPlan of every placed rank of `job`: its stages' unit ranges from `stage_units` (units
+// per stage, in stage order), its pipeline rank's program, the rendezvous prefix
+// "<job>/<attempt>/" and `checkpoint_dir`.
+std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
+                                             const pp::v1::Schedule& schedule,
+                                             const std::vector<int>& stage_units, int attempt,
+                                             const std::string& checkpoint_dir);
+
+}  // namespace pp::coordinator
+
+#endif  // PP_COORDINATOR_PLACEMENT_H_

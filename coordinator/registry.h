@@ -1,0 +1,46 @@
+// Worker table of ppcoord (internal): who is registered, when each last heartbeat came, and whether
+// a worker is IDLE, BUSY (holds a rank of a job) or DOWN (silent longer than the timeout).
+// Not thread-safe: the job manager calls it under its lock. Time is passed in, so tests control it.
+#ifndef PP_COORDINATOR_REGISTRY_H_
+#define PP_COORDINATOR_REGISTRY_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "pp/v1/coordinator.pb.h"
+
+namespace pp::coordinator {
+
+class WorkerTable {
+ public:
+  // Adds or replaces a worker (a restarted worker registers again under its name). A worker that
+  // says it still runs a job starts BUSY with it, else IDLE. Refuses empty names or addresses.
+  absl::Status Register(const pp::v1::WorkerInfo& info, absl::Time now);
+
+  // Records a heartbeat. False when the worker is unknown or DOWN: it has to register again.
+  bool Heartbeat(const std::string& name, absl::Time now);
+
+  // Marks workers silent for longer than `timeout` DOWN; returns them as they were before
+  // (their job_id says which job lost a rank).
+  std::vector<pp::v1::WorkerInfo> MarkSilentDown(absl::Time now, absl::Duration timeout);
+
+  // IDLE workers, sorted by name (placement is deterministic).
+  std::vector<pp::v1::WorkerInfo> Idle() const;
+
+  void SetBusy(const std::string& name, const std::string& job_id);
+  void SetIdle(const std::string& name);
+
+  const pp::v1::WorkerInfo* Find(const std::string& name) const;
+  std::vector<pp::v1::WorkerInfo> All() const;  // sorted by name
+  int CountInState(pp::v1::WorkerState state) const;
+
+ private:
+  std::map<std::string, pp::v1::WorkerInfo> workers_;
+};
+
+}  // namespace pp::coordinator
+
+#endif  // PP_COORDINATOR_REGISTRY_H_

@@ -1,0 +1,178 @@
+#include "coordinator/store.h"
+
+#include <sqlite3.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace pp::coordinator {
+namespace {
+
+// A prepared statement that finalizes itself.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  absl::Status status() const {
+    if (rc_ == SQLITE_OK) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("sqlite prepare: ", sqlite3_errmsg(db_)));
+  }
+  sqlite3_stmt* get() { return stmt_; }
+  void Bind(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  // Runs a statement that returns no rows.
+  absl::Status Run() {
+    if (int rc = sqlite3_step(stmt_); rc != SQLITE_DONE) {
+      return absl::InternalError(absl::StrCat("sqlite step: ", sqlite3_errmsg(db_)));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+std::string Text(sqlite3_stmt* stmt, int column) {
+  const unsigned char* text = sqlite3_column_text(stmt, column);
+  return text ? std::string(reinterpret_cast<const char*>(text)) : std::string();
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = false;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
+    std::string error = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat("cannot open job store ", path, ": ", error));
+  }
+  std::unique_ptr<JobStore> store(new JobStore(db));
+  sqlite3_busy_timeout(db, 5000);
+  // WAL keeps each step's commit cheap; NORMAL sync is durable across process crashes.
+  absl::Status status = store->Exec(
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+      "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, seq INTEGER NOT NULL, name TEXT,"
+      " spec_json TEXT NOT NULL, state TEXT NOT NULL, reason TEXT, step INTEGER, loss REAL,"
+      " restarts INTEGER, created_unix REAL, updated_unix REAL, job_json TEXT NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS steps (job_id TEXT NOT NULL, step INTEGER NOT NULL, loss REAL,"
+      " step_seconds REAL, tokens_per_second REAL, bubble_ratio REAL, time_unix REAL,"
+      " PRIMARY KEY (job_id, step));");
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("job store ", path, ": ", status.message()));
+  }
+  return store;
+}
+
+JobStore::~JobStore() { sqlite3_close(db_); }
+
+absl::Status JobStore::Exec(const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    std::string message = error ? error : "unknown error";
+    sqlite3_free(error);
+    return absl::InternalError(absl::StrCat("sqlite: ", message));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::Put(const pp::v1::Job& job) {
+  Statement stmt(db_,
+                 "INSERT OR REPLACE INTO jobs (id, seq, name, spec_json, state, reason, step, loss,"
+                 " restarts, created_unix, updated_unix, job_json) VALUES (?1,"
+                 " COALESCE((SELECT seq FROM jobs WHERE id = ?1),"
+                 " (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs)), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+                 " ?10, ?11)");
+  if (!stmt.status().ok()) return stmt.status();
+  stmt.Bind(1, job.id());
+  stmt.Bind(2, job.spec().name());
+  stmt.Bind(3, ToJson(job.spec()));
+  stmt.Bind(4, pp::v1::JobState_Name(job.state()));
+  stmt.Bind(5, job.reason());
+  stmt.Bind(6, static_cast<int64_t>(job.step()));
+  stmt.Bind(7, job.loss());
+  stmt.Bind(8, static_cast<int64_t>(job.restarts()));
+  stmt.Bind(9, job.created_unix());
+  stmt.Bind(10, job.updated_unix());
+  stmt.Bind(11, ToJson(job));
+  return stmt.Run();
+}
+
+absl::Status JobStore::AddStep(const std::string& job_id, const StepRecord& step) {
+  Statement stmt(db_,
+                 "INSERT OR REPLACE INTO steps (job_id, step, loss, step_seconds,"
+                 " tokens_per_second, bubble_ratio, time_unix) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  if (!stmt.status().ok()) return stmt.status();
+  stmt.Bind(1, job_id);
+  stmt.Bind(2, static_cast<int64_t>(step.step));
+  stmt.Bind(3, step.loss);
+  stmt.Bind(4, step.step_seconds);
+  stmt.Bind(5, step.tokens_per_second);
+  stmt.Bind(6, step.bubble_ratio);
+  stmt.Bind(7, step.time_unix);
+  return stmt.Run();
+}
+
+absl::StatusOr<std::vector<pp::v1::Job>> JobStore::LoadJobs() const {
+  Statement stmt(db_, "SELECT id, job_json FROM jobs ORDER BY seq");
+  if (!stmt.status().ok()) return stmt.status();
+  std::vector<pp::v1::Job> jobs;
+  int rc;
+  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    pp::v1::Job& job = jobs.emplace_back();
+    auto parsed = google::protobuf::util::JsonStringToMessage(Text(stmt.get(), 1), &job);
+    if (!parsed.ok()) {
+      return absl::DataLossError(absl::StrCat("job store: job ", Text(stmt.get(), 0),
+                                              " does not parse: ", parsed.ToString()));
+    }
+  }
+  if (rc != SQLITE_DONE) return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
+  return jobs;
+}
+
+absl::StatusOr<std::vector<StepRecord>> JobStore::Steps(const std::string& job_id) const {
+  Statement stmt(db_,
+                 "SELECT step, loss, step_seconds, tokens_per_second, bubble_ratio, time_unix"
+                 " FROM steps WHERE job_id = ? ORDER BY step");
+  if (!stmt.status().ok()) return stmt.status();
+  stmt.Bind(1, job_id);
+  std::vector<StepRecord> steps;
+  int rc;
+  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+    StepRecord& s = steps.emplace_back();
+    s.step = sqlite3_column_int(stmt.get(), 0);
+    s.loss = sqlite3_column_double(stmt.get(), 1);
+    s.step_seconds = sqlite3_column_double(stmt.get(), 2);
+    s.tokens_per_second = sqlite3_column_double(stmt.get(), 3);
+    s.bubble_ratio = sqlite3_column_double(stmt.get(), 4);
+    s.time_unix = sqlite3_column_double(stmt.get(), 5);
+  }
+  if (rc != SQLITE_DONE) return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
+  return steps;
+}
+
+absl::StatusOr<int64_t> JobStore::NextSequence() const {
+  Statement stmt(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs");
+  if (!stmt.status().ok()) return stmt.status();
+  if (sqlite3_step(stmt.get()) != SQLITE_ROW) {
+    return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
+  }
+  return sqlite3_column_int64(stmt.get(), 0);
+}
+
+}  // namespace pp::coordinator

@@ -1,0 +1,210 @@
+// ppctl's server commands (client/job_commands) against an in-process ppcoord and fake workers.
+#include "client/job_commands.h"
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/flags/declare.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/coordinator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/coordinator/test_support.h"
+
+// ppctl's plan command defines --format; this binary does not link it.
+ABSL_FLAG(std::string, format, "ascii", "output format");
+ABSL_DECLARE_FLAG(std::string, coordinator);
+ABSL_DECLARE_FLAG(absl::Duration, rpc_timeout);
+ABSL_DECLARE_FLAG(int32_t, step);
+
+namespace pp::client {
+namespace {
+
+using ::pp::coordinator::testing::FakeWorker;
+using ::pp::coordinator::testing::WaitUntil;
+using ::testing::HasSubstr;
+
+struct Output {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Output Ppctl(const std::string& command, const std::vector<std::string>& args) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int code = RunJobCommand(command, args);
+  Output o{code, ::testing::internal::GetCapturedStdout(),
+           ::testing::internal::GetCapturedStderr()};
+  return o;
+}
+
+class JobCommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("ppctl_", ::getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "corpus.txt") << std::string(4096, 'x');
+    coordinator::CoordinatorOptions options;
+    options.data_dir = (dir_ / "data").string();
+    options.worker_timeout = absl::Milliseconds(600);
+    options.heartbeat_interval = absl::Milliseconds(50);
+    absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
+        coordinator::CoordinatorServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    absl::SetFlag(&FLAGS_coordinator, server_->grpc_address());
+    absl::SetFlag(&FLAGS_rpc_timeout, absl::Seconds(5));
+    absl::SetFlag(&FLAGS_step, 0);
+    absl::SetFlag(&FLAGS_format, "ascii");
+  }
+  void TearDown() override {
+    workers_.clear();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // A job spec file in DESIGN.md's JSON shape; `extra` is spliced into "train".
+  std::string SpecFile(const std::string& schedule, const std::string& n_heads = "4") {
+    const std::string path = (dir_ / "job.json").string();
+    std::ofstream(path) << absl::StrCat(
+        R"({"name": "tiny", "model": {"vocabSize": 256, "seqLen": 16, "dModel": 32, "nHeads": )",
+        n_heads, R"(, "nLayers": 2}, "parallel": {"pipeline": 2, "schedule": ")", schedule,
+        R"("}, "train": {"steps": 2, "microbatches": 4, "microbatchSize": 1, "lr": 0.001},)",
+        R"( "data": {"path": ")", (dir_ / "corpus.txt").string(), R"("}})");
+    return path;
+  }
+
+  std::string Submitted(const std::string& schedule = "1f1b") {
+    Output o = Ppctl("submit", {SpecFile(schedule)});
+    EXPECT_EQ(o.code, 0) << o.err;
+    std::string id = o.out;
+    while (!id.empty() && id.back() == '\n') id.pop_back();
+    return id;
+  }
+
+  // Two fake workers take the job; each rank reports `steps` steps, then the task's end.
+  void RunJobOnFakeWorkers(int steps) {
+    workers_.push_back(std::make_unique<FakeWorker>("w0", server_->grpc_address()));
+    workers_.push_back(std::make_unique<FakeWorker>("w1", server_->grpc_address()));
+    for (auto& w : workers_) ASSERT_TRUE(w->WaitForTask(absl::Seconds(10)));
+    for (int step = 1; step <= steps; ++step) {
+      for (auto& w : workers_) {
+        const pp::v1::TaskPlan plan = w->tasks().back();
+        pp::v1::StepReport report;
+        report.set_job_id(plan.job_id());
+        report.set_rank(plan.rank());
+        report.set_step(step);
+        report.set_step_seconds(0.004);
+        report.set_busy_seconds(0.002);
+        report.set_has_loss(plan.rank() == 1);
+        report.set_loss(5.0 - step);
+        for (int mb = 0; mb < 2; ++mb) {
+          pp::v1::TimedAction* a = report.mutable_trace()->add_actions();
+          a->mutable_action()->set_kind(pp::v1::FORWARD);
+          a->mutable_action()->set_stage(plan.rank());
+          a->mutable_action()->set_microbatch(mb);
+          a->set_start(0.001 * (mb + plan.rank()));
+          a->set_end(a->start() + 0.001);
+        }
+        pp::v1::ReportResponse response;
+        grpc::ClientContext context;
+        ASSERT_TRUE(w->registry().ReportStep(&context, report, &response).ok());
+      }
+    }
+    for (auto& w : workers_) w->FinishTask(true, "");
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<coordinator::CoordinatorServer> server_;
+  std::vector<std::unique_ptr<FakeWorker>> workers_;
+};
+
+TEST_F(JobCommandsTest, SubmitGetListCancel) {
+  const std::string id = Submitted();
+  EXPECT_THAT(id, HasSubstr("tiny"));
+  Output get = Ppctl("get", {id});
+  EXPECT_EQ(get.code, 0);
+  EXPECT_THAT(get.out, HasSubstr("\"state\": \"QUEUED\""));
+  Output list = Ppctl("list", {});
+  EXPECT_EQ(list.code, 0);
+  EXPECT_THAT(list.out, HasSubstr(id));
+  EXPECT_THAT(list.out, HasSubstr("1f1b D=2"));
+  Output cancel = Ppctl("cancel", {id});
+  EXPECT_EQ(cancel.code, 0);
+  EXPECT_THAT(cancel.out, HasSubstr("CANCELLED"));
+  Output again = Ppctl("cancel", {id});
+  EXPECT_EQ(again.code, 1);
+  EXPECT_THAT(again.err, HasSubstr("already ended"));
+  Output watch = Ppctl("watch", {id});  // a cancelled job did not succeed
+  EXPECT_EQ(watch.code, 1);
+  EXPECT_THAT(watch.out, HasSubstr("CANCELLED"));
+}
+
+TEST_F(JobCommandsTest, BadInputGivesOneLineAndNonZeroExit) {
+  Output invalid = Ppctl("submit", {SpecFile("1f1b", "5")});
+  EXPECT_EQ(invalid.code, 1);
+  EXPECT_THAT(invalid.err, HasSubstr("model.n_heads"));
+  EXPECT_EQ(std::count(invalid.err.begin(), invalid.err.end(), '\n'), 1);
+  Output missing = Ppctl("submit", {(dir_ / "nope.json").string()});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("nope.json"));
+  EXPECT_EQ(Ppctl("get", {}).code, 2);
+  EXPECT_EQ(Ppctl("frobnicate", {}).code, 2);
+  Output unknown = Ppctl("get", {"no-such-job"});
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("no-such-job"));
+  Output resume = Ppctl("resume", {"no-such-job"});
+  EXPECT_EQ(resume.code, 1);
+  EXPECT_THAT(resume.err, HasSubstr("not implemented"));
+}
+
+TEST_F(JobCommandsTest, UnreachableCoordinatorFailsWithinTheTimeout) {
+  absl::SetFlag(&FLAGS_coordinator, "127.0.0.1:1");
+  absl::SetFlag(&FLAGS_rpc_timeout, absl::Milliseconds(500));
+  const absl::Time start = absl::Now();
+  Output o = Ppctl("list", {});
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(o.code, 1);
+  EXPECT_THAT(o.err, HasSubstr("cannot reach the coordinator at 127.0.0.1:1"));
+}
+
+TEST_F(JobCommandsTest, WatchFollowsTheJobToSuccessAndTraceDrawsAStep) {
+  const std::string id = Submitted();
+  std::thread cluster([this] { RunJobOnFakeWorkers(2); });
+  Output watch = Ppctl("watch", {id});
+  cluster.join();
+  EXPECT_EQ(watch.code, 0) << watch.err;
+  EXPECT_THAT(watch.out, HasSubstr("step 1/2  loss 4.0000"));
+  EXPECT_THAT(watch.out, HasSubstr("bubble 50.0%"));
+  EXPECT_THAT(watch.out, HasSubstr("ETA 0:00"));
+  EXPECT_THAT(watch.out, HasSubstr("FINISHED step 2/2"));
+
+  Output ascii = Ppctl("trace", {id});
+  EXPECT_EQ(ascii.code, 0) << ascii.err;
+  EXPECT_THAT(ascii.out, HasSubstr("step 2"));
+  EXPECT_THAT(ascii.out, HasSubstr("F1"));
+  absl::SetFlag(&FLAGS_format, "chrome");
+  absl::SetFlag(&FLAGS_step, 1);
+  Output chrome = Ppctl("trace", {id});
+  EXPECT_EQ(chrome.code, 0) << chrome.err;
+  EXPECT_THAT(chrome.out, HasSubstr("traceEvents"));
+  absl::SetFlag(&FLAGS_step, 9);
+  EXPECT_EQ(Ppctl("trace", {id}).code, 1);
+  absl::SetFlag(&FLAGS_format, "svg");
+  EXPECT_EQ(Ppctl("trace", {id}).code, 2);
+
+  Output workers = Ppctl("workers", {});
+  EXPECT_EQ(workers.code, 0);
+  EXPECT_THAT(workers.out, HasSubstr("w0"));
+  EXPECT_THAT(workers.out, HasSubstr("IDLE"));
+}
+
+}  // namespace
+}  // namespace pp::client

@@ -1,0 +1,434 @@
+// ppcoord in-process on loopback port 0 with fake workers: validation, queueing, placement, step
+// aggregation, worker failure detection, health, reflection and /metrics.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "coordinator/coordinator.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "pp/v1/coordinator.grpc.pb.h"
+#include "tests/coordinator/test_support.h"
+
+namespace pp::coordinator {
+namespace {
+
+using ::pp::coordinator::testing::FakeWorker;
+using ::pp::coordinator::testing::WaitUntil;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("ppcoord_", ::getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    data_ = (dir_ / "corpus.txt").string();
+    std::ofstream(data_) << std::string(4096, 'a');
+    StartServer();
+  }
+  void TearDown() override {
+    workers_.clear();
+    server_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void StartServer() {
+    CoordinatorOptions options;
+    options.data_dir = (dir_ / "data").string();
+    options.worker_timeout = absl::Milliseconds(600);
+    options.heartbeat_interval = absl::Milliseconds(50);
+    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    channel_ = grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials());
+    client_ = pp::v1::Coordinator::NewStub(channel_);
+  }
+
+  // The DESIGN.md example job, scaled down.
+  pp::v1::JobSpec ValidSpec(int pipeline = 2) {
+    pp::v1::JobSpec spec;
+    spec.set_name("tiny");
+    pp::v1::ModelSpec* m = spec.mutable_model();
+    m->set_vocab_size(256);
+    m->set_seq_len(16);
+    m->set_d_model(32);
+    m->set_n_heads(4);
+    m->set_n_layers(4);
+    spec.mutable_parallel()->set_pipeline(pipeline);
+    spec.mutable_parallel()->set_schedule("1f1b");
+    pp::v1::TrainSpec* t = spec.mutable_train();
+    t->set_steps(3);
+    t->set_microbatches(4);
+    t->set_microbatch_size(2);
+    t->set_lr(3e-4);
+    t->set_seed(1);
+    spec.mutable_data()->set_path(data_);
+    return spec;
+  }
+
+  grpc::Status Submit(const pp::v1::JobSpec& spec, std::string* id = nullptr) {
+    pp::v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    pp::v1::SubmitJobResponse response;
+    grpc::ClientContext context;
+    grpc::Status status = client_->SubmitJob(&context, request, &response);
+    if (id != nullptr) *id = response.job_id();
+    return status;
+  }
+
+  pp::v1::Job GetJob(const std::string& id) {
+    pp::v1::GetJobRequest request;
+    request.set_job_id(id);
+    pp::v1::Job job;
+    grpc::ClientContext context;
+    EXPECT_TRUE(client_->GetJob(&context, request, &job).ok());
+    return job;
+  }
+
+  std::map<std::string, pp::v1::WorkerInfo> Workers() {
+    pp::v1::ListWorkersResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(client_->ListWorkers(&context, {}, &response).ok());
+    std::map<std::string, pp::v1::WorkerInfo> by_name;
+    for (const auto& w : response.workers()) by_name[w.name()] = w;
+    return by_name;
+  }
+
+  FakeWorker& AddWorker(const std::string& name) {
+    return *workers_.emplace_back(std::make_unique<FakeWorker>(name, server_->grpc_address()));
+  }
+
+  // Submits a valid 2-rank job, brings up workers w1 and w0, and waits until both hold a task.
+  std::string RunningJob() {
+    std::string id;
+    EXPECT_TRUE(Submit(ValidSpec(), &id).ok());
+    AddWorker("w1");
+    AddWorker("w0");
+    EXPECT_TRUE(workers_[0]->WaitForTask(absl::Seconds(10)));
+    EXPECT_TRUE(workers_[1]->WaitForTask(absl::Seconds(10)));
+    return id;
+  }
+
+  void ReportStep(const std::string& id, int rank, int step, double seconds, double busy,
+                  bool has_loss, double loss) {
+    pp::v1::StepReport report;
+    report.set_job_id(id);
+    report.set_rank(rank);
+    report.set_step(step);
+    report.set_step_seconds(seconds);
+    report.set_busy_seconds(busy);
+    report.set_has_loss(has_loss);
+    report.set_loss(loss);
+    pp::v1::TimedAction* a = report.mutable_trace()->add_actions();
+    a->mutable_action()->set_kind(pp::v1::FORWARD);
+    a->mutable_action()->set_stage(rank);
+    a->set_end(busy);
+    pp::v1::ReportResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(workers_[0]->registry().ReportStep(&context, report, &response).ok());
+    EXPECT_FALSE(response.abort());
+  }
+
+  std::filesystem::path dir_;
+  std::string data_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<pp::v1::Coordinator::Stub> client_;
+  std::vector<std::unique_ptr<FakeWorker>> workers_;
+};
+
+TEST_F(ServiceTest, InvalidSpecsAreRefusedNamingTheField) {
+  struct Case {
+    const char* field;
+    std::function<void(pp::v1::JobSpec&)> mutate;
+  };
+  const std::vector<Case> cases = {
+      {"parallel.schedule", [](auto& s) { s.mutable_parallel()->set_schedule("2f2b"); }},
+      {"parallel.pipeline", [](auto& s) { s.mutable_parallel()->set_pipeline(0); }},
+      {"parallel.pipeline", [](auto& s) { s.mutable_parallel()->set_pipeline(7); }},  // > 6 units
+      {"train.microbatches",
+       [](auto& s) {  // interleaved 1F1B needs M >= D
+         s.mutable_parallel()->set_schedule("interleaved-1f1b");
+         s.mutable_parallel()->set_chunks(2);
+         s.mutable_parallel()->set_pipeline(3);
+         s.mutable_train()->set_microbatches(2);
+       }},
+      {"parallel.chunks", [](auto& s) { s.mutable_parallel()->set_schedule("zb-v"); }},
+      {"model.d_model", [](auto& s) { s.mutable_model()->set_d_model(0); }},
+      {"model.n_heads", [](auto& s) { s.mutable_model()->set_n_heads(5); }},
+      {"model.n_layers", [](auto& s) { s.mutable_model()->set_n_layers(-1); }},
+      {"model.seq_len", [](auto& s) { s.mutable_model()->set_seq_len(0); }},
+      {"model.vocab_size", [](auto& s) { s.mutable_model()->set_vocab_size(100); }},
+      {"train.steps", [](auto& s) { s.mutable_train()->set_steps(0); }},
+      {"train.microbatch_size", [](auto& s) { s.mutable_train()->set_microbatch_size(0); }},
+      {"train.lr", [](auto& s) { s.mutable_train()->set_lr(-1); }},
+      {"data.path", [](auto& s) { s.mutable_data()->set_path("/nonexistent/corpus"); }},
+      {"data.path", [](auto& s) { s.mutable_data()->clear_path(); }},
+  };
+  for (const Case& c : cases) {
+    pp::v1::JobSpec spec = ValidSpec();
+    c.mutate(spec);
+    grpc::Status status = Submit(spec);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.field;
+    EXPECT_THAT(status.error_message(), HasSubstr(c.field));
+  }
+  // The daemon still serves, and nothing was queued.
+  EXPECT_TRUE(Submit(ValidSpec()).ok());
+  pp::v1::ListJobsResponse jobs;
+  grpc::ClientContext context;
+  ASSERT_TRUE(client_->ListJobs(&context, {}, &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 1);
+}
+
+TEST_F(ServiceTest, JobWaitsQueuedThenIsPlacedInNameOrderAndPushed) {
+  std::string id;
+  ASSERT_TRUE(Submit(ValidSpec(), &id).ok());
+  EXPECT_THAT(id, HasSubstr("tiny"));
+  AddWorker("w1");
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(GetJob(id).state(), pp::v1::QUEUED);  // one worker is not enough
+  AddWorker("w0");
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == pp::v1::RUNNING; }, absl::Seconds(10)));
+  const pp::v1::Job job = GetJob(id);
+  ASSERT_EQ(job.placement_size(), 2);
+  EXPECT_EQ(job.placement(0).worker(), "w0");
+  EXPECT_EQ(job.placement(1).worker(), "w1");
+  ASSERT_TRUE(workers_[1]->WaitForTask(absl::Seconds(10)));  // w0
+  ASSERT_TRUE(workers_[0]->WaitForTask(absl::Seconds(10)));  // w1
+  const pp::v1::TaskPlan plan = workers_[0]->tasks().front();
+  EXPECT_EQ(plan.job_id(), id);
+  EXPECT_EQ(plan.rank(), 1);
+  EXPECT_EQ(plan.world_size(), 2);
+  EXPECT_EQ(plan.program().rank(), 1);
+  EXPECT_GT(plan.program().actions_size(), 0);
+  ASSERT_EQ(plan.stages_size(), 1);
+  EXPECT_EQ(plan.stages(0).stage(), 1);
+  EXPECT_EQ(plan.stages(0).last_unit(), 5);  // 6 units: embedding, 4 blocks, head
+  EXPECT_EQ(plan.rendezvous_prefix(), absl::StrCat(id, "/0/"));
+  EXPECT_EQ(plan.spec().parallel().chunks(), 1);  // defaults applied
+  EXPECT_THAT(plan.checkpoint_dir(), HasSubstr("checkpoints"));
+  EXPECT_EQ(Workers()["w0"].state(), pp::v1::BUSY);
+}
+
+TEST_F(ServiceTest, StepReportsAggregateAndTheJobSucceeds) {
+  const std::string id = RunningJob();
+  // Watch from the start: current state first, then live events until the end.
+  std::vector<pp::v1::JobEvent> events;
+  std::thread watcher([&] {
+    auto stub = pp::v1::Coordinator::NewStub(channel_);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    pp::v1::WatchJobRequest request;
+    request.set_job_id(id);
+    auto reader = stub->WatchJob(&context, request);
+    pp::v1::JobEvent event;
+    while (reader->Read(&event)) events.push_back(event);
+    EXPECT_TRUE(reader->Finish().ok());
+  });
+  absl::SleepFor(absl::Milliseconds(200));
+  ReportStep(id, 0, 1, 4.0, 3.0, false, 0);
+  EXPECT_EQ(GetJob(id).step(), 0);  // rank 1 has not reported
+  ReportStep(id, 1, 1, 2.0, 1.0, true, 5.5);
+  pp::v1::Job job = GetJob(id);
+  EXPECT_EQ(job.step(), 1);
+  EXPECT_EQ(job.loss(), 5.5);
+  EXPECT_DOUBLE_EQ(job.bubble_ratio(), 0.5);  // 1 - (3 + 1) / (2 * 4)
+  EXPECT_DOUBLE_EQ(job.tokens_per_second(), 4 * 2 * 16 / 4.0);
+
+  pp::v1::GetTraceRequest trace_request;
+  trace_request.set_job_id(id);
+  pp::v1::StepTrace trace;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(client_->GetTrace(&context, trace_request, &trace).ok());
+  }
+  ASSERT_EQ(trace.ranks_size(), 2);
+  EXPECT_EQ(trace.step(), 1);
+  EXPECT_EQ(trace.ranks(1).actions(0).action().stage(), 1);
+
+  for (auto& w : workers_) w->FinishTask(true, "");
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == pp::v1::SUCCEEDED; }, absl::Seconds(5)));
+  watcher.join();
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front().kind(), pp::v1::EVENT_PLACED);
+  EXPECT_EQ(events[1].kind(), pp::v1::EVENT_STEP);
+  EXPECT_EQ(events[1].step(), 1);
+  EXPECT_EQ(events[1].total_steps(), 3);
+  EXPECT_EQ(events[1].loss(), 5.5);
+  EXPECT_EQ(events.back().kind(), pp::v1::EVENT_FINISHED);
+  auto workers = Workers();
+  EXPECT_EQ(workers["w0"].state(), pp::v1::IDLE);
+  EXPECT_EQ(workers["w1"].state(), pp::v1::IDLE);
+}
+
+TEST_F(ServiceTest, SilentWorkerFailsTheJobAndFreesTheOthers) {
+  const std::string id = RunningJob();
+  FakeWorker& w1 = *workers_[0];
+  FakeWorker& w0 = *workers_[1];
+  const absl::Time stopped = absl::Now();
+  w1.StopHeartbeats();
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == pp::v1::FAILED; }, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(3));  // timeout 0.6 s + a scheduler tick
+  const pp::v1::Job job = GetJob(id);
+  EXPECT_THAT(job.reason(), HasSubstr("w1"));
+  EXPECT_THAT(job.reason(), HasSubstr("rank 1"));
+  ASSERT_TRUE(WaitUntil([&] { return Workers()["w0"].state() == pp::v1::IDLE; }, absl::Seconds(5)));
+  EXPECT_THAT(w0.aborted_jobs(), Contains(id));
+  EXPECT_EQ(Workers()["w1"].state(), pp::v1::DOWN);
+  // Late reports of the dead job are told to stop.
+  pp::v1::StepReport late;
+  late.set_job_id(id);
+  pp::v1::ReportResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(w0.registry().ReportStep(&context, late, &response).ok());
+  EXPECT_TRUE(response.abort());
+}
+
+TEST_F(ServiceTest, FailedRankFailsTheJobAndCancelStopsAQueuedOne) {
+  const std::string id = RunningJob();
+  workers_[0]->FinishTask(false, "out of memory");
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == pp::v1::FAILED; }, absl::Seconds(5)));
+  EXPECT_THAT(GetJob(id).reason(), HasSubstr("out of memory"));
+  EXPECT_THAT(GetJob(id).reason(), HasSubstr("rank 1"));
+  ASSERT_TRUE(WaitUntil([&] { return Workers()["w0"].state() == pp::v1::IDLE; }, absl::Seconds(5)));
+
+  std::string queued;
+  ASSERT_TRUE(Submit(ValidSpec(4), &queued).ok());  // 4 ranks, 2 workers: waits
+  pp::v1::CancelJobRequest cancel;
+  cancel.set_job_id(queued);
+  pp::v1::Job cancelled;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(client_->CancelJob(&context, cancel, &cancelled).ok());
+  }
+  EXPECT_EQ(cancelled.state(), pp::v1::CANCELLED);
+  grpc::ClientContext context;
+  EXPECT_EQ(client_->CancelJob(&context, cancel, &cancelled).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ServiceTest, RendezvousWaitsForKeysAcrossClients) {
+  AddWorker("w0");
+  AddWorker("w1");
+  std::thread getter([&] {
+    pp::v1::KvGetRequest request;
+    request.add_keys("j/0/rank1");
+    request.set_timeout_seconds(10);
+    pp::v1::KvGetResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(workers_[0]->registry().KvGet(&context, request, &response).ok());
+    ASSERT_EQ(response.values_size(), 1);
+    EXPECT_EQ(response.values(0), "addr-of-1");
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  pp::v1::KvSetRequest set;
+  set.set_key("j/0/rank1");
+  set.set_value("addr-of-1");
+  pp::v1::KvSetResponse ignored;
+  grpc::ClientContext context;
+  ASSERT_TRUE(workers_[1]->registry().KvSet(&context, set, &ignored).ok());
+  getter.join();
+
+  pp::v1::KvGetRequest missing;
+  missing.add_keys("j/0/never");
+  missing.set_timeout_seconds(0.1);
+  pp::v1::KvGetResponse response;
+  grpc::ClientContext context2;
+  grpc::Status status = workers_[0]->registry().KvGet(&context2, missing, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(status.error_message(), HasSubstr("j/0/never"));
+}
+
+TEST_F(ServiceTest, PlanJobIsADryRun) {
+  pp::v1::PlanJobRequest request;
+  *request.mutable_spec() = ValidSpec(2);
+  pp::v1::PlanJobResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(client_->PlanJob(&context, request, &response).ok());
+  EXPECT_EQ(response.schedule().ranks_size(), 2);
+  EXPECT_EQ(response.stage_layers_size(), 2);
+  EXPECT_NEAR(response.schedule().simulation().bubble_fraction(), 1.0 / 5.0,
+              1e-12);  // (D-1)/(M+D-1)
+  EXPECT_FALSE(response.ascii().empty());
+  pp::v1::ListJobsResponse jobs;
+  grpc::ClientContext list;
+  ASSERT_TRUE(client_->ListJobs(&list, {}, &jobs).ok());
+  EXPECT_EQ(jobs.jobs_size(), 0);
+}
+
+TEST_F(ServiceTest, JobsSurviveARestartOfTheCoordinator) {
+  std::string queued;
+  ASSERT_TRUE(Submit(ValidSpec(2), &queued).ok());
+  server_.reset();
+  StartServer();
+  EXPECT_EQ(GetJob(queued).state(), pp::v1::QUEUED);
+  std::string next;
+  ASSERT_TRUE(Submit(ValidSpec(2), &next).ok());
+  EXPECT_NE(next, queued);
+}
+
+TEST_F(ServiceTest, HealthAndReflectionAnswer) {
+  absl::StatusOr<int> health = testing::HealthCheck(channel_);
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, 1);  // SERVING
+  absl::StatusOr<std::vector<std::string>> services = testing::ReflectionServices(channel_);
+  ASSERT_TRUE(services.ok()) << services.status();
+  EXPECT_THAT(*services, Contains("pp.v1.Coordinator"));
+  EXPECT_THAT(*services, Contains("pp.v1.WorkerRegistry"));
+  EXPECT_THAT(*services, Contains("grpc.health.v1.Health"));
+}
+
+TEST_F(ServiceTest, MetricsAreServed) {
+  const std::string id = RunningJob();
+  ReportStep(id, 0, 1, 1.0, 1.0, false, 0);
+  ReportStep(id, 1, 1, 1.0, 0.5, true, 4.25);
+  {
+    grpc::ClientContext context;
+    pp::v1::SubmitJobResponse ignored;
+    client_->SubmitJob(&context, {}, &ignored);  // an invalid spec: counted as an RPC error
+  }
+  absl::StatusOr<std::string> body;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        body = testing::HttpGet(server_->metrics_address(), "/metrics");
+        return body.ok() && body->find("pp_workers{state=\"BUSY\"} 2") != std::string::npos;
+      },
+      absl::Seconds(5)))
+      << body.status() << *body;
+  EXPECT_THAT(*body, HasSubstr("pp_jobs{state=\"RUNNING\"} 1"));
+  EXPECT_THAT(*body, HasSubstr(absl::StrCat("pp_job_steps_total{job=\"", id, "\"} 1")));
+  EXPECT_THAT(*body, HasSubstr(absl::StrCat("pp_job_loss{job=\"", id, "\"} 4.25")));
+  EXPECT_THAT(*body, HasSubstr("pp_job_planned_bubble_ratio"));
+  EXPECT_THAT(*body, HasSubstr("pp_rpc_errors_total{method=\"pp.v1.Coordinator/SubmitJob\"} 1"));
+}
+
+#ifdef PP_PROMTOOL
+// Registered only where Debian's promtool (package prometheus) was found at configure time.
+TEST_F(ServiceTest, MetricsPassPromtoolCheck) {
+  const std::string id = RunningJob();
+  ReportStep(id, 0, 1, 1.0, 1.0, false, 0);
+  ReportStep(id, 1, 1, 1.0, 0.5, true, 4.25);
+  absl::StatusOr<std::string> body = testing::HttpGet(server_->metrics_address(), "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  const std::string path = (dir_ / "scrape.txt").string();
+  std::ofstream(path) << *body;
+  const std::string command = absl::StrCat(PP_PROMTOOL, " check metrics < ", path, " 2>&1");
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[512];
+  while (fgets(buffer, sizeof(buffer), pipe)) output += buffer;
+  EXPECT_EQ(pclose(pipe), 0) << output << "\n" << *body;
+}
+#endif
+
+}  // namespace
+}  // namespace pp::coordinator

@@ -1,0 +1,229 @@
+// Whole tasks (ModelCompute + executor + Gloo) for every schedule the planner compiles, one rank
+// per thread, rendezvous through a memory store: per-step losses and final weights must equal the
+// single-process reference trainer's bit for bit.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/safetensors.h"
+#include "coordinator/plan/plan.h"
+#include "gtest/gtest.h"
+#include "worker/daemon/task.h"
+#include "worker/data/data.h"
+#include "worker/trainer/trainer.h"
+
+namespace pp::daemon {
+namespace {
+
+constexpr int kSteps = 3;
+
+class RecordingReporter : public TaskReporter {
+ public:
+  bool ReportStep(const pp::v1::StepReport& report, const executor::StepResult&) override {
+    steps.push_back(report);
+    return keep_going;
+  }
+  void ReportCheckpoint(const pp::v1::CheckpointReport& report, double) override {
+    checkpoints.push_back(report);
+  }
+  bool keep_going = true;
+  std::vector<pp::v1::StepReport> steps;
+  std::vector<pp::v1::CheckpointReport> checkpoints;
+};
+
+class TaskTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("task_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    std::ofstream(dir_ / "corpus.txt") << data::GenerateCorpus(7, 20000);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  pp::v1::JobSpec Spec(const std::string& schedule, int D, int V, int M) {
+    pp::v1::JobSpec spec;
+    spec.set_name("tiny");
+    pp::v1::ModelSpec* model = spec.mutable_model();
+    model->set_vocab_size(256);
+    model->set_seq_len(16);
+    model->set_d_model(32);
+    model->set_n_heads(2);
+    model->set_n_layers(6);
+    spec.mutable_parallel()->set_pipeline(D);
+    spec.mutable_parallel()->set_chunks(V);
+    spec.mutable_parallel()->set_schedule(schedule);
+    pp::v1::TrainSpec* train = spec.mutable_train();
+    train->set_steps(kSteps);
+    train->set_microbatches(M);
+    train->set_microbatch_size(2);
+    train->set_lr(1e-3);
+    train->set_weight_decay(0.1);
+    train->set_grad_clip(0.5);  // small: clipping happens
+    train->set_seed(3);
+    spec.mutable_data()->set_path((dir_ / "corpus.txt").string());
+    common::ApplyDefaults(&spec);
+    EXPECT_TRUE(common::ValidateJobSpec(spec).ok()) << common::ValidateJobSpec(spec);
+    return spec;
+  }
+
+  // One TaskPlan per rank, the way the coordinator builds them.
+  std::vector<pp::v1::TaskPlan> Plans(const pp::v1::JobSpec& spec) {
+    const int D = spec.parallel().pipeline(), V = spec.parallel().chunks();
+    absl::StatusOr<pp::v1::Schedule> schedule = plan::PlanSchedule(
+        spec.parallel().schedule(), D, V, spec.train().microbatches(), pp::v1::CostModel());
+    EXPECT_TRUE(schedule.ok()) << schedule.status();
+    absl::StatusOr<std::vector<int>> units =
+        plan::PartitionUnits(spec.model(), D * V, "uniform", {}, {});
+    EXPECT_TRUE(units.ok()) << units.status();
+    std::vector<pp::v1::TaskPlan> plans(D);
+    int first = 0;
+    for (int s = 0; s < D * V; ++s) {
+      const int rank = schedule->stage_to_rank(s);
+      pp::v1::StageLayers* layers = plans[rank].add_stages();
+      layers->set_stage(s);
+      layers->set_first_unit(first);
+      layers->set_last_unit(first + (*units)[s] - 1);
+      first += (*units)[s];
+    }
+    for (int r = 0; r < D; ++r) {
+      pp::v1::TaskPlan& plan = plans[r];
+      plan.set_job_id("job-" + spec.parallel().schedule());
+      plan.set_attempt(1);
+      plan.set_rank(r);
+      plan.set_world_size(D);
+      plan.set_pp_rank(r);
+      *plan.mutable_spec() = spec;
+      *plan.mutable_program() = schedule->ranks(r);
+      *plan.mutable_stage_to_rank() = schedule->stage_to_rank();
+      plan.set_checkpoint_dir((dir_ / "checkpoints").string());
+      plan.set_rendezvous_prefix(plan.job_id() + "/1/");
+    }
+    return plans;
+  }
+
+  struct Outcome {
+    absl::Status status;
+    RecordingReporter reporter;
+  };
+
+  std::vector<Outcome> RunAll(const std::vector<pp::v1::TaskPlan>& plans) {
+    std::unique_ptr<comm::KvStore> kv = comm::NewMemoryKvStore();
+    std::vector<Outcome> outcomes(plans.size());
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < plans.size(); ++r) {
+      threads.emplace_back([&, r] {
+        TaskEnv env;
+        env.kv = kv.get();
+        env.comm_timeout = absl::Seconds(20);
+        Task task(plans[r], env);
+        outcomes[r].status = task.Run(outcomes[r].reporter);
+      });
+    }
+    for (auto& t : threads) t.join();
+    return outcomes;
+  }
+
+  void ExpectMatchesTrainer(const pp::v1::JobSpec& spec) {
+    std::vector<pp::v1::TaskPlan> plans = Plans(spec);
+    std::vector<Outcome> outcomes = RunAll(plans);
+    trainer::TrainOptions options;
+    absl::StatusOr<trainer::TrainResult> reference = trainer::Train(spec, options);
+    ASSERT_TRUE(reference.ok()) << reference.status();
+
+    std::map<std::string, std::vector<float>> weights;
+    int loss_reports = 0;
+    for (size_t r = 0; r < outcomes.size(); ++r) {
+      ASSERT_TRUE(outcomes[r].status.ok()) << outcomes[r].status;
+      const RecordingReporter& rep = outcomes[r].reporter;
+      ASSERT_EQ(rep.steps.size(), static_cast<size_t>(kSteps));
+      for (int k = 0; k < kSteps; ++k) {
+        EXPECT_EQ(rep.steps[k].step(), k + 1);
+        EXPECT_EQ(rep.steps[k].trace().actions_size(), plans[r].program().actions_size());
+        if (!rep.steps[k].has_loss()) continue;
+        ++loss_reports;
+        const double loss = rep.steps[k].loss();
+        EXPECT_EQ(std::memcmp(&loss, &reference->losses[k], sizeof(double)), 0)
+            << "step " << k + 1 << ": " << loss << " vs " << reference->losses[k];
+      }
+      ASSERT_EQ(rep.checkpoints.size(), 1u);
+      EXPECT_TRUE(rep.checkpoints[0].ok()) << rep.checkpoints[0].error();
+      EXPECT_EQ(rep.checkpoints[0].step(), kSteps);
+      auto shard = common::ReadSafetensors(
+          (dir_ / "checkpoints" / plans[r].job_id() / ("step-" + std::to_string(kSteps)) /
+           rep.checkpoints[0].shard())
+              .string());
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      for (common::Tensor& t : shard->tensors) weights[t.name] = std::move(t.data);
+    }
+    EXPECT_EQ(loss_reports, kSteps);  // exactly one rank holds the loss
+    for (const auto& [name, values] : reference->weights) {
+      auto it = weights.find(name);
+      ASSERT_NE(it, weights.end()) << name;
+      ASSERT_EQ(it->second.size(), values.size()) << name;
+      EXPECT_EQ(std::memcmp(it->second.data(), values.data(), values.size() * sizeof(float)), 0)
+          << name;
+    }
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(TaskTest, GpipeMatchesTrainer) { ExpectMatchesTrainer(Spec("gpipe", 4, 1, 4)); }
+TEST_F(TaskTest, OneFOneBMatchesTrainer) { ExpectMatchesTrainer(Spec("1f1b", 4, 1, 8)); }
+TEST_F(TaskTest, InterleavedMatchesTrainer) {
+  ExpectMatchesTrainer(Spec("interleaved-1f1b", 4, 2, 8));
+}
+TEST_F(TaskTest, ZbH1MatchesTrainer) { ExpectMatchesTrainer(Spec("zb-h1", 4, 1, 8)); }
+TEST_F(TaskTest, ZbVMatchesTrainer) { ExpectMatchesTrainer(Spec("zb-v", 4, 2, 8)); }
+
+TEST_F(TaskTest, MissingPeerFailsTheTaskWithinTheTimeout) {
+  std::vector<pp::v1::TaskPlan> plans = Plans(Spec("1f1b", 2, 1, 2));
+  std::unique_ptr<comm::KvStore> kv = comm::NewMemoryKvStore();
+  TaskEnv env;
+  env.kv = kv.get();
+  env.comm_timeout = absl::Milliseconds(500);
+  Task task(plans[0], env);
+  RecordingReporter reporter;
+  absl::Status status = task.Run(reporter);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find("job job-1f1b rank 0"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("rendezvous"), std::string::npos) << status;
+}
+
+TEST_F(TaskTest, BadPlanIsRefused) {
+  std::vector<pp::v1::TaskPlan> plans = Plans(Spec("1f1b", 2, 1, 2));
+  plans[0].set_rank(5);
+  TaskEnv env;
+  std::unique_ptr<comm::KvStore> kv = comm::NewMemoryKvStore();
+  env.kv = kv.get();
+  RecordingReporter reporter;
+  absl::Status status = Task(plans[0], env).Run(reporter);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find("rank 5 outside world size 2"), std::string::npos) << status;
+}
+
+TEST_F(TaskTest, ReporterCanStopTheTask) {
+  pp::v1::JobSpec spec = Spec("gpipe", 1, 1, 2);
+  std::vector<pp::v1::TaskPlan> plans = Plans(spec);
+  std::unique_ptr<comm::KvStore> kv = comm::NewMemoryKvStore();
+  TaskEnv env;
+  env.kv = kv.get();
+  Task task(plans[0], env);
+  RecordingReporter reporter;
+  reporter.keep_going = false;
+  absl::Status status = task.Run(reporter);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
+  EXPECT_EQ(reporter.steps.size(), 1u);
+  EXPECT_EQ(task.completed_steps(), 1);
+}
+
+}  // namespace
+}  // namespace pp::daemon

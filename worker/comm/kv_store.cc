@@ -1,0 +1,90 @@
+// The two KvStore implementations: an in-process map and the coordinator's rendezvous RPCs.
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "worker/comm/transport.h"
+
+namespace pp::comm {
+namespace {
+
+class MemoryKvStore : public KvStore {
+ public:
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    absl::MutexLock lock(&mu_);
+    values_[key] = value;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    absl::MutexLock lock(&mu_);
+    auto present = [&] { return values_.count(key) > 0; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&present), timeout)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("rendezvous key '", key, "' not set within ", absl::FormatDuration(timeout)));
+    }
+    return values_[key];
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+};
+
+class CoordinatorKvStore : public KvStore {
+ public:
+  explicit CoordinatorKvStore(pp::v1::WorkerRegistry::StubInterface* registry)
+      : registry_(registry) {}
+
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    pp::v1::KvSetRequest request;
+    request.set_key(key);
+    request.set_value(value);
+    pp::v1::KvSetResponse response;
+    grpc::Status status = registry_->KvSet(&context, request, &response);
+    if (!status.ok()) {
+      return absl::UnavailableError(absl::StrCat("rendezvous KvSet '", key,
+                                                 "' failed: ", status.error_message()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
+    grpc::ClientContext context;
+    // The server waits up to `timeout`; the RPC deadline leaves it room to answer.
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
+    pp::v1::KvGetRequest request;
+    request.add_keys(key);
+    request.set_timeout_seconds(absl::ToDoubleSeconds(timeout));
+    pp::v1::KvGetResponse response;
+    grpc::Status status = registry_->KvGet(&context, request, &response);
+    if (!status.ok()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("rendezvous key '", key, "' not available within ",
+                       absl::FormatDuration(timeout), ": ", status.error_message()));
+    }
+    if (response.values_size() != 1) {
+      return absl::DeadlineExceededError(absl::StrCat("rendezvous key '", key, "' not set within ",
+                                                      absl::FormatDuration(timeout)));
+    }
+    return response.values(0);
+  }
+
+ private:
+  pp::v1::WorkerRegistry::StubInterface* registry_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvStore> NewMemoryKvStore() { return std::make_unique<MemoryKvStore>(); }
+
+std::unique_ptr<KvStore> NewCoordinatorKvStore(pp::v1::WorkerRegistry::StubInterface* registry) {
+  return std::make_unique<CoordinatorKvStore>(registry);
+}
+
+}  // namespace pp::comm

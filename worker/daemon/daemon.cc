@@ -1,0 +1,422 @@
+#include "worker/daemon/daemon.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "pp/v1/coordinator.grpc.pb.h"
+#include "pp/v1/worker.grpc.pb.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
+#include "worker/daemon/metrics.h"
+#include "worker/daemon/task.h"
+
+namespace pp::daemon {
+namespace {
+
+constexpr absl::Duration kRpcDeadline = absl::Seconds(5);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+absl::StatusOr<HostPort> SplitHostPort(const std::string& address, const std::string& flag) {
+  const size_t colon = address.rfind(':');
+  HostPort out;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &out.port) ||
+      out.port < 0 || out.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", address, ": want HOST:PORT (port 0 picks a free port)"));
+  }
+  out.host = address.substr(0, colon);
+  return out;
+}
+
+bool IsWildcard(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
+}
+
+std::string MachineName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+// A port the kernel considers free on `host` (IPv4) right now, for servers that cannot bind
+// port 0 themselves (civetweb under prometheus-cpp).
+int FreePort(const std::string& host) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (IsWildcard(host) || inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  }
+  socklen_t length = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+int64_t HostMemoryBytes() {
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+}
+
+void SetDeadline(grpc::ClientContext& context, absl::Duration deadline) {
+  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+}
+
+class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
+ public:
+  explicit Daemon(const DaemonOptions& options) : options_(options), metrics_(*registry_) {}
+
+  ~Daemon() override { Shutdown(); }
+
+  absl::Status Init() {
+    absl::StatusOr<HostPort> grpc_at = SplitHostPort(options_.grpc, "grpc");
+    if (!grpc_at.ok()) return grpc_at.status();
+    absl::StatusOr<HostPort> metrics_at = SplitHostPort(options_.metrics, "metrics");
+    if (!metrics_at.ok()) return metrics_at.status();
+    if (options_.coordinator.empty()) {
+      return absl::InvalidArgumentError("--coordinator=HOST:PORT is required");
+    }
+    if (absl::StatusOr<HostPort> c = SplitHostPort(options_.coordinator, "coordinator"); !c.ok()) {
+      return c.status();
+    }
+    if (options_.device != "cpu" && options_.device.rfind("cuda:", 0) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device=", options_.device, ": want cpu or cuda:N"));
+    }
+    advertise_host_ = !options_.advertise_host.empty() ? options_.advertise_host
+                      : IsWildcard(grpc_at->host)       ? MachineName()
+                                                        : grpc_at->host;
+
+    // Port 0: try a few free ports, another process may take one between probe and bind.
+    std::string last_error;
+    for (int attempt = 0; attempt < 5 && exposer_ == nullptr; ++attempt) {
+      const int port = metrics_at->port != 0 ? metrics_at->port : FreePort(metrics_at->host);
+      try {
+        exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(metrics_at->host, ":", port));
+      } catch (const std::exception& e) {
+        last_error = e.what();
+        if (metrics_at->port != 0) break;
+      }
+    }
+    if (exposer_ == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("--metrics=", options_.metrics, ": cannot listen: ", last_error));
+    }
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    int grpc_port = 0;
+    builder.AddListeningPort(options_.grpc, grpc::InsecureServerCredentials(), &grpc_port);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || grpc_port == 0) {
+      return absl::UnavailableError(absl::StrCat("--grpc=", options_.grpc, ": cannot listen"));
+    }
+    grpc_address_ = absl::StrCat(IsWildcard(grpc_at->host) ? advertise_host_ : grpc_at->host,
+                                 ":", grpc_port);
+    exposer_->RegisterCollectable(registry_);
+    metrics_address_ =
+        absl::StrCat(IsWildcard(metrics_at->host) ? advertise_host_ : metrics_at->host, ":",
+                     exposer_->GetListeningPorts().at(0));
+    {
+      absl::MutexLock lock(&mu_);
+      name_ = !options_.name.empty() ? options_.name : absl::StrCat(advertise_host_, "-", grpc_port);
+    }
+
+    registry_stub_ = pp::v1::WorkerRegistry::NewStub(
+        grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials()));
+    kv_ = comm::NewCoordinatorKvStore(registry_stub_.get());
+    heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
+    return absl::OkStatus();
+  }
+
+  std::string grpc_address() const override { return grpc_address_; }
+  std::string metrics_address() const override { return metrics_address_; }
+
+  void Shutdown() override {
+    std::shared_ptr<Task> task;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutdown_) return;
+      shutdown_ = true;
+      task = task_;
+      if (heartbeat_call_ != nullptr) heartbeat_call_->TryCancel();
+    }
+    if (task != nullptr) task->Abort("the worker is shutting down");
+    {
+      // An aborted task ends within its comm timeout; its report is bounded too.
+      absl::MutexLock lock(&mu_);
+      auto done = [this] { return task_threads_ == 0; };
+      mu_.AwaitWithTimeout(absl::Condition(&done), options_.comm_timeout + absl::Seconds(30));
+    }
+    if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+    if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    exposer_.reset();
+  }
+
+  // ---- pp.v1.Worker -------------------------------------------------------------------------
+  grpc::Status RunTask(grpc::ServerContext*, const pp::v1::TaskPlan* plan,
+                       pp::v1::RunTaskResponse*) override {
+    if (plan->job_id().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "task plan: job_id is empty");
+    }
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker shutting down");
+    if (busy_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("worker ", name_, " is busy with job ", task_->plan().job_id(),
+                                       " rank ", task_->plan().rank()));
+    }
+    TaskEnv env;
+    env.kv = kv_.get();
+    env.device = options_.device;
+    env.hostname = advertise_host_;
+    env.comm_timeout = options_.comm_timeout;
+    task_ = std::make_shared<Task>(*plan, env);
+    busy_ = true;
+    metrics_.StartTask(plan->job_id(), plan->rank());
+    ++task_threads_;
+    std::thread([this, task = task_] { RunTaskThread(task); }).detach();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status AbortTask(grpc::ServerContext*, const pp::v1::AbortTaskRequest* request,
+                         pp::v1::AbortTaskResponse*) override {
+    std::shared_ptr<Task> task;
+    {
+      absl::MutexLock lock(&mu_);
+      if (busy_ && task_->plan().job_id() == request->job_id()) task = task_;
+    }
+    if (task != nullptr) {
+      task->Abort(request->reason().empty() ? "aborted by the coordinator" : request->reason());
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetStatus(grpc::ServerContext*, const pp::v1::GetStatusRequest*,
+                         pp::v1::WorkerStatus* status) override {
+    absl::MutexLock lock(&mu_);
+    status->set_name(name_);
+    status->set_state(busy_ ? "BUSY" : "IDLE");
+    if (task_ != nullptr) {
+      status->set_job_id(task_->plan().job_id());
+      status->set_rank(task_->plan().rank());
+      status->set_step(task_->completed_steps());
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  class RpcReporter : public TaskReporter {
+   public:
+    explicit RpcReporter(Daemon* daemon) : daemon_(daemon) {}
+
+    bool ReportStep(const pp::v1::StepReport& report,
+                    const executor::StepResult& result) override {
+      daemon_->metrics_.RecordStep(result, report.tokens());
+      grpc::ClientContext context;
+      SetDeadline(context, kRpcDeadline);
+      pp::v1::ReportResponse response;
+      grpc::Status status = daemon_->registry_stub_->ReportStep(&context, report, &response);
+      if (!status.ok()) {
+        // Progress reports are best effort; heartbeats decide whether the coordinator is gone.
+        daemon_->metrics_.RpcError("ReportStep");
+        return true;
+      }
+      return !response.abort();
+    }
+
+    void ReportCheckpoint(const pp::v1::CheckpointReport& report, double seconds) override {
+      daemon_->metrics_.RecordCheckpoint(seconds);
+      grpc::ClientContext context;
+      SetDeadline(context, kRpcDeadline);
+      pp::v1::ReportResponse response;
+      if (!daemon_->registry_stub_->ReportCheckpoint(&context, report, &response).ok()) {
+        daemon_->metrics_.RpcError("ReportCheckpoint");
+      }
+    }
+
+   private:
+    Daemon* daemon_;
+  };
+
+  void RunTaskThread(std::shared_ptr<Task> task) {
+    RpcReporter reporter(this);
+    absl::Status status;
+    try {
+      status = task->Run(reporter);
+    } catch (const std::exception& e) {
+      status = absl::InternalError(absl::StrCat("job ", task->plan().job_id(), " rank ",
+                                                task->plan().rank(), ": ", e.what()));
+    }
+    pp::v1::TaskReport report;
+    report.set_job_id(task->plan().job_id());
+    report.set_attempt(task->plan().attempt());
+    report.set_rank(task->plan().rank());
+    report.set_ok(status.ok());
+    report.set_error(std::string(status.message()));
+    report.set_worker(name());
+    {
+      // Free before the report: the coordinator may place the next task as soon as it reads it.
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+    }
+    // The end of a task matters to the coordinator: a few bounded tries.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      grpc::ClientContext context;
+      SetDeadline(context, absl::Seconds(2));
+      pp::v1::ReportResponse response;
+      if (registry_stub_->ReportTask(&context, report, &response).ok()) break;
+      metrics_.RpcError("ReportTask");
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    absl::MutexLock lock(&mu_);
+    --task_threads_;  // the last touch of `this` by this thread
+  }
+
+  std::string name() {
+    absl::MutexLock lock(&mu_);
+    return name_;
+  }
+
+  // Sleeps up to `d`; returns false when shutting down.
+  bool Sleep(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&shutdown_), d);
+    return !shutdown_;
+  }
+
+  bool Register() {
+    pp::v1::RegisterWorkerRequest request;
+    pp::v1::WorkerInfo* info = request.mutable_worker();
+    info->set_name(name());
+    info->set_address(grpc_address_);
+    info->set_device(options_.device);
+    info->set_memory_bytes(options_.device == "cpu" ? HostMemoryBytes() : 0);
+    info->set_host(advertise_host_);
+    grpc::ClientContext context;
+    SetDeadline(context, kRpcDeadline);
+    pp::v1::RegisterWorkerResponse response;
+    if (!registry_stub_->RegisterWorker(&context, request, &response).ok()) {
+      metrics_.RpcError("RegisterWorker");
+      return false;
+    }
+    absl::MutexLock lock(&mu_);
+    if (!response.name().empty()) name_ = response.name();
+    heartbeat_ = response.heartbeat_seconds() > 0 ? absl::Seconds(response.heartbeat_seconds())
+                                                  : absl::Seconds(1);
+    return true;
+  }
+
+  void HeartbeatLoop() {
+    absl::Duration backoff = absl::Milliseconds(100);
+    bool registered = false;
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (shutdown_) return;
+      }
+      if (!registered) {
+        registered = Register();
+        if (!registered) {
+          if (!Sleep(backoff)) return;
+          backoff = std::min(backoff * 2, kMaxBackoff);
+          continue;
+        }
+        backoff = absl::Milliseconds(100);
+      }
+      pp::v1::HeartbeatRequest request;
+      std::shared_ptr<Task> task;
+      absl::Duration interval;
+      {
+        absl::MutexLock lock(&mu_);
+        request.set_name(name_);
+        if (busy_) {
+          task = task_;
+          request.set_job_id(task_->plan().job_id());
+          request.set_attempt(task_->plan().attempt());
+        }
+        interval = heartbeat_;
+      }
+      grpc::ClientContext context;
+      SetDeadline(context, kRpcDeadline);
+      {
+        absl::MutexLock lock(&mu_);
+        if (shutdown_) return;
+        heartbeat_call_ = &context;  // Shutdown cancels it rather than wait for its deadline
+      }
+      pp::v1::HeartbeatResponse response;
+      const grpc::Status status = registry_stub_->Heartbeat(&context, request, &response);
+      {
+        absl::MutexLock lock(&mu_);
+        heartbeat_call_ = nullptr;
+      }
+      if (!status.ok()) {
+        metrics_.RpcError("Heartbeat");
+      } else {
+        registered = response.known();
+        for (const std::string& job : response.abort_jobs()) {
+          if (task != nullptr && task->plan().job_id() == job) {
+            task->Abort("the coordinator aborted the job");
+          }
+        }
+      }
+      if (registered && !Sleep(interval)) return;
+    }
+  }
+
+  DaemonOptions options_;
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  WorkerMetrics metrics_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<pp::v1::WorkerRegistry::Stub> registry_stub_;
+  std::unique_ptr<comm::KvStore> kv_;
+  std::string advertise_host_;
+  std::string grpc_address_;
+  std::string metrics_address_;
+  std::thread heartbeat_thread_;
+
+  absl::Mutex mu_;
+  std::string name_ ABSL_GUARDED_BY(mu_);
+  absl::Duration heartbeat_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  int task_threads_ ABSL_GUARDED_BY(mu_) = 0;  // detached task threads still running
+  std::shared_ptr<Task> task_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* heartbeat_call_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Start(const DaemonOptions& options) {
+  auto daemon = std::make_unique<Daemon>(options);
+  if (absl::Status s = daemon->Init(); !s.ok()) return s;
+  return daemon;
+}
+
+}  // namespace pp::daemon

@@ -1,0 +1,44 @@
+// The ppworker daemon: serves pp.v1.Worker (+ grpc.health.v1, reflection) and Prometheus
+// /metrics, registers with the coordinator and heartbeats, runs one task at a time.
+//
+// Contract:
+// - Start returns once both servers listen (port 0 = a free port); registration runs in the
+//   background, retrying with bounded backoff until the coordinator answers, and again whenever a
+//   heartbeat comes back known=false. Jobs in a heartbeat's abort_jobs are aborted.
+// - RunTask starts the task on a thread and returns at once; a second task while busy gets
+//   FAILED_PRECONDITION. Each step goes to ReportStep, the end to ReportTask (ok or the error),
+//   after which the worker is free again.
+// - Shutdown aborts a running task (reported as failed) and stops everything, in bounded time.
+#ifndef PP_WORKER_DAEMON_DAEMON_H_
+#define PP_WORKER_DAEMON_DAEMON_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace pp::daemon {
+
+struct DaemonOptions {
+  std::string coordinator;      // HOST:PORT of ppcoord
+  std::string grpc = "127.0.0.1:0";
+  std::string metrics = "127.0.0.1:0";
+  std::string device = "cpu";   // cpu | cuda:N
+  std::string name;             // empty: <advertised host>-<grpc port>
+  std::string advertise_host;   // empty: the --grpc host, or the machine's name for 0.0.0.0
+  absl::Duration comm_timeout = absl::Seconds(30);
+};
+
+class WorkerDaemon {
+ public:
+  static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Start(const DaemonOptions& options);
+  virtual ~WorkerDaemon() = default;
+  virtual std::string grpc_address() const = 0;     // host:port actually bound
+  virtual std::string metrics_address() const = 0;
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace pp::daemon
+
+#endif  // PP_WORKER_DAEMON_DAEMON_H_

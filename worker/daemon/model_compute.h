@@ -1,0 +1,66 @@
+// Internal to worker/daemon: the executor's StageCompute over the GPT stage models (worker/model),
+// the data windows (worker/data) and AdamW with canonical clipping (worker/optim), doing exactly
+// the reference trainer's arithmetic (worker/trainer) for the stages one rank holds.
+#ifndef PP_WORKER_DAEMON_MODEL_COMPUTE_H_
+#define PP_WORKER_DAEMON_MODEL_COMPUTE_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/safetensors.h"
+#include "kernels/ops.h"
+#include "pp/v1/worker.pb.h"
+#include "worker/data/data.h"
+#include "worker/executor/executor.h"
+#include "worker/model/model.h"
+#include "worker/optim/optim.h"
+
+namespace pp::daemon {
+
+class ModelCompute : public executor::StageCompute {
+ public:
+  // The stages of `plan` (plan.stages), on `device` ("cpu" | "cuda:N"). The spec must be valid.
+  static absl::StatusOr<std::unique_ptr<ModelCompute>> Create(const pp::v1::TaskPlan& plan,
+                                                              const std::string& device);
+  ~ModelCompute() override;
+
+  // Every tensor of the held stages and its AdamW moments, under DESIGN.md checkpoint names.
+  std::vector<common::Tensor> CheckpointTensors();
+  // Loads values and moments of the held stages from a checkpoint's tensors (found by name).
+  absl::Status LoadCheckpointTensors(const std::map<std::string, common::Tensor>& tensors);
+
+  size_t InputSize(int stage) const override;
+  size_t OutputSize(int stage) const override;
+  float* AllocBuffer(size_t n) override;
+  void FreeBuffer(float* buffer) override;
+  absl::Status BeginStep(int step) override;
+  absl::StatusOr<double> Forward(int stage, int mb, const float* in, float* out) override;
+  absl::Status Backward(int stage, int mb, const float* grad_out, float* grad_in) override;
+  absl::Status BackwardInput(int stage, int mb, const float* grad_out, float* grad_in) override;
+  absl::Status BackwardWeight(int stage, int mb) override;
+  std::vector<executor::TensorSumSq> GradSumSquares() override;
+  absl::StatusOr<float> ClipScale(const std::vector<executor::TensorSumSq>& all) override;
+  absl::Status OptimizerStep(int step, float clip_scale) override;
+  int64_t LiveActivationBytes() const override;
+
+ private:
+  ModelCompute() = default;
+  absl::StatusOr<model::StageModel*> Stage(int stage) const;
+
+  std::unique_ptr<kernels::Ops> ops_;
+  std::map<int, std::unique_ptr<model::StageModel>> stages_;
+  std::optional<data::TokenSource> source_;
+  optim::AdamWConfig adamw_;
+  int microbatches_ = 1;
+  int batch_ = 1;
+  int seq_len_ = 1;
+  int64_t position_ = 0;  // data position of the current step
+};
+
+}  // namespace pp::daemon
+
+#endif  // PP_WORKER_DAEMON_MODEL_COMPUTE_H_

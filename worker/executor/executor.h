@@ -1,0 +1,127 @@
+// Runs one rank's pp.v1.RankProgram, step after step: compute actions through a StageCompute,
+// SEND/RECV through a comm::Transport, then the canonical gradient norm and the optimizer step.
+//
+// Contract:
+// - Comm actions may name either end of their edge in `stage` (the sending or the receiving
+//   stage); each is resolved against stage_to_rank to the edge (s -> s+1) it moves, and both ends
+//   tag the message (activation|gradient, s, microbatch). `peer` must be the other end's rank.
+// - Receives are posted `recv_lookahead` actions ahead of their RECV (all at step start when
+//   negative); sends complete in the background and are awaited at the end of the step. Boundary
+//   buffers are freed as soon as their consumer ran (or their send completed).
+// - After the program: every rank's per-tensor gradient sums of squares are all-gathered, the
+//   compute turns them into one clip scale (the same on every rank), then OptimizerStep.
+// - Step loss (on the rank holding the last stage): the microbatch losses summed in double in
+//   microbatch order, divided by M.
+// - Any failure (missing input, malformed program, transport timeout, Abort) ends the step with
+//   an error naming the rank and action; the executor is then unusable.
+#ifndef PP_WORKER_EXECUTOR_EXECUTOR_H_
+#define PP_WORKER_EXECUTOR_EXECUTOR_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "pp/v1/schedule.pb.h"
+#include "worker/comm/transport.h"
+
+namespace pp::executor {
+
+struct TensorSumSq {
+  std::string name;  // global tensor name
+  double sum_sq = 0;
+};
+
+// The numeric side of the stages one rank holds. Buffers are backend memory of AllocBuffer.
+class StageCompute {
+ public:
+  virtual ~StageCompute() = default;
+  // Floats of the activation (= its gradient) entering / leaving a held stage.
+  virtual size_t InputSize(int stage) const = 0;   // unused for the first stage
+  virtual size_t OutputSize(int stage) const = 0;  // unused for the last stage
+  virtual float* AllocBuffer(size_t n) = 0;
+  virtual void FreeBuffer(float* buffer) = 0;
+
+  // Zeroes gradients and prepares the step's data.
+  virtual absl::Status BeginStep(int step) = 0;
+  // in (activation) is null for stage 0; out is null for the last stage, which returns the
+  // microbatch's mean loss. Must copy what backward needs: `in` is freed right after.
+  virtual absl::StatusOr<double> Forward(int stage, int mb, const float* in, float* out) = 0;
+  // grad_out is null for the last stage; grad_in (overwritten) is null for stage 0.
+  virtual absl::Status Backward(int stage, int mb, const float* grad_out, float* grad_in) = 0;
+  virtual absl::Status BackwardInput(int stage, int mb, const float* grad_out,
+                                     float* grad_in) = 0;
+  virtual absl::Status BackwardWeight(int stage, int mb) = 0;
+
+  virtual std::vector<TensorSumSq> GradSumSquares() = 0;
+  // The clip scale from every tensor of the model (any order in `all`); deterministic.
+  virtual absl::StatusOr<float> ClipScale(const std::vector<TensorSumSq>& all) = 0;
+  virtual absl::Status OptimizerStep(int step, float clip_scale) = 0;
+  // Activations saved for backward by in-flight microbatches.
+  virtual int64_t LiveActivationBytes() const = 0;
+};
+
+struct ExecutorOptions {
+  int rank = 0;
+  int microbatches = 1;             // M
+  std::vector<int> stage_to_rank;   // S entries
+  int recv_lookahead = -1;          // actions; negative: post every receive at step start
+};
+
+// Phases of pp_busy_seconds_total.
+enum class Phase { kForward, kBackward, kBackwardInput, kBackwardWeight, kOptimizer, kSend, kRecv };
+inline constexpr int kNumPhases = 7;
+const char* PhaseName(Phase phase);  // "forward", ..., "recv"
+
+struct StepResult {
+  int step = 0;
+  bool has_loss = false;
+  double loss = 0;
+  std::vector<double> loss_by_mb;  // last stage: each microbatch's mean loss
+  double step_seconds = 0;     // step start to the end of the optimizer step
+  double busy_seconds[kNumPhases] = {};
+  double compute_seconds = 0;  // forward + backward + I + W
+  double wait_seconds = 0;     // blocked on peers (receives, send completion, the norm gather)
+  double bubble_ratio = 0;     // 1 - compute / (last action end - first action start)
+  int64_t peak_activation_bytes = 0;
+  pp::v1::RankTrace trace;
+};
+
+class Executor {
+ public:
+  // Checks the program against the layout (held stages, peers, microbatch range). compute and
+  // transport must outlive the executor.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const ExecutorOptions& options,
+                                                          const pp::v1::RankProgram& program,
+                                                          StageCompute* compute,
+                                                          comm::Transport* transport);
+  ~Executor();
+
+  absl::StatusOr<StepResult> RunStep(int step);
+  // Any thread: the running (and every later) step fails with Aborted.
+  void Abort();
+
+ private:
+  struct Op;
+  struct Buffers;
+  Executor(const ExecutorOptions& options, std::vector<Op> ops, StageCompute* compute,
+           comm::Transport* transport);
+  absl::Status Execute(size_t index, Buffers& buffers, StepResult& result);
+  absl::Status PostReceivesUpTo(size_t index, Buffers& buffers);
+  absl::StatusOr<float> GatherClipScale(StepResult& result);
+
+  ExecutorOptions options_;
+  std::vector<Op> ops_;
+  StageCompute* compute_;
+  comm::Transport* transport_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace pp::executor
+
+#endif  // PP_WORKER_EXECUTOR_EXECUTOR_H_

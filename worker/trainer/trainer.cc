@@ -1,0 +1,153 @@
+#include "worker/trainer/trainer.h"
+
+#include <chrono>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/checkpoint.h"
+#include "common/job_spec.h"
+#include "kernels/ops.h"
+#include "worker/data/data.h"
+#include "worker/model/model.h"
+#include "worker/optim/optim.h"
+
+namespace pp::trainer {
+namespace {
+
+common::Tensor ToTensor(kernels::Ops& ops, const std::string& name, const std::vector<int>& shape,
+                        const float* src, size_t n) {
+  common::Tensor t;
+  t.name = name;
+  t.shape.assign(shape.begin(), shape.end());
+  t.data.resize(n);
+  ops.CopyToHost(t.data.data(), src, n);
+  return t;
+}
+
+// Checkpoint of `step` completed steps: one shard, then the manifest, then pruning.
+absl::Status WriteCheckpoint(kernels::Ops& ops, model::StageModel& model,
+                             const pp::v1::JobSpec& spec, const std::string& root, int step) {
+  std::vector<common::Tensor> tensors;
+  for (const auto& t : model.tensors()) {
+    tensors.push_back(ToTensor(ops, t.name, t.shape, t.value, t.size));
+    tensors.push_back(ToTensor(ops, common::ExpAvgName(t.name), t.shape, t.exp_avg, t.size));
+    tensors.push_back(ToTensor(ops, common::ExpAvgSqName(t.name), t.shape, t.exp_avg_sq, t.size));
+  }
+  const std::string dir = common::StepDir(root, spec.name(), step);
+  auto shard = common::WriteShard(dir, common::ShardFileName(0), tensors);
+  if (!shard.ok()) return shard.status();
+  pp::v1::CheckpointManifest manifest;
+  manifest.set_job_id(spec.name());
+  manifest.set_step(step);
+  manifest.set_data_position(
+      data::DataPositionAtStep(step, spec.train().microbatches(), spec.train().microbatch_size()));
+  manifest.mutable_rng()->set_seed(spec.train().seed());
+  *manifest.mutable_spec() = spec;
+  pp::v1::CheckpointLayout* layout = manifest.mutable_layout();
+  layout->set_pipeline(1);
+  layout->set_chunks(1);
+  layout->set_tensor(1);
+  layout->set_data(1);
+  layout->set_schedule("single-process");
+  layout->add_stage_layers(spec.model().n_layers() + 2);
+  *manifest.add_shards() = *shard;
+  manifest.set_created_unix(
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  if (auto s = common::CommitManifest(dir, manifest); !s.ok()) return s;
+  return common::PruneCheckpoints(root, spec.name(), spec.checkpoint().keep());
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOptions& options) {
+  auto config = model::ModelConfigFromSpec(spec.model());
+  if (!config.ok()) return config.status();
+  const pp::v1::TrainSpec& train = spec.train();
+  const int M = train.microbatches(), B = train.microbatch_size(), T = config->seq_len;
+  const int steps = options.steps > 0 ? options.steps : train.steps();
+  auto ops =
+      kernels::MakeOps(options.device, options.threads > 0 ? options.threads : train.threads());
+  if (!ops.ok()) return ops.status();
+  model::StageOptions stage;
+  stage.first_unit = 0;
+  stage.last_unit = model::NumUnits(*config) - 1;
+  stage.microbatch_size = B;
+  stage.microbatches = M;
+  stage.seed = train.seed();
+  auto model = model::StageModel::Create(ops->get(), *config, stage);
+  if (!model.ok()) return model.status();
+  auto source = data::TokenSource::Open(spec.data());
+  if (!source.ok()) return source.status();
+  const optim::AdamWConfig adamw = optim::AdamWConfigFromSpec(train);
+
+  TrainResult result;
+  const auto start = std::chrono::steady_clock::now();
+  for (int step = 0; step < steps; ++step) {
+    const auto step_start = std::chrono::steady_clock::now();
+    (*model)->ZeroGrads();
+    const int64_t position = data::DataPositionAtStep(step, M, B);
+    double loss = 0.0;
+    for (int j = 0; j < M; ++j) {
+      auto batch = data::ReadMicrobatch(*source, position, j, B, T);
+      if (!batch.ok()) return batch.status();
+      model::StageInput in;
+      in.tokens = batch->inputs.data();
+      in.targets = batch->targets.data();
+      auto mb_loss = (*model)->Forward(j, in, nullptr);
+      if (!mb_loss.ok()) return mb_loss.status();
+      if (auto s = (*model)->Backward(j, nullptr, nullptr); !s.ok()) return s;
+      loss += *mb_loss;
+    }
+    loss /= M;
+    const double norm = optim::Step(**ops, (*model)->tensors(), adamw, step + 1);
+    result.losses.push_back(loss);
+    result.step_seconds.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
+    result.tokens += static_cast<int64_t>(M) * B * T;
+    const double dt = result.step_seconds.back();
+    if (options.log != nullptr) {
+      *options.log << absl::StrFormat("step %d/%d loss %.6f grad_norm %.4f %.3f s %.0f tok/s\n",
+                                      step + 1, steps, loss, norm, dt,
+                                      static_cast<double>(M) * B * T / dt);
+    }
+    const int every = spec.checkpoint().every_steps();
+    const bool due = step + 1 == steps || (every > 0 && (step + 1) % every == 0);
+    if (!options.checkpoint_root.empty() && due) {
+      if (auto s = WriteCheckpoint(**ops, **model, spec, options.checkpoint_root, step + 1);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.weights = (*model)->ValuesToHost();
+  return result;
+}
+
+int TrainMain(const std::string& spec_path, const TrainOptions& options) {
+  auto spec = common::LoadJobSpec(spec_path);
+  if (!spec.ok()) {
+    std::cerr << spec.status().message() << "\n";
+    return 1;
+  }
+  common::ApplyDefaults(&*spec);
+  if (auto s = common::ValidateJobSpec(*spec); !s.ok()) {
+    std::cerr << spec_path << ": " << s.message() << "\n";
+    return 1;
+  }
+  TrainOptions opts = options;
+  if (opts.log == nullptr) opts.log = &std::cout;
+  auto result = Train(*spec, opts);
+  if (!result.ok()) {
+    std::cerr << "train " << spec_path << ": " << result.status().message() << "\n";
+    return 1;
+  }
+  std::cout << absl::StrFormat(
+      "trained %d steps, %d tokens in %.2f s (%.0f tok/s), final loss %.6f\n",
+      result->losses.size(), result->tokens, result->seconds, result->tokens / result->seconds,
+      result->losses.empty() ? 0.0 : result->losses.back());
+  return 0;
+}
+
+}  // namespace pp::trainer

@@ -1,0 +1,52 @@
+// The single-process reference trainer: one StageModel holding every unit, gradient accumulation
+// over M microbatches, AdamW with canonical clipping. The distributed runtime must reproduce its
+// losses bit for bit on the CPU.
+//
+// Contract:
+// - Step k (0-based) zeroes the gradients, runs forward then backward of microbatches j = 0..M-1
+//   in order on the windows of worker/data/data.h (position k*M*B), then one AdamW update with
+//   step number k+1. Its loss = (sum over j in order of microbatch mean loss, in double) / M.
+// - With options.checkpoint_root set, a checkpoint in the DESIGN.md layout is written every
+//   spec.checkpoint.every_steps steps and after the last step: one shard rank-00000.safetensors
+//   with the model tensors and optim.exp_avg.* / optim.exp_avg_sq.*, then the manifest; only the
+//   newest spec.checkpoint.keep are kept.
+#ifndef PP_WORKER_TRAINER_TRAINER_H_
+#define PP_WORKER_TRAINER_TRAINER_H_
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "pp/v1/job.pb.h"
+
+namespace pp::trainer {
+
+struct TrainOptions {
+  std::string device = "cpu";
+  int threads = 0;              // BLAS threads; 0: the spec's train.threads
+  int steps = 0;                // 0: the spec's train.steps
+  std::string checkpoint_root;  // empty: no checkpoints
+  std::ostream* log = nullptr;  // one line per step when set
+};
+
+struct TrainResult {
+  std::vector<double> losses;                         // one per step
+  std::vector<double> step_seconds;                   // wall time of each step
+  std::map<std::string, std::vector<float>> weights;  // final values, by tensor name
+  double seconds = 0.0;                               // wall time of the steps
+  int64_t tokens = 0;                                 // tokens trained on
+};
+
+// `spec` must have defaults applied and be valid (common/job_spec.h).
+absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOptions& options);
+
+// `ppctl train FILE`: load, default and validate the spec, train, log each step to stdout.
+// Returns the process exit code; errors are one line on stderr.
+int TrainMain(const std::string& spec_path, const TrainOptions& options);
+
+}  // namespace pp::trainer
+
+#endif  // PP_WORKER_TRAINER_TRAINER_H_
