@@ -4,11 +4,26 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_ops.h"
-#ifdef PP_HAVE_CUDA
-#include "kernels/cuda/cuda_ops.h"
-#endif
+#include "kernels/cuda/plugin.h"
 
 namespace pp::kernels {
+namespace {
+
+// The CUDA backend lives in the plugin; only this path loads it.
+absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps(const std::string& device, int index) {
+  absl::StatusOr<const CudaPlugin*> plugin = LoadCudaPlugin();
+  if (!plugin.ok()) {
+    return absl::Status(plugin.status().code(),
+                        absl::StrCat(device, ": ", plugin.status().message()));
+  }
+  Ops* ops = nullptr;
+  PpCudaError error{};
+  const int code = (*plugin)->make_ops(index, &ops, &error);
+  if (code != 0) return PluginStatus(code, error);
+  return std::unique_ptr<Ops>(ops);
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Ops>> MakeOps(const std::string& device, int threads) {
   if (device == "cpu") return MakeCpuOps(threads < 1 ? 1 : threads);
@@ -17,21 +32,17 @@ absl::StatusOr<std::unique_ptr<Ops>> MakeOps(const std::string& device, int thre
     if (!absl::SimpleAtoi(device.substr(5), &index) || index < 0) {
       return absl::InvalidArgumentError(absl::StrCat("bad device '", device, "': want cuda:N"));
     }
-#ifdef PP_HAVE_CUDA
-    return MakeCudaOps(index);
-#else
-    return absl::UnavailableError("this build has no CUDA backend (nvcc was not found)");
-#endif
+    return MakeCudaOps(device, index);
   }
   return absl::InvalidArgumentError(absl::StrCat("bad device '", device, "': want cpu or cuda:N"));
 }
 
 bool CudaDeviceAvailable() {
-#ifdef PP_HAVE_CUDA
-  return CudaDevicePresent();
-#else
-  return false;
-#endif
+  absl::StatusOr<const CudaPlugin*> plugin = LoadCudaPlugin();
+  if (!plugin.ok()) return false;
+  int count = 0;
+  PpCudaError error{};
+  return (*plugin)->device_count(&count, &error) == 0 && count > 0;
 }
 
 }  // namespace pp::kernels

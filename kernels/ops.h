@@ -120,9 +120,11 @@ class Ops {
 };
 
 // "cpu" or "cuda:N". threads: BLAS threads for the CPU backend (default 1 per worker process).
+// "cuda:N" loads the CUDA plugin libpp_cuda.so (kernels/cuda/plugin.h) on first use; "cpu" never
+// does. A missing plugin, driver or device gives an error status naming it, never an abort.
 absl::StatusOr<std::unique_ptr<Ops>> MakeOps(const std::string& device, int threads = 1);
 
-// True when this build has CUDA and a device is visible.
+// True when the CUDA plugin loads and a device is visible (loads the plugin).
 bool CudaDeviceAvailable();
 
 }  // namespace pp::kernels

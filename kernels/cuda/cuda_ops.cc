@@ -3,8 +3,6 @@
 // CopyToDevice (so the host buffer may be reused at once), Free and Synchronize wait for it.
 // A failing CUDA call inside an op (the interface has no status to return) prints what failed
 // and aborts: it means a lost device or exhausted memory, not bad input.
-#include "kernels/cuda/cuda_ops.h"
-
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -14,8 +12,11 @@
 #include <cstdlib>
 #include <limits>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/device_kernels.h"
+#include "kernels/cuda/plugin.h"
+#include "kernels/ops.h"
 
 namespace pp::kernels {
 namespace {
@@ -342,13 +343,6 @@ class CudaOps final : public Ops {
   const cublasHandle_t blas_;
 };
 
-}  // namespace
-
-bool CudaDevicePresent() {
-  int count = 0;  // left untouched when there is no driver
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
 absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps(int device) {
   const std::string name = absl::StrCat("cuda:", device);
   int count = 0;
@@ -396,4 +390,28 @@ absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps(int device) {
   return std::make_unique<CudaOps>(device, stream, blas);
 }
 
+}  // namespace
 }  // namespace pp::kernels
+
+// The plugin's entry points for the kernels (kernels/cuda/plugin_abi.h).
+extern "C" {
+
+int pp_cuda_abi_version(void) { return PP_CUDA_PLUGIN_ABI_VERSION; }
+
+int pp_cuda_device_count(int* count, PpCudaError* error) {
+  *count = 0;  // left untouched when there is no driver
+  const cudaError_t err = cudaGetDeviceCount(count);
+  if (err == cudaSuccess) return 0;
+  return pp::kernels::ToPluginError(
+      absl::UnavailableError(absl::StrCat("no usable CUDA driver: ", cudaGetErrorString(err))),
+      error);
+}
+
+int pp_cuda_make_ops(int device, pp::kernels::Ops** ops, PpCudaError* error) {
+  absl::StatusOr<std::unique_ptr<pp::kernels::Ops>> made = pp::kernels::MakeCudaOps(device);
+  if (!made.ok()) return pp::kernels::ToPluginError(made.status(), error);
+  *ops = made->release();
+  return 0;
+}
+
+}  // extern "C"

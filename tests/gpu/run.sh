@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# GPU check of the CUDA backend: compares every CUDA op with the CPU op on random data and prints
+# GPU check of the CUDA plugin: compares every CUDA op with the CPU op on random data and prints
 # a table (max relative error per output), then cuBLAS sgemm throughput and the tokens/s of a
-# GPT-2 small shaped forward + backward made of the ops. Exit status 0 when every op is within
-# tolerance. Extra arguments go to gpu_ops_compare (see its --help).
+# GPT-2 small shaped forward + backward made of the ops; then the NCCL transport test (one rank
+# per visible GPU, two at most). Exit status 0 when every op is within tolerance and the NCCL test
+# passed (or was skipped). Extra arguments go to gpu_ops_compare (see its --help).
 #
 #   bash tests/gpu/run.sh
 #
 # Two machines, one command:
 # - Where the project's Debian dependencies are installed (a developer machine), it builds
-#   build-gpu/ (Release), then packs build-gpu/bundle/: gpu_ops_compare plus the non-system
-#   libraries it loads, except CUDA's own. Without a GPU the comparison reports "skipped".
+#   build-gpu/ (Release), then packs build-gpu/bundle/ with deploy/docker/bundle-libs.sh: bin/ with
+#   the test binaries, lib/ with the CUDA plugin libpp_cuda.so (which they dlopen from bin/../lib)
+#   and the non-system libraries all of them load, except CUDA's own. Without a GPU the checks
+#   report "skipped".
 # - A lent GPU machine has CUDA but none of the project's dependencies and no network, so it
 #   cannot build: there the script runs the bundle, which has to travel with the working tree
 #   (the device tool's carry: ["build-gpu/bundle"]) after a run on the developer machine.
@@ -26,26 +29,24 @@ have_deps() { [ -x /usr/bin/grpc_cpp_plugin ]; }
 build_and_pack() {
   if ! have_gpu; then bash "$root/scripts/setup.sh"; fi
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target gpu_ops_compare -j "$(nproc)"
+  cmake --build "$build" --target gpu_ops_compare worker_nccl_transport_test pp_cuda -j "$(nproc)"
   rm -rf "$bundle"
-  mkdir -p "$bundle/lib"
-  cp "$build/bin/gpu_ops_compare" "$bundle/"
   # the C and C++ runtimes and CUDA's libraries come from the machine that runs the bundle
-  local system='libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s'
-  system+='|libcudart|libcublas|libcublasLt'
-  ldd "$build/bin/gpu_ops_compare" | awk '/=> \// {print $3}' | grep -v -E "/($system)\.so" |
-    while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
+  bash "$root/deploy/docker/bundle-libs.sh" "$bundle" "$build/bin/gpu_ops_compare" \
+    "$build/bin/worker_nccl_transport_test" "$build/lib/libpp_cuda.so"
   echo "run.sh: packed $bundle ($(du -sh "$bundle" | cut -f1))"
 }
 
-# Directories holding CUDA 13's libcudart and libcublas on this machine.
+# Directories holding CUDA 13's libcudart, libcublas and NCCL on this machine (the toolkit's, or
+# the pip wheels' under /usr/local/lib).
 cuda_lib_path() {
   local dirs=() lib
-  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
+  for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
     local found
     found="$(ldconfig -p 2>/dev/null | awk -v l="$lib" '$1 == l {print $NF; exit}')"
     if [ -z "$found" ]; then
-      found="$(find /usr/local/cuda/ /usr/local/cuda/lib64/ /usr/lib /opt -name "$lib" 2>/dev/null |
+      found="$(find /usr/local/cuda/ /usr/local/cuda/lib64/ /usr/lib /usr/local/lib /opt \
+               -name "$lib" 2>/dev/null |
                head -n 1 || true)"
     fi
     if [ -n "$found" ]; then dirs+=("$(dirname "$found")"); fi
@@ -56,10 +57,10 @@ cuda_lib_path() {
 
 if have_deps; then
   build_and_pack
-  binary="$build/bin/gpu_ops_compare"
-elif [ -x "$bundle/gpu_ops_compare" ]; then
+  bin="$build/bin"
+elif [ -x "$bundle/bin/gpu_ops_compare" ]; then
   echo "run.sh: no build dependencies here; running the bundle built elsewhere"
-  binary="$bundle/gpu_ops_compare"
+  bin="$bundle/bin"
   export LD_LIBRARY_PATH="$bundle/lib:$(cuda_lib_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 else
   echo "run.sh: this machine can neither build (no project dependencies) nor find $bundle." >&2
@@ -72,10 +73,15 @@ if have_gpu; then
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 fi
 status=0
-"$binary" --bench "$@" || status=$?
+"$bin/gpu_ops_compare" --bench "$@" || status=$?
+nccl=0
+"$bin/worker_nccl_transport_test" || nccl=$?
 if [ "$status" -eq 77 ]; then
-  echo "run.sh: no GPU here; the comparison was skipped." \
-       "$bundle is ready to carry to a GPU machine."
+  echo "run.sh: no GPU here; the checks were skipped. $bundle is ready to carry to a GPU machine."
   exit 0
+fi
+if [ "$nccl" -ne 0 ]; then
+  echo "run.sh: the NCCL transport test failed (exit $nccl)" >&2
+  [ "$status" -ne 0 ] || status="$nccl"
 fi
 exit "$status"

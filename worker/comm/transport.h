@@ -76,8 +76,10 @@ struct TransportOptions {
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGloo(KvStore& store,
                                                        const TransportOptions& options);
 
-// NCCL communicator over options.cuda_device; rank 0 publishes the ncclUniqueId in `store`.
-// Unimplemented in builds without CUDA/NCCL.
+// NCCL communicators over options.cuda_device, from the CUDA plugin libpp_cuda.so (loaded here,
+// on first use; see kernels/cuda/plugin.h). The ncclUniqueIds travel through `store`. A missing
+// plugin gives Unavailable, a plugin without NCCL Unimplemented, a missing device
+// FailedPrecondition.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
                                                        const TransportOptions& options);
 
