@@ -18,8 +18,11 @@ build: configure
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# The embedded default: ppcoord + 2 CPU workers on loopback train a small GPT (about 2 minutes on
+# 2 cores), then everything stops. More workers: make run WORKERS=4.
+WORKERS ?= 2
 run: build
-	@$(BUILD)/bin/ppctl plan --schedule=1f1b --stages=4 --microbatches=8 --format=ascii
+	@$(BUILD)/bin/ppctl up --workers=$(WORKERS)
 
 clean:
 	rm -rf $(BUILD)

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
+#include "common/proto_io.h"
 #include "coordinator/plan/render.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
@@ -29,6 +30,10 @@ ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(10),
 ABSL_FLAG(
     int32_t, step, 0,
     "trace: the step to draw (0: the newest traced); resume: the checkpoint step (0: newest)");
+ABSL_FLAG(int32_t, steps, 0, "resume: the new total of training steps (0: keep the spec's)");
+ABSL_FLAG(std::string, parallel, "",
+          "resume: a new layout, the proto3 JSON of pp.v1.ParallelSpec, e.g. "
+          "'{\"pipeline\":2,\"chunks\":2,\"schedule\":\"interleaved-1f1b\"}'");
 // Shared with `ppctl plan`, which defines it: ascii | json | chrome.
 ABSL_DECLARE_FLAG(std::string, format);
 
@@ -178,6 +183,13 @@ int Resume(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args
   pp::v1::ResumeJobRequest request;
   request.set_job_id(args[0]);
   request.set_step(absl::GetFlag(FLAGS_step));
+  request.set_steps(absl::GetFlag(FLAGS_steps));
+  if (const std::string parallel = absl::GetFlag(FLAGS_parallel); !parallel.empty()) {
+    if (absl::Status parsed = pp::common::JsonToMessage(parallel, request.mutable_parallel());
+        !parsed.ok()) {
+      return Fail("resume", absl::StrCat("--parallel: ", parsed.message()), kUsage);
+    }
+  }
   pp::v1::Job job;
   grpc::Status status = stub.ResumeJob(Context().get(), request, &job);
   if (!status.ok()) return Fail("resume", Describe(status));
@@ -239,8 +251,8 @@ const std::map<std::string, Command>& Commands() {
        {"watch JOB: live progress until the job ends; exit 0 only if it SUCCEEDED", 1, Watch}},
       {"cancel", {"cancel JOB: stop a queued or running job", 1, Cancel}},
       {"resume",
-       {"resume JOB [--step=N]: restart from a checkpoint (not implemented by ppcoord "
-        "yet)",
+       {"resume JOB [--step=N] [--steps=N] [--parallel=JSON]: queue an ended job again from "
+        "its newest (or step N's) verified checkpoint, optionally on a new layout",
         1, Resume}},
       {"workers", {"workers: registered workers and their state", 0, Workers}},
       {"trace",
@@ -260,6 +272,12 @@ std::vector<std::string> JobCommandNames() {
 std::string JobCommandUsage(const std::string& command) {
   auto it = Commands().find(command);
   return it == Commands().end() ? "" : it->second.usage;
+}
+
+std::vector<std::string> JobCommandFlags(const std::string& command) {
+  if (command == "trace") return {"step", "format"};
+  if (command == "resume") return {"step", "steps", "parallel"};
+  return {};
 }
 
 int RunJobCommand(const std::string& command, const std::vector<std::string>& args) {

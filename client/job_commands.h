@@ -19,6 +19,9 @@ std::vector<std::string> JobCommandNames();
 // empty for an unknown command.
 std::string JobCommandUsage(const std::string& command);
 
+// The command's own flags beyond --coordinator and --rpc_timeout, in help order.
+std::vector<std::string> JobCommandFlags(const std::string& command);
+
 int RunJobCommand(const std::string& command, const std::vector<std::string>& args);
 
 }  // namespace pp::client

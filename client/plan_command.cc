@@ -1,5 +1,6 @@
 // `ppctl plan`: compiles a schedule locally (no server) and prints it as an ASCII timeline, the
-// proto3 JSON of pp.v1.Schedule, or a Chrome trace; `--auto` first picks schedule, V and M.
+// proto3 JSON of pp.v1.Schedule, or a Chrome trace; `--auto` first picks schedule, V and M, and
+// with --mesh_workers also how to split the workers into data x pipeline x tensor parallelism.
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -46,6 +47,22 @@ ABSL_FLAG(double, memory_budget, 0,
           "0 = unlimited");
 ABSL_FLAG(std::string, schedules, "", "--auto: comma-separated schedules to compare; empty = all");
 ABSL_FLAG(int32_t, max_chunks, 4, "--auto: largest V tried for interleaved-1f1b");
+ABSL_FLAG(int32_t, mesh_workers, 0,
+          "--auto: split this many workers into DP x PP x TP as well (0 = plan --stages ranks "
+          "only). --costs then holds one SEQUENCE through the WHOLE model on one worker (f, b, "
+          "comm, bw, act = its saved activation bytes); --stages and the M range are not used");
+ABSL_FLAG(double, memory_per_worker, 0,
+          "--mesh_workers: bytes per worker for weights, gradients, AdamW moments and activations; "
+          "0 = unlimited");
+ABSL_FLAG(int32_t, batch, 0, "--mesh_workers: sequences per step over all replicas (required)");
+ABSL_FLAG(int32_t, layers, 0, "--mesh_workers: transformer blocks; PP x V must not exceed it");
+ABSL_FLAG(int32_t, heads, 0, "--mesh_workers: attention heads; TP must divide it");
+ABSL_FLAG(int32_t, max_tensor, 8, "--mesh_workers: largest TP (the workers of one host)");
+ABSL_FLAG(double, boundary_bytes, 0,
+          "--mesh_workers: bytes of one sequence's (T,C) activation (4*T*C in fp32): a pipeline "
+          "message and a TP all-reduce");
+ABSL_FLAG(double, weight_bytes, 0,
+          "--mesh_workers: bytes of the whole model's fp32 weights (4 x parameters)");
 
 namespace pp::client {
 namespace {
@@ -166,6 +183,43 @@ absl::Status RunAuto(const plan::CostModel& costs, const std::string& format) {
   return Print(*planned, scaled, format);
 }
 
+absl::Status RunMesh(const plan::CostModel& costs, const std::string& format) {
+  if (costs.backward_input != 0 || costs.backward_weight != 0 || !costs.stage_scale.empty()) {
+    return absl::InvalidArgumentError(
+        "--costs: i, w and scale are not used with --mesh_workers (costs are per sequence)");
+  }
+  plan::MeshPlanRequest request;
+  request.workers = absl::GetFlag(FLAGS_mesh_workers);
+  request.memory_per_worker = absl::GetFlag(FLAGS_memory_per_worker);
+  request.batch = absl::GetFlag(FLAGS_batch);
+  request.n_layers = absl::GetFlag(FLAGS_layers);
+  request.n_heads = absl::GetFlag(FLAGS_heads);
+  request.max_tensor = absl::GetFlag(FLAGS_max_tensor);
+  request.max_chunks = absl::GetFlag(FLAGS_max_chunks);
+  request.schedules = absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',', absl::SkipEmpty());
+  request.costs.forward = costs.forward;
+  request.costs.backward = costs.backward;
+  request.costs.activation_bytes = costs.activation_bytes;
+  request.costs.comm_latency = costs.comm_latency;
+  request.costs.comm_bandwidth = costs.comm_bandwidth;
+  request.costs.boundary_bytes = absl::GetFlag(FLAGS_boundary_bytes);
+  request.costs.weight_bytes = absl::GetFlag(FLAGS_weight_bytes);
+  absl::StatusOr<plan::MeshPlan> chosen = plan::ChooseMesh(request);
+  if (!chosen.ok()) return chosen.status();
+  (format == "ascii" ? std::cout : std::cerr) << plan::DescribeMeshPlan(*chosen);
+  if (chosen->chosen < 0) return absl::FailedPreconditionError(chosen->reason);
+  const plan::MeshCandidate& best = chosen->candidates[chosen->chosen];
+  const plan::CostModel stage_costs = plan::MeshStageCosts(request, best);
+  absl::StatusOr<plan::Planned> planned =
+      plan::Plan(best.schedule, best.pp, best.chunks, best.microbatches, stage_costs);
+  if (!planned.ok()) return planned.status();
+  if (format == "ascii") {
+    std::cout << "\none replica's pipeline (per stage-microbatch: f=" << stage_costs.forward
+              << " b=" << stage_costs.backward << ", act = pipeline message bytes)\n";
+  }
+  return Print(*planned, stage_costs, format);
+}
+
 absl::Status RunPlan(const std::vector<std::string>& args) {
   if (!args.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'"));
@@ -177,7 +231,10 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
   }
   absl::StatusOr<plan::CostModel> costs = ParseCosts(absl::GetFlag(FLAGS_costs));
   if (!costs.ok()) return costs.status();
-  if (absl::GetFlag(FLAGS_auto)) return RunAuto(*costs, format);
+  if (absl::GetFlag(FLAGS_auto)) {
+    return absl::GetFlag(FLAGS_mesh_workers) > 0 ? RunMesh(*costs, format)
+                                                 : RunAuto(*costs, format);
+  }
   absl::StatusOr<plan::Planned> planned =
       plan::Plan(absl::GetFlag(FLAGS_schedule), absl::GetFlag(FLAGS_stages),
                  absl::GetFlag(FLAGS_chunks), absl::GetFlag(FLAGS_microbatches), *costs);
@@ -193,7 +250,9 @@ Command PlanCommand() {
           "compile a pipeline schedule locally (no server): generate, lower comms, validate, "
           "simulate, draw",
           {"schedule", "stages", "chunks", "microbatches", "costs", "format", "auto",
-           "min_microbatches", "max_microbatches", "memory_budget", "schedules", "max_chunks"},
+           "min_microbatches", "max_microbatches", "memory_budget", "schedules", "max_chunks",
+           "mesh_workers", "memory_per_worker", "batch", "layers", "heads", "max_tensor",
+           "boundary_bytes", "weight_bytes"},
           [](const std::vector<std::string>& args) { return ExitCode("plan", RunPlan(args)); }};
 }
 

@@ -6,10 +6,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
+namespace pp::client {
+// `ppctl up`: client/up_command.cc (declared here until command.h lists it with PlanCommand).
+Command UpCommand();
+// `ppctl train`: client/train_command.cc (declared here likewise).
+Command TrainCommand();
+}  // namespace pp::client
+
 namespace {
 
 // The server commands of client/job_commands.cc, as table entries. Their usage line is
-// "name ARGS...: summary"; the flags each reads are named here.
+// "name ARGS...: summary".
 std::vector<pp::client::Command> JobCommands() {
   std::vector<pp::client::Command> commands;
   for (const std::string& name : pp::client::JobCommandNames()) {
@@ -20,11 +27,13 @@ std::vector<pp::client::Command> JobCommands() {
     c.summary = colon == std::string::npos ? usage : usage.substr(colon + 2);
     const std::string head = colon == std::string::npos ? name : usage.substr(0, colon);
     for (absl::string_view word : absl::StrSplit(head, ' ', absl::SkipEmpty())) {
-      if (word != name && !absl::StartsWith(word, "[--")) absl::StrAppend(&c.args, c.args.empty() ? "" : " ", word);
+      if (word != name && !absl::StartsWith(word, "[--")) {
+        absl::StrAppend(&c.args, c.args.empty() ? "" : " ", word);
+      }
     }
     c.flags = {"coordinator", "rpc_timeout"};
-    if (name == "trace") c.flags.insert(c.flags.end(), {"step", "format"});
-    if (name == "resume") c.flags.push_back("step");
+    const std::vector<std::string> own = pp::client::JobCommandFlags(name);
+    c.flags.insert(c.flags.end(), own.begin(), own.end());
     c.run = [name](const std::vector<std::string>& args) {
       return pp::client::RunJobCommand(name, args);
     };
@@ -38,5 +47,7 @@ std::vector<pp::client::Command> JobCommands() {
 int main(int argc, char** argv) {
   std::vector<pp::client::Command> commands = {pp::client::PlanCommand()};
   for (pp::client::Command& c : JobCommands()) commands.push_back(std::move(c));
+  commands.push_back(pp::client::UpCommand());
+  commands.push_back(pp::client::TrainCommand());
   return pp::client::RunPpctl(commands, argc, argv);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <system_error>
 
@@ -98,6 +99,25 @@ absl::Status CheckShard(const std::string& step_dir, const pp::v1::CheckpointSha
   return absl::OkStatus();
 }
 
+std::string ShardPath(const std::string& step_dir, const pp::v1::CheckpointShard& shard) {
+  return (fs::path(step_dir) / shard.file()).string();
+}
+
+// The shard's file, mapped, once its size and sha256 match the manifest.
+absl::StatusOr<MappedFile> OpenVerifiedShard(const std::string& step_dir,
+                                             const pp::v1::CheckpointShard& shard) {
+  if (absl::Status checked = CheckShard(step_dir, shard); !checked.ok()) return checked;
+  const std::string path = ShardPath(step_dir, shard);
+  absl::StatusOr<MappedFile> file = MappedFile::Open(path);
+  if (!file.ok()) return file.status();
+  std::string sha = Sha256Hex(file->view());
+  if (sha != shard.sha256()) {
+    return absl::DataLossError(absl::StrCat("shard ", path, " is corrupt: sha256 ", sha,
+                                            ", the manifest says ", shard.sha256()));
+  }
+  return file;
+}
+
 }  // namespace
 
 std::string StepDir(const std::string& root, const std::string& job, int step) {
@@ -167,16 +187,10 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir) {
   Checkpoint checkpoint;
   std::map<std::string, std::string> owner;  // tensor name -> shard file
   for (const pp::v1::CheckpointShard& shard : manifest->shards()) {
-    if (absl::Status checked = CheckShard(step_dir, shard); !checked.ok()) return checked;
-    std::string path = (fs::path(step_dir) / shard.file()).string();
-    absl::StatusOr<MappedFile> file = MappedFile::Open(path);
+    absl::StatusOr<MappedFile> file = OpenVerifiedShard(step_dir, shard);
     if (!file.ok()) return file.status();
-    std::string sha = Sha256Hex(file->view());
-    if (sha != shard.sha256()) {
-      return absl::DataLossError(absl::StrCat("shard ", path, " is corrupt: sha256 ", sha,
-                                              ", the manifest says ", shard.sha256()));
-    }
-    absl::StatusOr<SafetensorsFile> parsed = ParseSafetensors(file->view(), path);
+    absl::StatusOr<SafetensorsFile> parsed =
+        ParseSafetensors(file->view(), ShardPath(step_dir, shard));
     if (!parsed.ok()) return parsed.status();
     for (Tensor& tensor : parsed->tensors) {
       auto [it, inserted] = owner.emplace(tensor.name, shard.file());
@@ -193,25 +207,62 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir) {
   return checkpoint;
 }
 
-absl::StatusOr<LatestCheckpoint> LoadLatestCheckpoint(const std::string& root,
-                                                      const std::string& job, int max_step) {
+absl::StatusOr<pp::v1::CheckpointManifest> VerifyCheckpoint(const std::string& step_dir) {
+  absl::StatusOr<pp::v1::CheckpointManifest> manifest = ReadManifest(step_dir);
+  if (!manifest.ok()) return manifest.status();
+  for (const pp::v1::CheckpointShard& shard : manifest->shards()) {
+    if (absl::StatusOr<MappedFile> file = OpenVerifiedShard(step_dir, shard); !file.ok()) {
+      return file.status();
+    }
+  }
+  return manifest;
+}
+
+namespace {
+
+// The newest committed step <= max_step (0: no bound) for which `try_step` succeeds.
+template <typename T>
+absl::StatusOr<T> NewestUsable(
+    const std::string& root, const std::string& job, int max_step,
+    std::vector<std::string>& skipped,
+    const std::function<absl::StatusOr<T>(const std::string&)>& try_step) {
   absl::StatusOr<std::vector<int>> steps = ListCommittedSteps(root, job);
   if (!steps.ok()) return steps.status();
-  LatestCheckpoint latest;
   for (int step : *steps) {
     if (max_step > 0 && step > max_step) continue;
-    absl::StatusOr<Checkpoint> checkpoint = LoadCheckpoint(StepDir(root, job, step));
-    if (checkpoint.ok()) {
-      latest.checkpoint = *std::move(checkpoint);
-      return latest;
-    }
-    latest.skipped.push_back(std::string(checkpoint.status().message()));
+    absl::StatusOr<T> usable = try_step(StepDir(root, job, step));
+    if (usable.ok()) return usable;
+    skipped.push_back(std::string(usable.status().message()));
   }
   std::string where = absl::StrCat(root, "/", job);
   if (max_step > 0) absl::StrAppend(&where, " at or before step ", max_step);
   return absl::NotFoundError(absl::StrCat("no loadable committed checkpoint in ", where,
-                                          latest.skipped.empty() ? "" : ": ",
-                                          absl::StrJoin(latest.skipped, "; ")));
+                                          skipped.empty() ? "" : ": ",
+                                          absl::StrJoin(skipped, "; ")));
+}
+
+}  // namespace
+
+absl::StatusOr<LatestCheckpoint> LoadLatestCheckpoint(const std::string& root,
+                                                      const std::string& job, int max_step) {
+  LatestCheckpoint latest;
+  absl::StatusOr<Checkpoint> checkpoint =
+      NewestUsable<Checkpoint>(root, job, max_step, latest.skipped,
+                               [](const std::string& dir) { return LoadCheckpoint(dir); });
+  if (!checkpoint.ok()) return checkpoint.status();
+  latest.checkpoint = *std::move(checkpoint);
+  return latest;
+}
+
+absl::StatusOr<LatestManifest> LatestVerifiedCheckpoint(const std::string& root,
+                                                        const std::string& job, int max_step) {
+  LatestManifest latest;
+  absl::StatusOr<pp::v1::CheckpointManifest> manifest = NewestUsable<pp::v1::CheckpointManifest>(
+      root, job, max_step, latest.skipped,
+      [](const std::string& dir) { return VerifyCheckpoint(dir); });
+  if (!manifest.ok()) return manifest.status();
+  latest.manifest = *std::move(manifest);
+  return latest;
 }
 
 absl::StatusOr<std::vector<Tensor>> SelectTensors(const Checkpoint& checkpoint,

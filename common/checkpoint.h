@@ -56,6 +56,10 @@ struct Checkpoint {
 // no tensor name in two shards).
 absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir);
 
+// The manifest of one step folder once every shard's bytes and sha256 match it; reads each shard
+// once without keeping its tensors (the coordinator's check before it resumes from a step).
+absl::StatusOr<pp::v1::CheckpointManifest> VerifyCheckpoint(const std::string& step_dir);
+
 struct LatestCheckpoint {
   Checkpoint checkpoint;
   std::vector<std::string> skipped;  // why each newer committed step was refused
@@ -64,6 +68,14 @@ struct LatestCheckpoint {
 // tried when a newer one is damaged. NotFound when there is none.
 absl::StatusOr<LatestCheckpoint> LoadLatestCheckpoint(const std::string& root,
                                                       const std::string& job, int max_step = 0);
+
+struct LatestManifest {
+  pp::v1::CheckpointManifest manifest;
+  std::vector<std::string> skipped;  // why each newer committed step was refused
+};
+// As LoadLatestCheckpoint, but verifies only (VerifyCheckpoint).
+absl::StatusOr<LatestManifest> LatestVerifiedCheckpoint(const std::string& root,
+                                                        const std::string& job, int max_step = 0);
 
 // The named tensors, in the order asked; NotFound naming the first missing one.
 absl::StatusOr<std::vector<Tensor>> SelectTensors(const Checkpoint& checkpoint,

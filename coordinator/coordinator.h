@@ -2,8 +2,13 @@
 // Contract: Start serves pp.v1.Coordinator (clients) and pp.v1.WorkerRegistry (workers) on one gRPC
 // port, with grpc.health.v1 and server reflection, and Prometheus text on /metrics. Jobs are
 // validated and compiled on submit, kept in SQLite under data_dir, wait QUEUED for enough IDLE
-// workers, are placed (workers in name order) and pushed with Worker.RunTask. A worker silent for
-// worker_timeout is DOWN and fails its job. Port 0 in an address binds a free port.
+// workers, are placed (workers in name order) and pushed with Worker.RunTask. Ranks' checkpoint
+// shards are committed (manifest.json) once every rank reported. A failure of a running attempt
+// (a worker silent for worker_timeout, a task error, a failed RunTask, a worker back without its
+// task) stops its other ranks and queues the job again from its newest verified checkpoint, up to
+// spec.max_restarts times; a draining worker's job stops at a common step, checkpoints and is
+// queued again elsewhere; ResumeJob queues an ended job from a checkpoint, on any layout; a
+// restarted ppcoord queues its running jobs again. Port 0 in an address binds a free port.
 #ifndef PP_COORDINATOR_COORDINATOR_H_
 #define PP_COORDINATOR_COORDINATOR_H_
 

@@ -14,7 +14,9 @@ absl::Status CheckTransition(pp::v1::JobState from, pp::v1::JobState to) {
   const bool ok = (from == pp::v1::QUEUED &&
                    (to == pp::v1::RUNNING || to == pp::v1::FAILED || to == pp::v1::CANCELLED)) ||
                   (from == pp::v1::RUNNING &&
-                   (to == pp::v1::SUCCEEDED || to == pp::v1::FAILED || to == pp::v1::CANCELLED));
+                   (to == pp::v1::SUCCEEDED || to == pp::v1::FAILED || to == pp::v1::CANCELLED ||
+                    to == pp::v1::QUEUED)) ||
+                  (IsTerminal(from) && to == pp::v1::QUEUED);
   if (ok) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat("job is ", pp::v1::JobState_Name(from),
                                                     ", cannot become ", pp::v1::JobState_Name(to)));

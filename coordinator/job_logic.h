@@ -17,8 +17,9 @@ namespace pp::coordinator {
 
 bool IsTerminal(pp::v1::JobState state);
 
-// QUEUED -> RUNNING | FAILED | CANCELLED; RUNNING -> SUCCEEDED | FAILED | CANCELLED.
-// Anything else is FailedPrecondition naming both states.
+// QUEUED -> RUNNING | FAILED | CANCELLED; RUNNING -> SUCCEEDED | FAILED | CANCELLED | QUEUED
+// (a restart); SUCCEEDED | FAILED | CANCELLED -> QUEUED (a resume). Anything else is
+// FailedPrecondition naming both states.
 absl::Status CheckTransition(pp::v1::JobState from, pp::v1::JobState to);
 
 // Idle share of the step over all ranks: 1 - sum(busy) / (ranks * max(step seconds)).

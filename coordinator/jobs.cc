@@ -4,6 +4,7 @@
 #include <cctype>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -126,18 +127,20 @@ absl::Status JobManager::Reload() {
     JobRecord& rec = jobs_[id];
     rec.job = std::move(job);
     order_.push_back(id);
+    if (IsTerminal(rec.job.state())) continue;
+    absl::StatusOr<PlannedJob> planned = PlanJobSpec(rec.job.spec());
+    if (!planned.ok()) {
+      if (rec.job.state() == pp::v1::RUNNING) rec.job.set_state(pp::v1::QUEUED);
+      Finish(rec, pp::v1::FAILED,
+             absl::StrCat("spec no longer valid after a restart: ", planned.status().message()));
+      continue;
+    }
+    rec.schedule = std::move(planned->schedule);
+    rec.stage_units = std::move(planned->stage_units);
+    metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
+    // Its workers still run the old attempt; they register again and are told to stop it.
     if (rec.job.state() == pp::v1::RUNNING) {
-      Finish(rec, pp::v1::FAILED, "ppcoord restarted while the job was running");
-    } else if (rec.job.state() == pp::v1::QUEUED) {
-      absl::StatusOr<PlannedJob> planned = PlanJobSpec(rec.job.spec());
-      if (!planned.ok()) {
-        Finish(rec, pp::v1::FAILED,
-               absl::StrCat("spec no longer valid after a restart: ", planned.status().message()));
-        continue;
-      }
-      rec.schedule = std::move(planned->schedule);
-      rec.stage_units = std::move(planned->stage_units);
-      metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
+      Requeue(rec, "ppcoord restarted while the job was running", /*automatic=*/false);
     }
   }
   UpdateGauges();
@@ -166,13 +169,17 @@ void JobManager::Tick() {
        workers_.MarkSilentDown(absl::Now(), options_.worker_timeout)) {
     Log(absl::StrCat("worker ", w.name(), " is DOWN (no heartbeat for ",
                      absl::FormatDuration(options_.worker_timeout), ")"));
-    JobRecord* rec = w.job_id().empty() ? nullptr : FindLocked(w.job_id());
-    if (rec == nullptr || rec->job.state() != pp::v1::RUNNING) continue;
-    Finish(*rec, pp::v1::FAILED,
-           absl::StrCat("worker ", w.name(), " (rank ", RankOfWorker(rec->job, w.name()),
-                        ") stopped heartbeating: silent for more than ",
-                        absl::FormatDuration(options_.worker_timeout)),
-           w.name());
+    auto held = held_.find(w.name());
+    if (held == held_.end()) continue;
+    const Held lost = held->second;
+    held_.erase(held);
+    if (!IsLive(lost)) continue;
+    JobRecord& rec = jobs_.at(lost.job_id);
+    Fail(rec,
+         absl::StrCat("worker ", w.name(), " (rank ", RankOfWorker(rec.job, w.name()),
+                      ") stopped heartbeating: silent for more than ",
+                      absl::FormatDuration(options_.worker_timeout)),
+         w.name());
   }
   PlaceQueued();
   UpdateGauges();
@@ -192,28 +199,33 @@ void JobManager::PlaceQueued() {
     job.mutable_placement()->Assign(placement->begin(), placement->end());
     job.set_state(pp::v1::RUNNING);
     job.set_updated_unix(NowUnix());
-    rec.attempt = job.restarts();
     rec.steps = std::make_unique<StepAggregator>(job.placement_size());
     rec.checkpoints = std::make_unique<CheckpointCollector>(job.placement_size());
     rec.ranks_done.clear();
+    rec.drained = false;
+    rec.stop_step = 0;
+    rec.newest_reported_step = job.start_step();
     std::vector<std::string> names;
     for (const pp::v1::RankPlacement& p : job.placement()) {
       workers_.SetBusy(p.worker(), id);
+      held_[p.worker()] = Held{.job_id = id, .attempt = job.attempt()};
       names.push_back(absl::StrCat(p.worker(), " (rank ", p.rank(), ")"));
     }
     for (pp::v1::TaskPlan& plan :
-         BuildTaskPlans(job, rec.schedule, rec.stage_units, rec.attempt, checkpoint_root())) {
+         BuildTaskPlans(job, rec.schedule, rec.stage_units, checkpoint_root())) {
       const pp::v1::RankPlacement& p = job.placement(plan.rank());
       outbound_.push_back(Outbound{.run = true,
                                    .worker = p.worker(),
                                    .address = p.address(),
                                    .job_id = id,
                                    .reason = "",
-                                   .attempt = rec.attempt,
+                                   .attempt = job.attempt(),
                                    .plan = std::move(plan)});
     }
     Persist(rec);
-    Emit(rec, pp::v1::EVENT_PLACED, absl::StrCat("placed on ", absl::StrJoin(names, ", ")));
+    Emit(rec, pp::v1::EVENT_PLACED,
+         absl::StrCat("attempt ", job.attempt(), " placed on ", absl::StrJoin(names, ", "),
+                      job.start_step() > 0 ? absl::StrCat(", from step ", job.start_step()) : ""));
   }
 }
 
@@ -252,14 +264,13 @@ void JobManager::Issue(Outbound rpc) {
     metrics_->RpcError(rpc.run ? "pp.v1.Worker/RunTask" : "pp.v1.Worker/AbortTask");
     Log(absl::StrCat((rpc.run ? "RunTask" : "AbortTask"), " to ", rpc.worker, " at ", rpc.address,
                      " failed: ", status.error_message()));
-    JobRecord* rec = rpc.run ? FindLocked(rpc.job_id) : nullptr;
-    if (rec == nullptr || rec->attempt != rpc.attempt || rec->job.state() != pp::v1::RUNNING) {
-      return;
-    }
-    Finish(*rec, pp::v1::FAILED,
-           absl::StrCat("rank ", rpc.plan.rank(), " on worker ", rpc.worker, " (", rpc.address,
-                        "): RunTask failed: ", status.error_message()),
-           rpc.worker);
+    const Held held{.job_id = rpc.job_id, .attempt = rpc.attempt};
+    if (!rpc.run || !IsLive(held)) return;
+    Release(rpc.worker, held);  // it never started the task
+    Fail(jobs_.at(rpc.job_id),
+         absl::StrCat("rank ", rpc.plan.rank(), " on worker ", rpc.worker, " (", rpc.address,
+                      "): RunTask failed: ", status.error_message()),
+         rpc.worker);
   };
   if (call->rpc.run) {
     stub->async()->RunTask(&call->context, &call->rpc.plan, &call->run_response, done);
@@ -275,20 +286,29 @@ JobManager::JobRecord* JobManager::FindLocked(const std::string& job_id) {
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
-void JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
-                        const std::string& skip_worker) {
-  if (absl::Status allowed = CheckTransition(rec.job.state(), state); !allowed.ok()) {
-    Log(absl::StrCat("job ", rec.job.id(), ": ", allowed.message()));
+bool JobManager::IsLive(const Held& held) {
+  JobRecord* rec = FindLocked(held.job_id);
+  return rec != nullptr && rec->job.state() == pp::v1::RUNNING &&
+         rec->job.attempt() == held.attempt;
+}
+
+void JobManager::Release(const std::string& worker, const Held& held) {
+  auto it = held_.find(worker);
+  if (it == held_.end() || it->second.job_id != held.job_id ||
+      it->second.attempt != held.attempt) {
     return;
   }
-  pp::v1::Job& job = rec.job;
-  job.set_state(state);
-  job.set_reason(reason);
-  job.set_updated_unix(NowUnix());
+  held_.erase(it);
+  workers_.SetIdle(worker);
+}
+
+void JobManager::StopAttempt(JobRecord& rec, const std::string& reason,
+                             const std::string& skip_worker) {
+  const pp::v1::Job& job = rec.job;
   for (const pp::v1::RankPlacement& p : job.placement()) {
-    const pp::v1::WorkerInfo* w = workers_.Find(p.worker());
-    if (p.worker() == skip_worker || w == nullptr || w->state() != pp::v1::BUSY ||
-        w->job_id() != job.id()) {
+    auto held = held_.find(p.worker());
+    if (p.worker() == skip_worker || held == held_.end() || held->second.job_id != job.id() ||
+        held->second.attempt != job.attempt()) {
       continue;
     }
     outbound_.push_back(Outbound{.run = false,
@@ -296,14 +316,96 @@ void JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::strin
                                  .address = p.address(),
                                  .job_id = job.id(),
                                  .reason = reason,
-                                 .attempt = rec.attempt,
+                                 .attempt = job.attempt(),
                                  .plan = {}});
   }
+  kv_.EraseWithPrefix(absl::StrCat(job.id(), "/", job.attempt(), "/"));
+}
+
+void JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
+                        const std::string& skip_worker) {
+  if (absl::Status allowed = CheckTransition(rec.job.state(), state); !allowed.ok()) {
+    Log(absl::StrCat("job ", rec.job.id(), ": ", allowed.message()));
+    return;
+  }
+  StopAttempt(rec, reason, skip_worker);
+  pp::v1::Job& job = rec.job;
+  job.set_state(state);
+  job.set_reason(reason);
+  job.set_updated_unix(NowUnix());
   kv_.EraseWithPrefix(job.id() + "/");
   Persist(rec);
   Emit(rec, FinalEventKind(state),
        reason.empty() ? absl::StrCat("finished after ", job.step(), " steps") : reason);
   UpdateGauges();
+}
+
+void JobManager::Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker) {
+  const int budget = rec.job.spec().max_restarts();
+  if (rec.job.restarts() < budget) {
+    Requeue(rec, reason, /*automatic=*/true, skip_worker);
+    return;
+  }
+  Finish(rec, pp::v1::FAILED,
+         budget > 0 ? absl::StrCat(reason, " (after ", budget, " automatic restarts)") : reason,
+         skip_worker);
+}
+
+void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automatic,
+                         const std::string& skip_worker) {
+  pp::v1::Job& job = rec.job;
+  if (absl::Status allowed = CheckTransition(job.state(), pp::v1::QUEUED); !allowed.ok()) {
+    Log(absl::StrCat("job ", job.id(), ": ", allowed.message()));
+    return;
+  }
+  StopAttempt(rec, reason, skip_worker);
+  // The newest checkpoint of this job's history: a resume to an older step left newer folders of
+  // the abandoned history behind, which last_checkpoint_step excludes.
+  int from_step = 0;
+  if (job.last_checkpoint_step() > 0) {
+    absl::StatusOr<pp::common::LatestManifest> latest = pp::common::LatestVerifiedCheckpoint(
+        checkpoint_root(), job.id(), job.last_checkpoint_step());
+    if (latest.ok()) {
+      from_step = latest->manifest.step();
+      for (const std::string& why : latest->skipped) {
+        Log(absl::StrCat("job ", job.id(), ": skipped a checkpoint: ", why));
+      }
+    } else {
+      Log(absl::StrCat("job ", job.id(), ": restarting from scratch: ",
+                       latest.status().message()));
+    }
+  }
+  if (automatic) {
+    job.set_restarts(job.restarts() + 1);
+    metrics_->JobRestarted(job.id());
+  }
+  job.set_state(pp::v1::QUEUED);
+  StartNextAttempt(rec, from_step, reason, automatic);
+  Log(absl::StrCat("job ", job.id(), ": attempt ", job.attempt(), " from step ", from_step,
+                   " after: ", reason));
+  Persist(rec);
+  Emit(rec, pp::v1::EVENT_RESTARTED,
+       absl::StrCat(automatic ? absl::StrCat("restart ", job.restarts(), " of ",
+                                             job.spec().max_restarts())
+                              : "restart",
+                    " from step ", from_step, ": ", reason));
+  UpdateGauges();
+}
+
+void JobManager::StartNextAttempt(JobRecord& rec, int from_step, const std::string& reason,
+                                  bool automatic) {
+  pp::v1::Job& job = rec.job;
+  job.set_attempt(job.attempt() + 1);
+  job.set_start_step(from_step);
+  job.set_step(from_step);
+  job.set_reason(reason);
+  job.set_updated_unix(NowUnix());
+  pp::v1::JobRestart* entry = job.add_restart_log();
+  entry->set_attempt(job.attempt());
+  entry->set_reason(reason);
+  entry->set_from_step(from_step);
+  entry->set_time_unix(job.updated_unix());
+  entry->set_automatic(automatic);
 }
 
 void JobManager::Emit(JobRecord& rec, pp::v1::JobEventKind kind, const std::string& message) {
@@ -413,6 +515,72 @@ absl::StatusOr<pp::v1::Job> JobManager::Cancel(const std::string& job_id) {
   return rec->job;
 }
 
+absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& request) {
+  const std::string& id = request.job_id();
+  absl::MutexLock lock(&mu_);
+  JobRecord* rec = FindLocked(id);
+  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
+  if (!IsTerminal(rec->job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", id, "\" is ", pp::v1::JobState_Name(rec->job.state()),
+                     ": only an ended job can be resumed (cancel it first)"));
+  }
+  if (request.step() < 0 || request.steps() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step (", request.step(), ") and steps (",
+                                                   request.steps(), ") must be >= 0"));
+  }
+  pp::v1::JobSpec spec = rec->job.spec();
+  if (request.has_parallel()) *spec.mutable_parallel() = request.parallel();
+  if (request.steps() > 0) spec.mutable_train()->set_steps(request.steps());
+  absl::StatusOr<PlannedJob> planned = PlanJobSpec(spec);
+  if (!planned.ok()) return planned.status();
+
+  const std::string root = checkpoint_root();
+  absl::StatusOr<pp::v1::CheckpointManifest> manifest;
+  if (request.step() > 0) {
+    manifest = pp::common::VerifyCheckpoint(pp::common::StepDir(root, id, request.step()));
+  } else {
+    absl::StatusOr<pp::common::LatestManifest> latest =
+        pp::common::LatestVerifiedCheckpoint(root, id);
+    if (latest.ok()) {
+      for (const std::string& why : latest->skipped) {
+        Log(absl::StrCat("job ", id, ": resume skipped a checkpoint: ", why));
+      }
+      manifest = std::move(latest->manifest);
+    } else {
+      manifest = latest.status();
+    }
+  }
+  if (!manifest.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", id, "\" cannot resume: ", manifest.status().message()));
+  }
+  const int from_step = manifest->step();
+  if (from_step >= planned->spec.train().steps()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job \"", id, "\": checkpoint step ", from_step, " already reaches train.steps ",
+        planned->spec.train().steps(), "; ask for more steps to train further"));
+  }
+  pp::v1::Job& job = rec->job;
+  *job.mutable_spec() = std::move(planned->spec);
+  rec->schedule = std::move(planned->schedule);
+  rec->stage_units = std::move(planned->stage_units);
+  job.set_state(pp::v1::QUEUED);
+  job.clear_placement();
+  job.set_last_checkpoint_step(from_step);
+  const pp::v1::ParallelSpec& p = job.spec().parallel();
+  StartNextAttempt(*rec, from_step,
+                   absl::StrCat("resumed by the user from checkpoint step ", from_step, " on ",
+                                p.schedule(), " D=", p.pipeline(), " V=", p.chunks()),
+                   /*automatic=*/false);
+  Persist(*rec);
+  metrics_->JobCreated(id, rec->schedule.simulation().bubble_fraction());
+  Emit(*rec, pp::v1::EVENT_QUEUED, job.reason());
+  PlaceQueued();
+  UpdateGauges();
+  return rec->job;
+}
+
 std::vector<pp::v1::WorkerInfo> JobManager::Workers() {
   absl::MutexLock lock(&mu_);
   return workers_.All();
@@ -473,21 +641,33 @@ absl::Status JobManager::Watch(const std::string& job_id,
 absl::StatusOr<pp::v1::RegisterWorkerResponse> JobManager::Register(
     const pp::v1::WorkerInfo& worker) {
   absl::MutexLock lock(&mu_);
-  std::optional<pp::v1::WorkerInfo> before;
-  if (const pp::v1::WorkerInfo* w = workers_.Find(worker.name())) before = *w;
+  std::optional<Held> before;
+  if (auto it = held_.find(worker.name()); it != held_.end()) before = it->second;
   if (absl::Status ok = workers_.Register(worker, absl::Now()); !ok.ok()) return ok;
   Log(absl::StrCat("worker ", worker.name(), " registered at ", worker.address()));
-  // A worker that comes back without the task it held has lost that rank.
-  if (before && before->state() == pp::v1::BUSY && !before->job_id().empty() &&
-      before->job_id() != worker.job_id()) {
-    JobRecord* rec = FindLocked(before->job_id());
-    if (rec != nullptr && rec->job.state() == pp::v1::RUNNING) {
-      Finish(
-          *rec, pp::v1::FAILED,
-          absl::StrCat("worker ", worker.name(), " (rank ", RankOfWorker(rec->job, worker.name()),
-                       ") registered again without its task (restarted?)"),
-          worker.name());
+  held_.erase(worker.name());
+  const Held now{.job_id = worker.job_id(), .attempt = worker.attempt()};
+  if (!worker.job_id().empty()) {
+    // Busy with what it says until it says the task ended; a stale attempt is told to stop.
+    held_[worker.name()] = now;
+    if (!IsLive(now)) {
+      outbound_.push_back(Outbound{.run = false,
+                                   .worker = worker.name(),
+                                   .address = worker.address(),
+                                   .job_id = now.job_id,
+                                   .reason = "the attempt this worker runs was replaced",
+                                   .attempt = now.attempt,
+                                   .plan = {}});
     }
+  }
+  // A worker that comes back without the live task it held has lost that rank.
+  if (before && IsLive(*before) &&
+      (before->job_id != now.job_id || before->attempt != now.attempt)) {
+    JobRecord& rec = jobs_.at(before->job_id);
+    Fail(rec,
+         absl::StrCat("worker ", worker.name(), " (rank ", RankOfWorker(rec.job, worker.name()),
+                      ") registered again without its task (restarted?)"),
+         worker.name());
   }
   PlaceQueued();
   UpdateGauges();
@@ -502,21 +682,17 @@ pp::v1::HeartbeatResponse JobManager::Heartbeat(const pp::v1::HeartbeatRequest& 
   pp::v1::HeartbeatResponse response;
   response.set_known(workers_.Heartbeat(request.name(), absl::Now()));
   if (!response.known()) return response;
-  if (!request.job_id().empty()) {
-    JobRecord* rec = FindLocked(request.job_id());
-    if (rec == nullptr || IsTerminal(rec->job.state()) || rec->attempt != request.attempt()) {
-      response.add_abort_jobs(request.job_id());
-    }
-  }
-  // A worker held by a job that ended is free once it says it runs something else (or nothing).
-  const pp::v1::WorkerInfo* w = workers_.Find(request.name());
-  if (w->state() == pp::v1::BUSY && w->job_id() != request.job_id()) {
-    JobRecord* held = FindLocked(w->job_id());
-    if (held == nullptr || IsTerminal(held->job.state())) {
-      workers_.SetIdle(request.name());
-      PlaceQueued();
-      UpdateGauges();
-    }
+  const Held reported{.job_id = request.job_id(), .attempt = request.attempt()};
+  if (!request.job_id().empty() && !IsLive(reported)) response.add_abort_jobs(request.job_id());
+  // A worker is free once it says it no longer runs what it held, unless that is the live attempt
+  // (its RunTask may still be on the way).
+  auto held = held_.find(request.name());
+  if (held != held_.end() && !IsLive(held->second) &&
+      (held->second.job_id != reported.job_id || held->second.attempt != reported.attempt)) {
+    held_.erase(held);
+    workers_.SetIdle(request.name());
+    PlaceQueued();
+    UpdateGauges();
   }
   return response;
 }
@@ -524,14 +700,26 @@ pp::v1::HeartbeatResponse JobManager::Heartbeat(const pp::v1::HeartbeatRequest& 
 pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) {
   absl::MutexLock lock(&mu_);
   pp::v1::ReportResponse response;
-  JobRecord* rec = FindLocked(report.job_id());
-  if (rec == nullptr || rec->attempt != report.attempt() || rec->job.state() != pp::v1::RUNNING) {
+  if (!IsLive(Held{.job_id = report.job_id(), .attempt = report.attempt()})) {
     response.set_abort(true);
     return response;
   }
+  JobRecord* rec = FindLocked(report.job_id());
+  pp::v1::Job& job = rec->job;
+  // Ranks finish step s before any rank finishes s + 2 (the clip norm is gathered every step),
+  // and every rank reports each step: each one still reports newest + 1 after this answer.
+  rec->newest_reported_step = std::max(rec->newest_reported_step, report.step());
+  if (report.draining() && rec->stop_step == 0 && report.rank() >= 0 &&
+      report.rank() < job.placement_size()) {
+    rec->stop_step = std::min(job.spec().train().steps(), rec->newest_reported_step + 1);
+    const std::string& worker = job.placement(report.rank()).worker();
+    rec->leaving_workers.insert(worker);
+    Log(absl::StrCat("job ", job.id(), ": worker ", worker, " drains; every rank stops after step ",
+                     rec->stop_step));
+  }
+  response.set_stop_after_step(rec->stop_step);
   std::optional<StepSummary> summary = rec->steps->Add(report);
   if (!summary) return response;
-  pp::v1::Job& job = rec->job;
   job.set_step(summary->step);
   job.set_loss(summary->loss);
   job.set_bubble_ratio(summary->bubble_ratio);
@@ -560,25 +748,36 @@ pp::v1::ReportResponse JobManager::ReportTask(const pp::v1::TaskReport& report) 
   absl::MutexLock lock(&mu_);
   pp::v1::ReportResponse response;
   JobRecord* rec = FindLocked(report.job_id());
-  if (rec == nullptr || rec->attempt != report.attempt()) {
+  const Held ended{.job_id = report.job_id(), .attempt = report.attempt()};
+  std::string worker = report.worker();
+  if (worker.empty() && rec != nullptr && report.rank() >= 0 &&
+      report.rank() < rec->job.placement_size()) {
+    worker = rec->job.placement(report.rank()).worker();
+  }
+  const bool live = IsLive(ended);
+  Release(worker, ended);
+  if (!live) {
     response.set_abort(true);
+    PlaceQueued();
+    UpdateGauges();
     return response;
   }
   pp::v1::Job& job = rec->job;
-  if (report.rank() < 0 || report.rank() >= job.placement_size()) return response;
-  const std::string& worker = job.placement(report.rank()).worker();
-  if (const pp::v1::WorkerInfo* w = workers_.Find(worker);
-      w != nullptr && w->state() == pp::v1::BUSY && w->job_id() == job.id()) {
-    workers_.SetIdle(worker);
-  }
-  if (job.state() == pp::v1::RUNNING) {
-    if (!report.ok()) {
-      Finish(*rec, pp::v1::FAILED,
-             absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ", report.error()),
-             worker);
-    } else {
-      rec->ranks_done.insert(report.rank());
-      if (static_cast<int>(rec->ranks_done.size()) == job.placement_size()) {
+  if (!report.ok()) {
+    Fail(*rec, absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ", report.error()),
+         worker);
+  } else if (report.rank() >= 0 && report.rank() < job.placement_size()) {
+    rec->ranks_done.insert(report.rank());
+    rec->drained = rec->drained || report.drained();
+    if (static_cast<int>(rec->ranks_done.size()) == job.placement_size()) {
+      if (rec->drained) {
+        // The workers that asked to drain are leaving: the next attempt goes elsewhere.
+        for (const std::string& w : rec->leaving_workers) workers_.SetDown(w);
+        Requeue(*rec,
+                absl::StrCat("worker(s) ", absl::StrJoin(rec->leaving_workers, ", "),
+                             " drained after step ", rec->stop_step),
+                /*automatic=*/false);
+      } else {
         Finish(*rec, pp::v1::SUCCEEDED, "");
       }
     }
@@ -592,9 +791,12 @@ pp::v1::ReportResponse JobManager::ReportCheckpoint(const pp::v1::CheckpointRepo
   absl::MutexLock lock(&mu_);
   pp::v1::ReportResponse response;
   JobRecord* rec = FindLocked(report.job_id());
-  // The final checkpoint may arrive after the last rank said it succeeded.
-  if (rec == nullptr || rec->attempt != report.attempt() || rec->checkpoints == nullptr ||
-      (rec->job.state() != pp::v1::RUNNING && rec->job.state() != pp::v1::SUCCEEDED)) {
+  // A rank's last checkpoint may arrive after another rank ended the job.
+  const bool current = rec != nullptr && rec->job.attempt() == report.attempt() &&
+                       rec->checkpoints != nullptr &&
+                       (rec->job.state() == pp::v1::RUNNING ||
+                        rec->job.state() == pp::v1::SUCCEEDED);
+  if (!current) {
     response.set_abort(rec == nullptr || rec->job.state() != pp::v1::SUCCEEDED);
     return response;
   }

@@ -38,7 +38,8 @@ struct ManagerOptions {
 class JobManager {
  public:
   // Opens the store under options.data_dir and reloads its jobs: queued ones wait again, jobs
-  // that were running when ppcoord stopped become FAILED (recovery is not implemented yet).
+  // that were running when ppcoord stopped are queued again (a new attempt) from their newest
+  // committed checkpoint, to be placed once enough workers (re-)register.
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(const ManagerOptions& options,
                                                             CoordinatorMetrics* metrics);
   ~JobManager();
@@ -51,6 +52,9 @@ class JobManager {
   absl::StatusOr<pp::v1::Job> Get(const std::string& job_id);
   std::vector<pp::v1::Job> List();
   absl::StatusOr<pp::v1::Job> Cancel(const std::string& job_id);
+  // Queues an ended job again from a verified committed checkpoint (request.step, or the newest),
+  // optionally on a new layout (request.parallel) or to a new total of steps (request.steps).
+  absl::StatusOr<pp::v1::Job> Resume(const pp::v1::ResumeJobRequest& request);
   std::vector<pp::v1::WorkerInfo> Workers();
   absl::StatusOr<pp::v1::StepTrace> Trace(const std::string& job_id, int step);
   // Calls `send` with the job's current state, then with each new event, until the job ends,
@@ -70,17 +74,26 @@ class JobManager {
   std::string checkpoint_root() const;
 
  private:
+  // job.attempt() is the live attempt: the one running, or the one waiting to be placed.
   struct JobRecord {
     pp::v1::Job job;
     pp::v1::Schedule schedule;
     std::vector<int> stage_units;
-    int attempt = 0;
     std::unique_ptr<StepAggregator> steps;
     std::unique_ptr<CheckpointCollector> checkpoints;
     std::set<int> ranks_done;
+    bool drained = false;                   // a rank stopped at stop_step (a worker drains)
+    int stop_step = 0;                      // >0: every rank checkpoints and stops after it
+    int newest_reported_step = 0;
+    std::set<std::string> leaving_workers;  // asked to drain: not placed again
     std::deque<pp::v1::StepTrace> traces;  // the newest few steps
     std::deque<pp::v1::JobEvent> events;   // the newest events; events[0] has index first_event
     int64_t first_event = 0;
+  };
+  // The task a BUSY worker was given (or says it runs).
+  struct Held {
+    std::string job_id;
+    int attempt = 0;
   };
   // An RPC to a worker, issued by the scheduler thread outside the lock.
   struct Outbound {
@@ -100,10 +113,28 @@ class JobManager {
   pp::v1::Worker::Stub* StubFor(const std::string& address);
 
   JobRecord* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves a job to a terminal state: persists it, emits the event, asks its still busy workers to
-  // stop (except `skip_worker`) and drops its rendezvous keys.
+  // Whether `held` is the running attempt of a RUNNING job.
+  bool IsLive(const Held& held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees `worker` when it held `held` (it said it ended that task).
+  void Release(const std::string& worker, const Held& held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks the workers running the job's live attempt (except `skip_worker`) to stop it, and drops
+  // that attempt's rendezvous keys. The workers stay BUSY until they say the task ended.
+  void StopAttempt(JobRecord& rec, const std::string& reason, const std::string& skip_worker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a job to a terminal state: persists it, emits the event, stops its live attempt.
   void Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
               const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A failure of the live attempt: Requeue while max_restarts allows, else Finish FAILED.
+  void Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker = "")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the live attempt and queues the next one from the newest verified checkpoint of this
+  // job's history (at most job.last_checkpoint_step); `automatic` restarts count against
+  // max_restarts. Emits EVENT_RESTARTED.
+  void Requeue(JobRecord& rec, const std::string& reason, bool automatic,
+               const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next attempt starts at `from_step`: bumps the attempt and logs why.
+  void StartNextAttempt(JobRecord& rec, int from_step, const std::string& reason, bool automatic)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(JobRecord& rec, pp::v1::JobEventKind kind, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Persist(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -122,6 +153,7 @@ class JobManager {
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   WorkerTable workers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Held> held_ ABSL_GUARDED_BY(mu_);  // BUSY workers' tasks
   std::deque<Outbound> outbound_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<pp::v1::Worker::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;

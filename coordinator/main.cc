@@ -21,7 +21,8 @@ ABSL_FLAG(std::string, data_dir, "",
 ABSL_FLAG(std::string, address_file, "",
           "once serving, write {\"grpc\":\"h:p\",\"metrics\":\"h:p\"} to this file");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(5),
-          "a worker silent this long is DOWN and its job FAILS");
+          "a worker silent this long is DOWN: its job restarts from its newest checkpoint "
+          "(spec.max_restarts) or FAILS");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers are told to heartbeat");
 

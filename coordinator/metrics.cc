@@ -134,6 +134,10 @@ void CoordinatorMetrics::CheckpointFailed(const std::string& job_id) {
   checkpoint_failures_->Add({{"job", job_id}}).Increment();
 }
 
+void CoordinatorMetrics::JobRestarted(const std::string& job_id) {
+  restarts_->Add({{"job", job_id}}).Increment();
+}
+
 void CoordinatorMetrics::RpcError(const std::string& method) {
   rpc_errors_->Add({{"method", method}}).Increment();
 }

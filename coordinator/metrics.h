@@ -33,6 +33,7 @@ class CoordinatorMetrics {
   void StepCompleted(const std::string& job_id, double loss, double bubble_ratio);
   void CheckpointCommitted(const std::string& job_id, int step, double time_unix);
   void CheckpointFailed(const std::string& job_id);
+  void JobRestarted(const std::string& job_id);
   void RpcError(const std::string& method);
 
  private:

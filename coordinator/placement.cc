@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
 
 namespace pp::coordinator {
 
@@ -40,8 +41,9 @@ absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
 
 std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
                                              const pp::v1::Schedule& schedule,
-                                             const std::vector<int>& stage_units, int attempt,
+                                             const std::vector<int>& stage_units,
                                              const std::string& checkpoint_dir) {
+  const int attempt = job.attempt();
   std::vector<int> first_unit(stage_units.size() + 1, 0);
   for (size_t s = 0; s < stage_units.size(); ++s)
     first_unit[s + 1] = first_unit[s] + stage_units[s];
@@ -67,8 +69,11 @@ std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
       if (program.rank() == p.pp()) *plan.mutable_program() = program;
     }
     *plan.mutable_stage_to_rank() = schedule.stage_to_rank();
-    plan.set_start_step(0);
+    plan.set_start_step(job.start_step());
     plan.set_checkpoint_dir(checkpoint_dir);
+    if (job.start_step() > 0) {
+      plan.set_resume_from(pp::common::StepDir(checkpoint_dir, job.id(), job.start_step()));
+    }
     plan.set_rendezvous_prefix(absl::StrCat(job.id(), "/", attempt, "/"));
   }
   return plans;

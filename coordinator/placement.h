@@ -26,10 +26,11 @@ absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
 
 // The TaskPlan of every placed rank of `job`: its stages' unit ranges from `stage_units` (units
 // per stage, in stage order), its pipeline rank's program, the rendezvous prefix
-// "<job>/<attempt>/" and `checkpoint_dir`.
+// "<job>/<job.attempt>/", `checkpoint_dir`, and job.start_step with, when it is > 0, resume_from
+// = that step's folder under checkpoint_dir.
 std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
                                              const pp::v1::Schedule& schedule,
-                                             const std::vector<int>& stage_units, int attempt,
+                                             const std::vector<int>& stage_units,
                                              const std::string& checkpoint_dir);
 
 }  // namespace pp::coordinator

@@ -64,6 +64,13 @@ void WorkerTable::SetIdle(const std::string& name) {
   it->second.clear_job_id();
 }
 
+void WorkerTable::SetDown(const std::string& name) {
+  auto it = workers_.find(name);
+  if (it == workers_.end()) return;
+  it->second.set_state(pp::v1::DOWN);
+  it->second.clear_job_id();
+}
+
 const pp::v1::WorkerInfo* WorkerTable::Find(const std::string& name) const {
   auto it = workers_.find(name);
   return it == workers_.end() ? nullptr : &it->second;

@@ -32,6 +32,8 @@ class WorkerTable {
 
   void SetBusy(const std::string& name, const std::string& job_id);
   void SetIdle(const std::string& name);
+  // A worker that is leaving (drained): never placed again unless it registers anew.
+  void SetDown(const std::string& name);
 
   const pp::v1::WorkerInfo* Find(const std::string& name) const;
   std::vector<pp::v1::WorkerInfo> All() const;  // sorted by name

@@ -75,11 +75,10 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
   }
 
   grpc::Status ResumeJob(grpc::ServerContext*, const pp::v1::ResumeJobRequest* request,
-                         pp::v1::Job*) override {
-    return Answer("ResumeJob",
-                  absl::UnimplementedError(absl::StrCat(
-                      "resume of job \"", request->job_id(),
-                      "\" from a checkpoint is not implemented yet (checkpoint/resume issue)")));
+                         pp::v1::Job* response) override {
+    absl::StatusOr<pp::v1::Job> job = jobs_->Resume(*request);
+    if (job.ok()) *response = *std::move(job);
+    return Answer("ResumeJob", job.status());
   }
 
   grpc::Status ListWorkers(grpc::ServerContext*, const pp::v1::ListWorkersRequest*,

@@ -1,6 +1,8 @@
 #include "coordinator/plan/auto_plan.h"
 
 #include <algorithm>
+#include <limits>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +25,95 @@ CostModel Scaled(const CostModel& costs, double factor) {
 
 std::string Name(const Candidate& c) {
   return absl::StrCat(c.schedule, " V=", c.chunks, " M=", c.microbatches);
+}
+
+std::string MeshName(const MeshCandidate& c) {
+  return absl::StrCat("dp", c.dp, " x pp", c.pp, " x tp", c.tp);
+}
+
+// Ring all-reduce of `bytes` over `ranks` (Patarasuk and Yuan 2009): 2(k-1) steps, each moving
+// 1/k of the data.
+double RingAllReduce(double bytes, int ranks, const MeshCosts& c) {
+  if (ranks <= 1) return 0;
+  double t = 2.0 * (ranks - 1) * c.comm_latency;
+  if (c.comm_bandwidth > 0) t += 2.0 * (ranks - 1) / ranks * bytes / c.comm_bandwidth;
+  return t;
+}
+
+// Share of a layer's activations that tensor parallelism does not split: the 10 of
+// sbh(10 + 24/t) in Korthikanti et al. 2022 (LayerNorm inputs, residuals, dropout masks).
+constexpr double kTpReplicatedActivations = 10.0 / 34.0;
+
+double SequencesPerMicrobatch(const MeshPlanRequest& r, const MeshCandidate& c) {
+  return static_cast<double>(r.batch) / c.dp / c.microbatches;
+}
+
+// The TP all-reduces of one stage-microbatch's forward (the backward has as many).
+double TpForwardComm(const MeshPlanRequest& r, const MeshCandidate& c) {
+  const double blocks = static_cast<double>(r.n_layers) / (c.pp * c.chunks);
+  return 2 * blocks *
+         RingAllReduce(SequencesPerMicrobatch(r, c) * r.costs.boundary_bytes, c.tp, r.costs);
+}
+
+// Fits first, then the shorter step, then less memory; among splits that do not fit, less memory.
+bool Better(const MeshCandidate& a, const MeshCandidate& b) {
+  if (a.fits != b.fits) return a.fits;
+  if (!a.fits) return a.memory < b.memory;
+  return a.step < b.step || (a.step == b.step && a.memory < b.memory);
+}
+
+absl::Status CheckMeshRequest(const MeshPlanRequest& r) {
+  const std::pair<const char*, int> positive[] = {{"workers", r.workers},
+                                                  {"batch", r.batch},
+                                                  {"n_layers", r.n_layers},
+                                                  {"n_heads", r.n_heads},
+                                                  {"max_tensor", r.max_tensor}};
+  for (const auto& [name, value] : positive) {
+    if (value < 1)
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be >= 1, got ", value));
+  }
+  const MeshCosts& c = r.costs;
+  const std::pair<const char*, double> costs[] = {{"memory_per_worker", r.memory_per_worker},
+                                                  {"forward", c.forward},
+                                                  {"backward", c.backward},
+                                                  {"activation_bytes", c.activation_bytes},
+                                                  {"boundary_bytes", c.boundary_bytes},
+                                                  {"weight_bytes", c.weight_bytes},
+                                                  {"comm_latency", c.comm_latency},
+                                                  {"comm_bandwidth", c.comm_bandwidth}};
+  for (const auto& [name, value] : costs) {
+    if (!(value >= 0) || value == std::numeric_limits<double>::infinity()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be finite and >= 0, got ", value));
+    }
+  }
+  for (const std::string& name : r.schedules) {
+    if (std::find(ScheduleNames().begin(), ScheduleNames().end(), name) == ScheduleNames().end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown schedule '", name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Simulates one candidate and fills in its figures. InvalidArgument: a D, V, M it refuses.
+absl::Status Evaluate(const MeshPlanRequest& r, MeshCandidate& c) {
+  absl::StatusOr<Planned> planned =
+      Plan(c.schedule, c.pp, c.chunks, c.microbatches, MeshStageCosts(r, c));
+  if (!planned.ok()) return planned.status();
+  const Simulation& sim = planned->simulation;
+  const int stages = c.pp * c.chunks;
+  c.pipeline = sim.makespan;
+  c.bubble = sim.bubble_fraction;
+  c.tp_comm = 2 * TpForwardComm(r, c) * c.microbatches * c.chunks;
+  c.dp_comm = RingAllReduce(r.costs.weight_bytes / (c.pp * c.tp), c.dp, r.costs);
+  c.step = c.pipeline + c.dp_comm;
+  int peak_live = 0;
+  for (const RankStats& rank : sim.ranks) peak_live = std::max(peak_live, rank.peak_live);
+  const double activation = r.costs.activation_bytes * SequencesPerMicrobatch(r, c) / stages *
+                            (kTpReplicatedActivations + (1 - kTpReplicatedActivations) / c.tp);
+  c.memory = 4 * r.costs.weight_bytes / (c.pp * c.tp) + peak_live * activation;
+  c.fits = r.memory_per_worker == 0 || c.memory <= r.memory_per_worker;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -125,6 +216,120 @@ std::string DescribeAutoPlan(const AutoPlan& plan) {
         &out, absl::StrFormat("%-18s %2d %5d %12.6g %7.2f%% %12.6g %s%s\n", c.schedule, c.chunks,
                               c.microbatches, c.step, 100 * c.bubble, c.memory,
                               c.fits ? "yes" : "no", i == plan.chosen ? "  <- chosen" : ""));
+  }
+  return out + plan.reason + "\n";
+}
+
+CostModel MeshStageCosts(const MeshPlanRequest& request, const MeshCandidate& candidate) {
+  const MeshCosts& c = request.costs;
+  const double seqs = SequencesPerMicrobatch(request, candidate);
+  const double share = seqs / (candidate.pp * candidate.chunks) / candidate.tp;
+  const double tp = TpForwardComm(request, candidate);
+  CostModel m;
+  m.forward = c.forward * share + tp;
+  m.backward = c.backward * share + tp;
+  m.backward_weight = c.backward * share / 2;  // the TP all-reduces sit in the input-gradient half
+  m.comm_latency = c.comm_latency;
+  m.comm_bandwidth = c.comm_bandwidth;
+  m.activation_bytes = seqs * c.boundary_bytes;  // what one pipeline message carries
+  return m;
+}
+
+absl::StatusOr<MeshPlan> ChooseMesh(const MeshPlanRequest& request) {
+  if (absl::Status s = CheckMeshRequest(request); !s.ok()) return s;
+  const std::vector<std::string>& schedules =
+      request.schedules.empty() ? ScheduleNames() : request.schedules;
+  const int N = request.workers;
+  MeshPlan plan;
+  for (int tp = 1; tp <= std::min(N, request.max_tensor); ++tp) {
+    if (N % tp != 0 || request.n_heads % tp != 0) continue;
+    for (int pp = 1; pp <= N / tp; ++pp) {
+      if (N / tp % pp != 0) continue;
+      const int dp = N / tp / pp;
+      if (request.batch % dp != 0) continue;
+      const int per_replica = request.batch / dp;
+      bool any = false;
+      MeshCandidate best;
+      for (int M = 1; M <= per_replica; ++M) {
+        if (per_replica % M != 0) continue;
+        for (const std::string& name : schedules) {
+          std::vector<int> chunk_options = {DefaultChunks(name)};
+          if (name == "interleaved-1f1b") {
+            chunk_options.clear();
+            for (int V = 2; V <= request.max_chunks; ++V) chunk_options.push_back(V);
+          }
+          for (int V : chunk_options) {
+            if (pp * V > request.n_layers) continue;
+            MeshCandidate c{dp, pp, tp, name, V, M};
+            absl::Status s = Evaluate(request, c);
+            if (absl::IsInvalidArgument(s)) continue;  // a D, V, M this schedule refuses
+            if (!s.ok()) return s;
+            if (!any || Better(c, best)) best = c;
+            any = true;
+          }
+        }
+      }
+      if (any) plan.candidates.push_back(best);
+    }
+  }
+  if (plan.candidates.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no split of ", N, " workers into DP x PP x TP runs a batch of ",
+                     request.batch, " sequences (DP must divide the batch, TP the ",
+                     request.n_heads, " heads and be <= max_tensor ", request.max_tensor,
+                     ", PP x V <= ", request.n_layers, " layers)"));
+  }
+  for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
+    if (plan.candidates[i].fits &&
+        (plan.chosen < 0 || plan.candidates[i].step < plan.candidates[plan.chosen].step)) {
+      plan.chosen = i;
+    }
+  }
+  const int fitting =
+      static_cast<int>(std::count_if(plan.candidates.begin(), plan.candidates.end(),
+                                     [](const MeshCandidate& c) { return c.fits; }));
+  if (plan.chosen < 0) {
+    double least = plan.candidates[0].memory;
+    for (const MeshCandidate& c : plan.candidates) least = std::min(least, c.memory);
+    plan.reason =
+        absl::StrCat("none of the ", plan.candidates.size(), " splits fits memory_per_worker ",
+                     request.memory_per_worker, " bytes (the smallest needs ", least, ")");
+    return plan;
+  }
+  const MeshCandidate& best = plan.candidates[plan.chosen];
+  plan.reason = absl::StrCat("chose ", MeshName(best), " with ", best.schedule, " V=", best.chunks,
+                             " M=", best.microbatches, ": the shortest simulated step (", best.step,
+                             " = pipeline ", best.pipeline, " incl. TP all-reduces ", best.tp_comm,
+                             " + DP all-reduce ", best.dp_comm, ") of the ", fitting,
+                             " splits within memory");
+  int runner_up = -1;
+  for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
+    const MeshCandidate& c = plan.candidates[i];
+    if (i == plan.chosen || !c.fits) continue;
+    if (runner_up < 0 || c.step < plan.candidates[runner_up].step) runner_up = i;
+  }
+  if (runner_up >= 0) {
+    const MeshCandidate& next = plan.candidates[runner_up];
+    absl::StrAppend(&plan.reason, "; next best ", MeshName(next), " takes ", next.step,
+                    absl::StrFormat(" (%+.1f%%)", 100 * (next.step / best.step - 1)));
+  }
+  const int over = static_cast<int>(plan.candidates.size()) - fitting;
+  if (over > 0) absl::StrAppend(&plan.reason, "; ", over, " splits exceed memory");
+  return plan;
+}
+
+std::string DescribeMeshPlan(const MeshPlan& plan) {
+  std::string out = absl::StrFormat("%-16s %-18s %2s %4s %11s %11s %11s %11s %8s %12s %s\n",
+                                    "dp x pp x tp", "schedule", "V", "M", "step", "pipeline",
+                                    "tp comm", "dp comm", "bubble", "memory", "fits");
+  for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
+    const MeshCandidate& c = plan.candidates[i];
+    absl::StrAppend(
+        &out, absl::StrFormat("%-16s %-18s %2d %4d %11.6g %11.6g %11.6g %11.6g %7.2f%% "
+                              "%12.6g %s%s\n",
+                              MeshName(c), c.schedule, c.chunks, c.microbatches, c.step, c.pipeline,
+                              c.tp_comm, c.dp_comm, 100 * c.bubble, c.memory, c.fits ? "yes" : "no",
+                              i == plan.chosen ? "  <- chosen" : ""));
   }
   return out + plan.reason + "\n";
 }

@@ -52,6 +52,72 @@ absl::StatusOr<AutoPlan> ChooseSchedule(const AutoPlanRequest& request);
 // The candidates as a table, then the reason.
 std::string DescribeAutoPlan(const AutoPlan& plan);
 
+// ---- the mesh: data x pipeline x tensor parallel ------------------------------------------------
+// ChooseMesh splits `workers` into DP x PP x TP and, for each split, every schedule, V and M as
+// above, at a fixed global batch. Costs are measured on one worker for ONE SEQUENCE through the
+// WHOLE model; a stage-microbatch of a candidate costs forward * (sequences per microbatch) / S /
+// TP (S = PP * V stages of equal depth) plus its TP all-reduces: 2 per block in forward and 2 in
+// backward (input-gradient part), each of the microbatch's (B,T,C) boundary activation. A ring
+// all-reduce of n bytes over k ranks takes 2(k-1) latencies + 2(k-1)/k * n / bandwidth (Patarasuk
+// and Yuan 2009). The DP gradient all-reduce of a rank's weights follows the pipeline in full (no
+// overlap credited: a pessimistic bound). Memory per worker: weights, gradients and two AdamW
+// moments (4 x weight_bytes / (PP x TP), replicated tensors ignored) plus the simulated peak of
+// live stage-microbatch activations, of which TP splits all but 10/34 (the per-layer
+// sbh(10 + 24/t) of Korthikanti et al. 2022, attention scores left out).
+
+struct MeshCosts {
+  double forward = 1;  // one sequence through the whole model
+  double backward = 2;
+  double activation_bytes = 0;  // saved by one sequence's forward through the whole model
+  double boundary_bytes = 0;    // one sequence's (T,C) activation
+  double weight_bytes = 0;      // the whole model's fp32 weights
+  double comm_latency = 0;      // per message and per all-reduce step
+  double comm_bandwidth = 0;    // bytes per time unit; 0 = infinite
+};
+
+struct MeshPlanRequest {
+  int workers = 0;
+  double memory_per_worker = 0;  // bytes; 0 = unlimited
+  int batch = 0;                 // sequences per step, over all replicas
+  int n_layers = 0;              // S = PP x V must not exceed it
+  int n_heads = 0;               // TP must divide it
+  int max_tensor = 8;            // largest TP (the workers of one host)
+  MeshCosts costs;
+  std::vector<std::string> schedules;  // empty: all of ScheduleNames()
+  int max_chunks = 4;                  // V tried for interleaved-1f1b: 2..max_chunks
+};
+
+struct MeshCandidate {
+  int dp = 1, pp = 1, tp = 1;
+  std::string schedule;
+  int chunks = 1;
+  int microbatches = 0;  // per replica
+  double step = 0;       // pipeline + dp_comm
+  double pipeline = 0;   // simulated makespan, TP all-reduces included
+  double tp_comm = 0;    // time a rank spends in TP all-reduces per step
+  double dp_comm = 0;    // the gradient all-reduce after the pipeline
+  double bubble = 0;
+  double memory = 0;  // bytes per worker
+  bool fits = false;
+};
+
+struct MeshPlan {
+  // The best schedule, V and M of each DP x PP x TP split (the least memory when none fits).
+  std::vector<MeshCandidate> candidates;
+  int chosen = -1;  // -1 when no split fits
+  std::string reason;
+};
+
+// InvalidArgument for a bad request (workers, batch, n_layers or n_heads < 1, max_tensor < 1,
+// negative costs or memory, unknown schedule) or when no split can run the batch at all.
+absl::StatusOr<MeshPlan> ChooseMesh(const MeshPlanRequest& request);
+
+// The per-stage, per-microbatch costs of a candidate's pipeline, as Plan() takes them.
+CostModel MeshStageCosts(const MeshPlanRequest& request, const MeshCandidate& candidate);
+
+// The splits as a table, then the reason.
+std::string DescribeMeshPlan(const MeshPlan& plan);
+
 }  // namespace pp::plan
 
 #endif  // PP_COORDINATOR_PLAN_AUTO_PLAN_H_

@@ -43,6 +43,39 @@ std::string Cell(const std::string& text, int cells, int width) {
   return cell + "] ";
 }
 
+// A timeline line aims to fit this many columns (cells times their width).
+constexpr int kLineColumns = 200;
+
+// The round value (1, 2, 3, 4, 5, 6 or 8 times a power of ten) nearest to x from above (`up`)
+// or below.
+double RoundValue(double x, bool up) {
+  const double decade = std::pow(10.0, std::floor(std::log10(x)));
+  constexpr double kSteps[] = {1, 2, 3, 4, 5, 6, 8, 10};
+  double below = decade;
+  for (double step : kSteps) {
+    const double value = step * decade;
+    if (value >= x * (1 - 1e-9)) return up || value <= x * (1 + 1e-9) ? value : below;
+    below = value;
+  }
+  return below;
+}
+
+// The time one cell stands for. Plans keep the exact shortest action while the line fits, so
+// uniform costs draw one cell per unit; measured times get a round value to read the legend by.
+double Quantum(double shortest, double makespan, int max_cells, TimeUnit unit) {
+  const double fitting = makespan / max_cells;
+  if (unit == TimeUnit::kCostUnits && shortest >= fitting) return shortest;
+  const double quantum = RoundValue(std::max(fitting, 1e-9), /*up=*/true);
+  if (unit == TimeUnit::kCostUnits) return quantum;
+  return std::max(quantum, RoundValue(shortest, /*up=*/false));
+}
+
+std::string QuantumText(double quantum, TimeUnit unit) {
+  if (unit == TimeUnit::kCostUnits) return absl::StrCat(quantum, " time units");
+  if (quantum >= 1) return absl::StrCat(quantum, " s");
+  return absl::StrCat(quantum * 1000, " ms");
+}
+
 }  // namespace
 
 Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation) {
@@ -75,32 +108,32 @@ Timeline TimelineFromTrace(const pp::v1::StepTrace& trace) {
   return timeline;
 }
 
-std::string RenderAscii(const Timeline& timeline) {
+std::string RenderAscii(const Timeline& timeline, TimeUnit unit) {
   const int D = static_cast<int>(timeline.ranks.size());
   if (D == 0) return "(empty timeline)\n";
   int V = 1, max_microbatch = 0;
-  double unit = std::numeric_limits<double>::infinity(), makespan = 0;
+  double shortest = std::numeric_limits<double>::infinity(), makespan = 0;
   for (const auto& rank : timeline.ranks) {
     for (const TimedAction& t : rank) {
       makespan = std::max(makespan, t.end);
       if (!IsCompute(t.action.kind)) continue;
       V = std::max(V, t.action.stage / D + 1);
       max_microbatch = std::max(max_microbatch, t.action.microbatch);
-      if (t.end > t.start) unit = std::min(unit, t.end - t.start);
+      if (t.end > t.start) shortest = std::min(shortest, t.end - t.start);
     }
   }
-  if (!std::isfinite(unit)) unit = 1;
-  unit = std::max(unit, makespan / 1000);  // bound the line length of noisy measured traces
+  if (!std::isfinite(shortest)) shortest = 1;
   const int label = static_cast<int>(absl::StrCat(max_microbatch + 1).size()) + 1 + (V > 1);
   const int width = label + 3;  // "[" label "] "
+  const double quantum = Quantum(shortest, makespan, std::max(1, kLineColumns / width), unit);
   std::string out;
   for (int r = 0; r < D; ++r) {
     absl::StrAppend(&out, "GPU ", r, ": ");
     long cursor = 0;
     for (const TimedAction& t : timeline.ranks[r]) {
       if (!IsCompute(t.action.kind)) continue;
-      const long first = std::max(cursor, std::lround(t.start / unit));
-      const long last = std::max(first + 1, std::lround(t.end / unit));
+      const long first = std::max(cursor, std::lround(t.start / quantum));
+      const long last = std::max(first + 1, std::lround(t.end / quantum));
       for (; cursor < first; ++cursor) out += Cell("", 1, width);
       out += Cell(Label(t.action, D, V), static_cast<int>(last - first), width);
       cursor = last;
@@ -108,8 +141,8 @@ std::string RenderAscii(const Timeline& timeline) {
     while (!out.empty() && out.back() == ' ') out.pop_back();
     out += "\n";
   }
-  absl::StrAppend(&out, "(one cell = ", unit,
-                  " time units; F forward, B backward, I input-grad, W weight-grad; number = "
+  absl::StrAppend(&out, "(one cell = ", QuantumText(quantum, unit),
+                  "; F forward, B backward, I input-grad, W weight-grad; number = "
                   "microbatch from 1",
                   V > 1 ? "; letter = chunk a.." : "", "; [", std::string(label, ' '), "] idle)\n");
   return out;

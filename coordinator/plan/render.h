@@ -1,8 +1,11 @@
 // Renderers for what a step looks like, planned or measured. Both the simulator's output and a
 // measured pp.v1.StepTrace become a Timeline, so `ppctl plan` and `ppctl trace` draw with the same
 // code:
-//   RenderAscii   one line per rank, `GPU 0: [F1] [F2] [  ] [B1] ...`, a cell per time unit (the
-//                 shortest compute action), idle cells shown, microbatches numbered from 1;
+//   RenderAscii   one line per rank, `GPU 0: [F1] [F2] [  ] [B1] ...`, idle cells shown,
+//                 microbatches numbered from 1. A cell is one time quantum: the shortest compute
+//                 action, unless that makes a line longer than about 200 columns; then (and always
+//                 for measured times) a round value (2 ms, 5 ms, 30 ms...) that fits. An action
+//                 shorter than a cell still gets one cell, so its label shows;
 //   RenderChrome  Chrome trace event JSON (chrome://tracing, ui.perfetto.dev).
 #ifndef PP_COORDINATOR_PLAN_RENDER_H_
 #define PP_COORDINATOR_PLAN_RENDER_H_
@@ -32,7 +35,11 @@ Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simu
 // Actions with a kind outside FORWARD..RECV_GRAD are skipped; ranks are placed by RankTrace.rank.
 Timeline TimelineFromTrace(const pp::v1::StepTrace& trace);
 
-std::string RenderAscii(const Timeline& timeline);
+// What a timeline's times are: the planner's abstract cost units, or seconds (measured steps,
+// labelled in ms or s).
+enum class TimeUnit { kCostUnits, kSeconds };
+
+std::string RenderAscii(const Timeline& timeline, TimeUnit unit = TimeUnit::kCostUnits);
 // `microseconds_per_unit` converts the timeline's unit: 1e6 for seconds (measured traces); the
 // planner's abstract units are drawn as milliseconds (1000).
 std::string RenderChrome(const Timeline& timeline, double microseconds_per_unit);

@@ -1,5 +1,7 @@
 #include "common/file_io.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 
@@ -15,7 +17,7 @@ using ::testing::HasSubstr;
 class FileIoTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/file_io_test";
+    dir_ = ::testing::TempDir() + "/file_io_test_" + std::to_string(::getpid());
     fs::remove_all(dir_);
     ASSERT_TRUE(MakeDirs(dir_ + "/a/b").ok());
   }

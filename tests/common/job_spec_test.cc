@@ -1,5 +1,8 @@
 #include "common/job_spec.h"
 
+#include <filesystem>
+#include <unistd.h>
+
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -28,7 +31,8 @@ std::string DesignExample(const std::string& data_path) {
 class JobSpecTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir();
+    dir_ = ::testing::TempDir() + "/job_spec_test_" + std::to_string(::getpid());
+    ASSERT_TRUE(MakeDirs(dir_).ok());
     data_ = dir_ + "/job_spec_data.txt";
     ASSERT_TRUE(WriteFileAtomic(data_, std::string(1000, 'a')).ok());
     absl::StatusOr<pp::v1::JobSpec> spec = ParseJobSpec(DesignExample(data_));
@@ -37,6 +41,8 @@ class JobSpecTest : public ::testing::Test {
     ApplyDefaults(&spec_);
     ASSERT_TRUE(ValidateJobSpec(spec_).ok()) << ValidateJobSpec(spec_);
   }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
 
   // Validation of a modified copy of the good spec must fail with a message starting `prefix`.
   template <typename Mutate>

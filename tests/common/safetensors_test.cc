@@ -1,3 +1,6 @@
+#include <unistd.h>
+
+#include <algorithm>
 #include "common/safetensors.h"
 
 #include <cmath>
@@ -64,8 +67,31 @@ TEST(SafetensorsTest, RoundTripIsBitwiseAndKeepsMetadata) {
   }
 }
 
+// Checkpoint shards are compared by sha256, so the header must not depend on hash-map order:
+// its keys come out sorted.
+TEST(SafetensorsTest, HeaderKeysAreSorted) {
+  std::vector<Tensor> tensors;
+  for (const char* name : {"h.9.mlp.fc.bias", "wte.weight", "h.10.ln_1.bias", "a", "lm_head.weight",
+                           "h.0.attn.qkv.weight", "zz", "ln_f.bias"}) {
+    tensors.push_back({name, {1}, {1.0f}});
+  }
+  absl::StatusOr<std::string> bytes = SerializeSafetensors(tensors, {{"b", "1"}, {"a", "2"}});
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  std::vector<std::string> names;
+  for (const Tensor& t : tensors) names.push_back(t.name);
+  names.push_back("__metadata__");
+  std::sort(names.begin(), names.end());
+  size_t last = 0;
+  for (const std::string& name : names) {
+    const size_t at = bytes->find("\"" + name + "\"");
+    ASSERT_NE(at, std::string::npos) << name;
+    EXPECT_GT(at, last) << name << " is out of order in the header";
+    last = at;
+  }
+}
+
 TEST(SafetensorsTest, WriteAndReadFile) {
-  std::string dir = ::testing::TempDir() + "/st_file";
+  std::string dir = ::testing::TempDir() + "/st_file_" + std::to_string(::getpid());
   ASSERT_TRUE(MakeDirs(dir).ok());
   std::string path = dir + "/a.safetensors";
   ASSERT_TRUE(WriteSafetensors(path, SampleTensors()).ok());
@@ -195,8 +221,9 @@ TEST(SafetensorsTest, RefusesBadMetadata) {
 }
 
 TEST(SafetensorsTest, WriterRefusesShapeDataMismatch) {
-  absl::Status status = WriteSafetensors(::testing::TempDir() + "/x.safetensors",
-                                         {{"w", {2, 2}, {1.0f, 2.0f, 3.0f}}});
+  const std::string path =
+      ::testing::TempDir() + "/x_" + std::to_string(::getpid()) + ".safetensors";
+  absl::Status status = WriteSafetensors(path, {{"w", {2, 2}, {1.0f, 2.0f, 3.0f}}});
   EXPECT_THAT(std::string(status.message()),
               HasSubstr("tensor \"w\": shape [2,2] does not match its 3 values"));
 }
@@ -216,7 +243,7 @@ TEST(Sha256Test, KnownVectorsAndFiles) {
   // FIPS 180-2 test vectors.
   EXPECT_EQ(Sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  std::string path = ::testing::TempDir() + "/sha_input";
+  std::string path = ::testing::TempDir() + "/sha_input_" + std::to_string(::getpid());
   std::string big(3 << 20, 'x');  // several read chunks
   ASSERT_TRUE(WriteFileAtomic(path, big).ok());
   absl::StatusOr<std::string> hex = Sha256File(path);

@@ -19,6 +19,7 @@ ABSL_FLAG(std::string, format, "ascii", "output format");
 ABSL_DECLARE_FLAG(std::string, coordinator);
 ABSL_DECLARE_FLAG(absl::Duration, rpc_timeout);
 ABSL_DECLARE_FLAG(int32_t, step);
+ABSL_DECLARE_FLAG(std::string, parallel);
 
 namespace pp::client {
 namespace {
@@ -162,7 +163,12 @@ TEST_F(JobCommandsTest, BadInputGivesOneLineAndNonZeroExit) {
   EXPECT_THAT(unknown.err, HasSubstr("no-such-job"));
   Output resume = Ppctl("resume", {"no-such-job"});
   EXPECT_EQ(resume.code, 1);
-  EXPECT_THAT(resume.err, HasSubstr("not implemented"));
+  EXPECT_THAT(resume.err, HasSubstr("no-such-job"));
+  absl::SetFlag(&FLAGS_parallel, "{\"pipeline\": \"two\"}");
+  Output layout = Ppctl("resume", {"no-such-job"});
+  absl::SetFlag(&FLAGS_parallel, "");
+  EXPECT_EQ(layout.code, 2);
+  EXPECT_THAT(layout.err, HasSubstr("--parallel"));
 }
 
 TEST_F(JobCommandsTest, UnreachableCoordinatorFailsWithinTheTimeout) {

@@ -176,7 +176,8 @@ TEST(Placement, TaskPlansCarryUnitsProgramAndRendezvous) {
       PlaceRanks(job.spec(), {0, 1}, {Worker("a"), Worker("b")});
   ASSERT_TRUE(placement.ok());
   job.mutable_placement()->Assign(placement->begin(), placement->end());
-  std::vector<pp::v1::TaskPlan> plans = BuildTaskPlans(job, schedule, {2, 4}, 1, "/ck");
+  job.set_attempt(1);
+  std::vector<pp::v1::TaskPlan> plans = BuildTaskPlans(job, schedule, {2, 4}, "/ck");
   ASSERT_EQ(plans.size(), 2u);
   EXPECT_EQ(plans[1].rank(), 1);
   EXPECT_EQ(plans[1].world_size(), 2);
@@ -191,9 +192,19 @@ TEST(Placement, TaskPlansCarryUnitsProgramAndRendezvous) {
   EXPECT_EQ(plans[1].attempt(), 1);
   EXPECT_EQ(plans[1].checkpoint_dir(), "/ck");
   EXPECT_THAT(plans[0].stage_to_rank(), ElementsAre(0, 1));
+  EXPECT_EQ(plans[0].start_step(), 0);
+  EXPECT_EQ(plans[0].resume_from(), "");
+
+  // A later attempt resumes from its checkpoint under a fresh rendezvous prefix.
+  job.set_attempt(2);
+  job.set_start_step(10);
+  plans = BuildTaskPlans(job, schedule, {2, 4}, "/ck");
+  EXPECT_EQ(plans[1].rendezvous_prefix(), "tiny-3/2/");
+  EXPECT_EQ(plans[1].start_step(), 10);
+  EXPECT_EQ(plans[1].resume_from(), "/ck/tiny-3/step-10");
 }
 
-TEST(StateMachine, AllowsOnlyForwardTransitions) {
+TEST(StateMachine, AllowsForwardTransitionsRestartsAndResumes) {
   using pp::v1::JobState;
   EXPECT_TRUE(CheckTransition(pp::v1::QUEUED, pp::v1::RUNNING).ok());
   EXPECT_TRUE(CheckTransition(pp::v1::QUEUED, pp::v1::CANCELLED).ok());
@@ -201,9 +212,11 @@ TEST(StateMachine, AllowsOnlyForwardTransitions) {
   EXPECT_TRUE(CheckTransition(pp::v1::RUNNING, pp::v1::FAILED).ok());
   EXPECT_TRUE(CheckTransition(pp::v1::RUNNING, pp::v1::CANCELLED).ok());
   EXPECT_FALSE(CheckTransition(pp::v1::QUEUED, pp::v1::SUCCEEDED).ok());
-  EXPECT_FALSE(CheckTransition(pp::v1::RUNNING, pp::v1::QUEUED).ok());
+  EXPECT_TRUE(CheckTransition(pp::v1::RUNNING, pp::v1::QUEUED).ok());  // restart
+  EXPECT_FALSE(CheckTransition(pp::v1::QUEUED, pp::v1::QUEUED).ok());
   for (JobState end : {pp::v1::SUCCEEDED, pp::v1::FAILED, pp::v1::CANCELLED}) {
     EXPECT_TRUE(IsTerminal(end));
+    EXPECT_TRUE(CheckTransition(end, pp::v1::QUEUED).ok());  // resume
     absl::Status s = CheckTransition(end, pp::v1::RUNNING);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(s.message(), HasSubstr(pp::v1::JobState_Name(end)));

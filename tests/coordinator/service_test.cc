@@ -1,11 +1,13 @@
 // ppcoord in-process on loopback port 0 with fake workers: validation, queueing, placement, step
-// aggregation, worker failure detection, health, reflection and /metrics.
+// aggregation, worker failure detection, restarts from checkpoints, resume, drains, health,
+// reflection and /metrics.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
@@ -135,6 +137,37 @@ class ServiceTest : public ::testing::Test {
     grpc::ClientContext context;
     ASSERT_TRUE(workers_[0]->registry().ReportStep(&context, report, &response).ok());
     EXPECT_FALSE(response.abort());
+  }
+
+  // Every rank of `job` writes a one-tensor shard of `step` and reports it.
+  void Checkpoint(const std::string& job, int attempt, int step, int ranks) {
+    const std::string step_dir =
+        common::StepDir((dir_ / "data" / "checkpoints").string(), job, step);
+    for (int rank = 0; rank < ranks; ++rank) {
+      absl::StatusOr<pp::v1::CheckpointShard> shard = common::WriteShard(
+          step_dir, common::ShardFileName(rank),
+          {common::Tensor{.name = absl::StrCat("t", rank), .shape = {1}, .data = {1.0f}}});
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      pp::v1::CheckpointReport report;
+      report.set_job_id(job);
+      report.set_attempt(attempt);
+      report.set_rank(rank);
+      report.set_step(step);
+      report.set_shard(shard->file());
+      report.set_bytes(shard->bytes());
+      report.set_sha256(shard->sha256());
+      report.set_ok(true);
+      pp::v1::ReportResponse response;
+      grpc::ClientContext context;
+      ASSERT_TRUE(workers_[0]->registry().ReportCheckpoint(&context, report, &response).ok());
+    }
+    ASSERT_TRUE(
+        WaitUntil([&] { return GetJob(job).last_checkpoint_step() == step; }, absl::Seconds(5)));
+  }
+
+  grpc::Status Resume(const pp::v1::ResumeJobRequest& request, pp::v1::Job* job) {
+    grpc::ClientContext context;
+    return client_->ResumeJob(&context, request, job);
   }
 
   std::filesystem::path dir_;
@@ -313,6 +346,120 @@ TEST_F(ServiceTest, FailedRankFailsTheJobAndCancelStopsAQueuedOne) {
   grpc::ClientContext context;
   EXPECT_EQ(client_->CancelJob(&context, cancel, &cancelled).error_code(),
             grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(ServiceTest, FailedRankRestartsFromTheNewestCheckpointUntilTheBudgetEnds) {
+  pp::v1::JobSpec spec = ValidSpec();
+  spec.set_max_restarts(1);
+  std::string id;
+  ASSERT_TRUE(Submit(spec, &id).ok());
+  FakeWorker& w1 = AddWorker("w1");
+  FakeWorker& w0 = AddWorker("w0");
+  ASSERT_TRUE(w0.WaitForTask(absl::Seconds(10)) && w1.WaitForTask(absl::Seconds(10)));
+  Checkpoint(id, /*attempt=*/0, /*step=*/2, /*ranks=*/2);
+
+  w1.FinishTask(false, "out of memory");
+  // w0 is told to stop attempt 0, then both take attempt 1 from step 2.
+  ASSERT_TRUE(WaitUntil([&] { return w0.tasks().size() == 2 && w1.tasks().size() == 2; },
+                        absl::Seconds(10)));
+  EXPECT_THAT(w0.aborted_jobs(), Contains(id));
+  const pp::v1::TaskPlan plan = w0.tasks().back();
+  EXPECT_EQ(plan.attempt(), 1);
+  EXPECT_EQ(plan.start_step(), 2);
+  EXPECT_EQ(plan.resume_from(),
+            common::StepDir((dir_ / "data" / "checkpoints").string(), id, 2));
+  EXPECT_EQ(plan.rendezvous_prefix(), absl::StrCat(id, "/1/"));
+  pp::v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), pp::v1::RUNNING);
+  EXPECT_EQ(job.restarts(), 1);
+  ASSERT_EQ(job.restart_log_size(), 1);
+  EXPECT_EQ(job.restart_log(0).from_step(), 2);
+  EXPECT_TRUE(job.restart_log(0).automatic());
+  EXPECT_THAT(job.restart_log(0).reason(), HasSubstr("out of memory"));
+
+  // A late report of attempt 0 is told to stop; the budget is spent at the next failure.
+  pp::v1::StepReport stale;
+  stale.set_job_id(id);
+  stale.set_attempt(0);
+  pp::v1::ReportResponse answer;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(w0.registry().ReportStep(&context, stale, &answer).ok());
+  }
+  EXPECT_TRUE(answer.abort());
+  w1.FinishTask(false, "out of memory again");
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == pp::v1::FAILED; }, absl::Seconds(5)));
+  EXPECT_THAT(GetJob(id).reason(), HasSubstr("after 1 automatic restarts"));
+}
+
+TEST_F(ServiceTest, ResumeQueuesAnEndedJobFromACheckpointOnANewLayout) {
+  const std::string id = RunningJob();
+  Checkpoint(id, /*attempt=*/0, /*step=*/2, /*ranks=*/2);
+  pp::v1::ResumeJobRequest request;
+  request.set_job_id(id);
+  pp::v1::Job job;
+  EXPECT_EQ(Resume(request, &job).error_code(), grpc::StatusCode::FAILED_PRECONDITION);  // runs
+  {
+    pp::v1::CancelJobRequest cancel;
+    cancel.set_job_id(id);
+    grpc::ClientContext context;
+    ASSERT_TRUE(client_->CancelJob(&context, cancel, &job).ok());
+  }
+  request.set_step(3);  // never written
+  grpc::Status missing = Resume(request, &job);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(missing.error_message(), HasSubstr("step-3"));
+
+  request.set_step(0);
+  request.mutable_parallel()->set_pipeline(2);
+  request.mutable_parallel()->set_chunks(2);
+  request.mutable_parallel()->set_schedule("interleaved-1f1b");
+  ASSERT_TRUE(Resume(request, &job).ok());
+  EXPECT_EQ(job.start_step(), 2);
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.restarts(), 0);  // a resume is not an automatic restart
+  ASSERT_TRUE(WaitUntil([&] { return workers_[1]->tasks().size() == 2; }, absl::Seconds(10)));
+  const pp::v1::TaskPlan plan = workers_[1]->tasks().back();
+  EXPECT_EQ(plan.start_step(), 2);
+  EXPECT_EQ(plan.stages_size(), 2);  // V = 2
+  EXPECT_EQ(plan.spec().parallel().schedule(), "interleaved-1f1b");
+  EXPECT_EQ(GetJob(id).state(), pp::v1::RUNNING);
+}
+
+TEST_F(ServiceTest, ADrainingRankGetsACommonStopStepAndTheJobIsQueuedAgain) {
+  const std::string id = RunningJob();
+  ReportStep(id, 0, 1, 0.1, 0.1, false, 0);
+  pp::v1::StepReport draining;
+  draining.set_job_id(id);
+  draining.set_rank(1);
+  draining.set_step(1);
+  draining.set_draining(true);
+  pp::v1::ReportResponse answer;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(workers_[0]->registry().ReportStep(&context, draining, &answer).ok());
+  }
+  EXPECT_FALSE(answer.abort());
+  EXPECT_EQ(answer.stop_after_step(), 2);  // every rank can still stop after step 2
+  Checkpoint(id, /*attempt=*/0, /*step=*/2, /*ranks=*/2);
+  workers_[0]->StopHeartbeats();  // a drained worker does not register again
+  for (int rank : {0, 1}) {
+    pp::v1::TaskReport done;
+    done.set_job_id(id);
+    done.set_rank(rank);
+    done.set_ok(true);
+    done.set_drained(true);
+    done.set_worker(rank == 0 ? "w0" : "w1");
+    grpc::ClientContext context;
+    ASSERT_TRUE(workers_[0]->registry().ReportTask(&context, done, &answer).ok());
+  }
+  const pp::v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), pp::v1::QUEUED);  // one worker left: waits for another
+  EXPECT_EQ(job.start_step(), 2);
+  EXPECT_EQ(job.restarts(), 0);
+  ASSERT_EQ(job.restart_log_size(), 1);
+  EXPECT_THAT(job.restart_log(0).reason(), HasSubstr("w1 drained after step 2"));
+  EXPECT_EQ(Workers()["w1"].state(), pp::v1::DOWN);
 }
 
 TEST_F(ServiceTest, RendezvousWaitsForKeysAcrossClients) {

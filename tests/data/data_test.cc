@@ -1,5 +1,7 @@
 #include "worker/data/data.h"
 
+#include <unistd.h>
+
 #include <numeric>
 #include <set>
 #include <string>
@@ -112,7 +114,8 @@ TEST(DataTest, GeneratedCorpusIsDeterministicAndTextLike) {
 }
 
 TEST(DataTest, ByteAndUint16Files) {
-  std::string dir = ::testing::TempDir();
+  std::string dir = ::testing::TempDir() + "/data_test_" + std::to_string(::getpid());
+  ASSERT_TRUE(pp::common::MakeDirs(dir).ok());
   std::string bytes = std::string("\x00\x01\xff\x80", 4) + "hello";
   ASSERT_TRUE(pp::common::WriteFileAtomic(dir + "/b.bin", bytes).ok());
   absl::StatusOr<TokenSource> b = TokenSource::Open(FileSpec(dir + "/b.bin", "bytes"));

@@ -74,5 +74,106 @@ TEST(AutoPlanTest, BadRequestsAndImpossibleBudgets) {
   EXPECT_NE(plan->reason.find("none of the"), std::string::npos);
 }
 
+MeshPlanRequest EightWorkers() {
+  MeshPlanRequest r;
+  r.workers = 8;
+  r.batch = 32;
+  r.n_layers = 8;
+  r.n_heads = 8;
+  r.costs.forward = 1;  // per sequence, whole model
+  r.costs.backward = 2;
+  r.costs.activation_bytes = 1000;
+  r.costs.boundary_bytes = 100;
+  r.costs.weight_bytes = 10000;
+  return r;
+}
+
+const MeshCandidate& ChosenMesh(const MeshPlan& plan) { return plan.candidates.at(plan.chosen); }
+
+TEST(MeshPlanTest, FreeCommunicationPicksASplitWithoutBubble) {
+  absl::StatusOr<MeshPlan> plan = ChooseMesh(EightWorkers());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GE(plan->chosen, 0);
+  const MeshCandidate& best = ChosenMesh(*plan);
+  // 32 sequences x 3 time units over 8 workers, no bubble: DP and TP both reach it; ties go to
+  // the smaller TP.
+  EXPECT_DOUBLE_EQ(best.step, 32 * 3 / 8.0) << DescribeMeshPlan(*plan);
+  EXPECT_EQ(best.dp, 8);
+  for (const MeshCandidate& c : plan->candidates) {
+    EXPECT_EQ(c.dp * c.pp * c.tp, 8);
+    EXPECT_EQ(8 % c.tp, 0);
+    EXPECT_GE(c.step, best.step);
+  }
+  EXPECT_NE(DescribeMeshPlan(*plan).find("<- chosen"), std::string::npos);
+  EXPECT_NE(plan->reason.find("dp8 x pp1 x tp1"), std::string::npos) << plan->reason;
+}
+
+TEST(MeshPlanTest, MemoryForcesTheModelToBeSplit) {
+  MeshPlanRequest r = EightWorkers();
+  // Weights, gradients and moments take 40000 bytes unsplit; allow a quarter plus activations.
+  r.memory_per_worker = 12000;
+  absl::StatusOr<MeshPlan> plan = ChooseMesh(r);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GE(plan->chosen, 0) << DescribeMeshPlan(*plan);
+  EXPECT_GE(ChosenMesh(*plan).pp * ChosenMesh(*plan).tp, 4) << DescribeMeshPlan(*plan);
+  EXPECT_LE(ChosenMesh(*plan).memory, 12000);
+  for (const MeshCandidate& c : plan->candidates) {
+    if (c.pp * c.tp < 4) {
+      EXPECT_FALSE(c.fits) << c.dp << " " << c.pp << " " << c.tp;
+    }
+  }
+  EXPECT_NE(plan->reason.find("exceed memory"), std::string::npos);
+}
+
+TEST(MeshPlanTest, ExpensiveCollectivesMoveWorkOffTensorAndDataParallelism) {
+  MeshPlanRequest r = EightWorkers();
+  r.memory_per_worker = 12000;  // the model must be split 4 ways
+  r.costs.comm_latency = 0.05;  // each all-reduce step; a pipeline message pays it once
+  absl::StatusOr<MeshPlan> plan = ChooseMesh(r);
+  ASSERT_TRUE(plan.ok());
+  const MeshCandidate& best = ChosenMesh(*plan);
+  // TP pays 2(TP-1) latencies for each of 4 all-reduces per block and microbatch: pipelining wins.
+  EXPECT_EQ(best.tp, 1) << DescribeMeshPlan(*plan);
+  EXPECT_GE(best.pp, 4);
+  for (const MeshCandidate& c : plan->candidates) {
+    EXPECT_EQ(c.tp > 1, c.tp_comm > 0);
+    EXPECT_EQ(c.dp > 1, c.dp_comm > 0);
+  }
+}
+
+TEST(MeshPlanTest, StageCostsScaleWithTheSplit) {
+  MeshPlanRequest r = EightWorkers();
+  MeshCandidate c{1, 2, 2, "1f1b", 1, 4};  // 32 sequences in 4 microbatches of 8
+  CostModel costs = MeshStageCosts(r, c);
+  EXPECT_DOUBLE_EQ(costs.forward, 8.0 / 2 / 2);
+  EXPECT_DOUBLE_EQ(costs.backward, 2 * 8.0 / 2 / 2);
+  EXPECT_DOUBLE_EQ(costs.activation_bytes, 8 * 100);
+  r.costs.comm_bandwidth = 100;
+  costs = MeshStageCosts(r, c);
+  // 4 blocks per stage, 2 all-reduces each, each of 800 bytes over 2 ranks: 800 / 100.
+  EXPECT_DOUBLE_EQ(costs.forward, 2 + 4 * 2 * 8.0);
+}
+
+TEST(MeshPlanTest, BadRequestsAndImpossibleMemory) {
+  MeshPlanRequest r = EightWorkers();
+  r.workers = 0;
+  EXPECT_EQ(ChooseMesh(r).status().code(), absl::StatusCode::kInvalidArgument);
+  r = EightWorkers();
+  r.costs.comm_latency = -1;
+  EXPECT_NE(ChooseMesh(r).status().message().find("comm_latency"), std::string::npos);
+  r = EightWorkers();
+  r.schedules = {"nope"};
+  EXPECT_FALSE(ChooseMesh(r).ok());
+  r = EightWorkers();
+  r.workers = 7, r.batch = 4, r.n_heads = 4, r.n_layers = 4;  // DP 7 or PP 7 or TP 7: none works
+  EXPECT_NE(ChooseMesh(r).status().message().find("no split of 7 workers"), std::string::npos);
+  r = EightWorkers();
+  r.memory_per_worker = 100;
+  absl::StatusOr<MeshPlan> plan = ChooseMesh(r);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->chosen, -1);
+  EXPECT_NE(plan->reason.find("none of the"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace pp::plan

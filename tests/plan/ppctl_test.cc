@@ -1,4 +1,6 @@
 // Runs the real ppctl binary: `ppctl plan` output formats, --help, and bad arguments.
+#include <unistd.h>
+
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -29,14 +31,18 @@ std::string Slurp(const std::string& path) {
 }
 
 Result Ppctl(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "/ppctl.out", err = dir + "/ppctl.err";
+  // ctest runs the tests of this file as parallel processes: each call gets its own files.
+  static int calls = 0;
+  const std::string base = absl::StrCat(::testing::TempDir(), "/ppctl-", getpid(), "-", calls++);
+  const std::string out = base + ".out", err = base + ".err";
   const std::string command = absl::StrCat(PPCTL_PATH, " ", args, " >", out, " 2>", err);
   const int status = std::system(command.c_str());
   Result result;
   result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   result.out = Slurp(out);
   result.err = Slurp(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
   return result;
 }
 
@@ -45,7 +51,9 @@ TEST(PpctlTest, HelpDocumentsEveryPlanFlag) {
   EXPECT_EQ(help.code, 0);
   for (const char* flag :
        {"schedule", "stages", "chunks", "microbatches", "costs", "format", "auto",
-        "min_microbatches", "max_microbatches", "memory_budget", "schedules", "max_chunks"}) {
+        "min_microbatches", "max_microbatches", "memory_budget", "schedules", "max_chunks",
+        "mesh_workers", "memory_per_worker", "batch", "layers", "heads", "max_tensor",
+        "boundary_bytes", "weight_bytes"}) {
     EXPECT_NE(help.out.find(absl::StrCat("  --", flag, " (default: ")), std::string::npos)
         << flag << "\n"
         << help.out;
@@ -71,6 +79,9 @@ TEST(PpctlTest, BadArgumentsAreOneLineAndExitTwo) {
       {"plan --costs=f=-1", "cost forward must be a finite number >= 0"},
       {"plan extra", "unexpected argument 'extra'"},
       {"plan --auto --min_microbatches=9 --max_microbatches=3", "is empty"},
+      {"plan --auto --mesh_workers=4 --layers=4 --heads=4", "batch must be >= 1, got 0"},
+      {"plan --auto --mesh_workers=4 --batch=8 --layers=4 --heads=4 --costs=i=1",
+       "i, w and scale are not used with --mesh_workers"},
       {"frobnicate", "unknown command 'frobnicate'"},
       {"", "Usage: ppctl"},
   };
@@ -131,6 +142,30 @@ TEST(PpctlTest, AutoPrintsTheComparisonAndTheChoice) {
   const Result none = Ppctl("plan --auto --stages=4 --memory_budget=0.1");
   EXPECT_EQ(none.code, 1);
   EXPECT_NE(none.err.find("none of the"), std::string::npos);
+}
+
+TEST(PpctlTest, AutoWithMeshWorkersSplitsIntoDataPipelineAndTensor) {
+  const std::string mesh =
+      "plan --auto --mesh_workers=4 --batch=8 --layers=4 --heads=4 --weight_bytes=1000 "
+      "--boundary_bytes=10 --costs=f=1,b=2,act=100";
+  // Memory for a quarter of the weights' 4000 bytes (and activations): the model must be split
+  // four ways, so no replica.
+  const Result r = Ppctl(mesh + " --memory_per_worker=1200");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("dp x pp x tp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("chose dp1 x pp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("one replica's pipeline"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nGPU 0: "), std::string::npos) << r.out;
+
+  const Result json = Ppctl(mesh + " --format=json");
+  ASSERT_EQ(json.code, 0) << json.err;
+  pp::v1::Schedule proto;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &proto).ok()) << json.out;
+  EXPECT_NE(json.err.find("<- chosen"), std::string::npos);
+
+  const Result none = Ppctl(mesh + " --memory_per_worker=10");
+  EXPECT_EQ(none.code, 1);
+  EXPECT_NE(none.err.find("none of the"), std::string::npos) << none.err;
 }
 
 }  // namespace

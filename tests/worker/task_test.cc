@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/checkpoint.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "coordinator/plan/plan.h"
@@ -25,14 +26,20 @@ constexpr int kSteps = 3;
 
 class RecordingReporter : public TaskReporter {
  public:
-  bool ReportStep(const pp::v1::StepReport& report, const executor::StepResult&) override {
+  pp::v1::ReportResponse ReportStep(const pp::v1::StepReport& report,
+                                    const executor::StepResult&) override {
     steps.push_back(report);
-    return keep_going;
+    pp::v1::ReportResponse answer;
+    answer.set_abort(!keep_going);
+    answer.set_stop_after_step(stop_after_step);
+    return answer;
   }
+  // From the checkpoint writer thread; read after Run returned.
   void ReportCheckpoint(const pp::v1::CheckpointReport& report, double) override {
     checkpoints.push_back(report);
   }
   bool keep_going = true;
+  int stop_after_step = 0;
   std::vector<pp::v1::StepReport> steps;
   std::vector<pp::v1::CheckpointReport> checkpoints;
 };
@@ -112,19 +119,62 @@ class TaskTest : public ::testing::Test {
   struct Outcome {
     absl::Status status;
     RecordingReporter reporter;
+    bool drained = false;
   };
 
-  std::vector<Outcome> RunAll(const std::vector<pp::v1::TaskPlan>& plans) {
+  // Commits the step the ranks' checkpoint reports name, as ppcoord does; the step folder.
+  std::string Commit(const std::string& job, const std::vector<Outcome>& outcomes, int step) {
+    pp::v1::CheckpointManifest manifest;
+    manifest.set_job_id(job);
+    manifest.set_step(step);
+    for (const Outcome& o : outcomes) {
+      for (const pp::v1::CheckpointReport& r : o.reporter.checkpoints) {
+        if (r.step() != step) continue;
+        EXPECT_TRUE(r.ok()) << r.error();
+        pp::v1::CheckpointShard* shard = manifest.add_shards();
+        shard->set_file(r.shard());
+        shard->set_bytes(r.bytes());
+        shard->set_sha256(r.sha256());
+      }
+    }
+    const std::string dir = common::StepDir((dir_ / "checkpoints").string(), job, step);
+    EXPECT_TRUE(common::CommitManifest(dir, manifest).ok());
+    return dir;
+  }
+
+  // Every model tensor of the final checkpoint (step kSteps) written by `outcomes`.
+  std::map<std::string, std::vector<float>> FinalWeights(const std::string& job,
+                                                         const std::vector<Outcome>& outcomes) {
+    std::map<std::string, std::vector<float>> weights;
+    for (const Outcome& o : outcomes) {
+      for (const pp::v1::CheckpointReport& r : o.reporter.checkpoints) {
+        if (r.step() != kSteps) continue;
+        auto shard = common::ReadSafetensors(
+            (dir_ / "checkpoints" / job / ("step-" + std::to_string(kSteps)) / r.shard()).string());
+        EXPECT_TRUE(shard.ok()) << shard.status();
+        if (!shard.ok()) continue;
+        for (common::Tensor& t : shard->tensors) weights[t.name] = std::move(t.data);
+      }
+    }
+    return weights;
+  }
+
+  // Every rank in a thread; reporters answer `stop_after_step`.
+  std::vector<Outcome> RunAll(const std::vector<pp::v1::TaskPlan>& plans, int stop_after_step = 0,
+                              bool async_checkpoints = true) {
     std::unique_ptr<comm::KvStore> kv = comm::NewMemoryKvStore();
     std::vector<Outcome> outcomes(plans.size());
     std::vector<std::thread> threads;
     for (size_t r = 0; r < plans.size(); ++r) {
+      outcomes[r].reporter.stop_after_step = stop_after_step;
       threads.emplace_back([&, r] {
         TaskEnv env;
         env.kv = kv.get();
         env.comm_timeout = absl::Seconds(20);
+        env.async_checkpoints = async_checkpoints;
         Task task(plans[r], env);
         outcomes[r].status = task.Run(outcomes[r].reporter);
+        outcomes[r].drained = task.drained();
       });
     }
     for (auto& t : threads) t.join();
@@ -208,6 +258,106 @@ TEST_F(TaskTest, BadPlanIsRefused) {
   absl::Status status = Task(plans[0], env).Run(reporter);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_NE(status.message().find("rank 5 outside world size 2"), std::string::npos) << status;
+}
+
+TEST_F(TaskTest, StopAtACommonStepThenResumeOnAnotherLayoutIsBitwiseEqual) {
+  // 1F1B on D=4 stops after step 1 (a drain), checkpointing there; interleaved 1F1B on D=2, V=2
+  // resumes from that checkpoint and finishes.
+  const pp::v1::JobSpec first = Spec("1f1b", 4, 1, 4);
+  std::vector<Outcome> stopped = RunAll(Plans(first), /*stop_after_step=*/1);
+  for (const Outcome& o : stopped) {
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    EXPECT_TRUE(o.drained);
+    ASSERT_EQ(o.reporter.steps.size(), 1u);
+    ASSERT_EQ(o.reporter.checkpoints.size(), 1u);
+    EXPECT_EQ(o.reporter.checkpoints[0].step(), 1);
+  }
+  const std::string step_dir = Commit("job-1f1b", stopped, 1);
+  absl::StatusOr<common::Checkpoint> saved = common::LoadCheckpoint(step_dir);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  // Each shard carries where the next step starts.
+  absl::StatusOr<common::SafetensorsFile> shard =
+      common::ReadSafetensors(step_dir + "/" + common::ShardFileName(0));
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ(shard->metadata["step"], "1");
+  EXPECT_EQ(shard->metadata["data_position"], std::to_string(data::DataPositionAtStep(1, 4, 2)));
+
+  const pp::v1::JobSpec second = Spec("interleaved-1f1b", 2, 2, 4);
+  std::vector<pp::v1::TaskPlan> plans = Plans(second);
+  for (pp::v1::TaskPlan& plan : plans) {
+    plan.set_start_step(1);
+    plan.set_resume_from(step_dir);
+  }
+  std::vector<Outcome> resumed = RunAll(plans);
+  absl::StatusOr<trainer::TrainResult> reference = trainer::Train(first, trainer::TrainOptions());
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  std::vector<double> losses;
+  for (const std::vector<Outcome>* run : {&stopped, &resumed}) {
+    for (const Outcome& o : *run) {
+      ASSERT_TRUE(o.status.ok()) << o.status;
+      for (const pp::v1::StepReport& r : o.reporter.steps) {
+        if (r.has_loss()) losses.push_back(r.loss());
+      }
+    }
+  }
+  ASSERT_EQ(losses.size(), reference->losses.size());
+  EXPECT_EQ(std::memcmp(losses.data(), reference->losses.data(), losses.size() * sizeof(double)),
+            0);
+  const std::map<std::string, std::vector<float>> weights =
+      FinalWeights("job-interleaved-1f1b", resumed);
+  for (const auto& [name, values] : reference->weights) {
+    auto it = weights.find(name);
+    ASSERT_NE(it, weights.end()) << name;
+    ASSERT_EQ(it->second.size(), values.size()) << name;
+    EXPECT_EQ(std::memcmp(it->second.data(), values.data(), values.size() * sizeof(float)), 0)
+        << name;
+  }
+}
+
+TEST_F(TaskTest, ResumeRefusesAStepOtherThanTheCheckpoints) {
+  const pp::v1::JobSpec spec = Spec("gpipe", 1, 1, 2);
+  std::vector<Outcome> first = RunAll(Plans(spec));
+  ASSERT_TRUE(first[0].status.ok()) << first[0].status;
+  const std::string step_dir = Commit("job-gpipe", first, kSteps);
+  std::vector<pp::v1::TaskPlan> plans = Plans(spec);
+  plans[0].set_start_step(1);
+  plans[0].set_resume_from(step_dir);
+  std::vector<Outcome> resumed = RunAll(plans);
+  EXPECT_EQ(resumed[0].status.code(), absl::StatusCode::kInvalidArgument) << resumed[0].status;
+  EXPECT_NE(resumed[0].status.message().find("holds step 3"), std::string::npos)
+      << resumed[0].status;
+}
+
+TEST_F(TaskTest, SyncAndAsyncCheckpointsHoldTheSameTensors) {
+  pp::v1::JobSpec spec = Spec("1f1b", 2, 1, 2);
+  spec.mutable_checkpoint()->set_every_steps(1);
+  for (bool async : {false, true}) {
+    std::vector<pp::v1::TaskPlan> plans = Plans(spec);
+    for (pp::v1::TaskPlan& plan : plans) plan.set_job_id(async ? "async" : "sync");
+    for (const Outcome& o : RunAll(plans, 0, async)) {
+      ASSERT_TRUE(o.status.ok()) << o.status;
+      ASSERT_EQ(o.reporter.checkpoints.size(), static_cast<size_t>(kSteps));
+      for (int k = 0; k < kSteps; ++k) {
+        EXPECT_EQ(o.reporter.checkpoints[k].step(), k + 1);  // in step order
+        EXPECT_TRUE(o.reporter.checkpoints[k].ok()) << o.reporter.checkpoints[k].error();
+      }
+    }
+  }
+  for (int step = 1; step <= kSteps; ++step) {
+    for (int rank = 0; rank < 2; ++rank) {
+      const std::string file = "step-" + std::to_string(step) + "/" + common::ShardFileName(rank);
+      auto sync = common::ReadSafetensors((dir_ / "checkpoints" / "sync" / file).string());
+      auto async = common::ReadSafetensors((dir_ / "checkpoints" / "async" / file).string());
+      ASSERT_TRUE(sync.ok() && async.ok()) << file;
+      ASSERT_EQ(sync->tensors.size(), async->tensors.size()) << file;
+      for (size_t i = 0; i < sync->tensors.size(); ++i) {
+        EXPECT_EQ(sync->tensors[i].name, async->tensors[i].name);
+        EXPECT_EQ(sync->tensors[i].data, async->tensors[i].data)
+            << file << " " << sync->tensors[i].name;
+      }
+      EXPECT_EQ(sync->metadata["data_position"], async->metadata["data_position"]);
+    }
+  }
 }
 
 TEST_F(TaskTest, ReporterCanStopTheTask) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <exception>
+#include <iostream>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -178,6 +179,22 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     exposer_.reset();
   }
 
+  void Drain(absl::Duration timeout) override {
+    std::shared_ptr<Task> task;
+    {
+      absl::MutexLock lock(&mu_);
+      draining_ = true;
+      if (busy_) task = task_;
+    }
+    if (task == nullptr) return;
+    std::cerr << "ppworker: draining: job " << task->plan().job_id() << " rank "
+              << task->plan().rank() << " stops at a checkpoint\n";
+    task->Drain();
+    absl::MutexLock lock(&mu_);
+    auto done = [this] { return task_threads_ == 0; };
+    mu_.AwaitWithTimeout(absl::Condition(&done), timeout);
+  }
+
   // ---- pp.v1.Worker -------------------------------------------------------------------------
   grpc::Status RunTask(grpc::ServerContext*, const pp::v1::TaskPlan* plan,
                        pp::v1::RunTaskResponse*) override {
@@ -185,7 +202,10 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "task plan: job_id is empty");
     }
     absl::MutexLock lock(&mu_);
-    if (shutdown_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker shutting down");
+    if (shutdown_ || draining_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat("worker ", name_, " is shutting down"));
+    }
     if (busy_) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("worker ", name_, " is busy with job ", task_->plan().job_id(),
@@ -196,6 +216,9 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     env.device = options_.device;
     env.hostname = advertise_host_;
     env.comm_timeout = options_.comm_timeout;
+    env.async_checkpoints = options_.async_checkpoints;
+    env.pause_shard_step = options_.pause_shard_step;
+    env.pause_shard_for = options_.pause_shard_for;
     task_ = std::make_shared<Task>(*plan, env);
     busy_ = true;
     metrics_.StartTask(plan->job_id(), plan->rank());
@@ -235,8 +258,8 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
    public:
     explicit RpcReporter(Daemon* daemon) : daemon_(daemon) {}
 
-    bool ReportStep(const pp::v1::StepReport& report,
-                    const executor::StepResult& result) override {
+    pp::v1::ReportResponse ReportStep(const pp::v1::StepReport& report,
+                                      const executor::StepResult& result) override {
       daemon_->metrics_.RecordStep(result, report.tokens());
       grpc::ClientContext context;
       SetDeadline(context, kRpcDeadline);
@@ -245,9 +268,9 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       if (!status.ok()) {
         // Progress reports are best effort; heartbeats decide whether the coordinator is gone.
         daemon_->metrics_.RpcError("ReportStep");
-        return true;
+        return {};
       }
-      return !response.abort();
+      return response;
     }
 
     void ReportCheckpoint(const pp::v1::CheckpointReport& report, double seconds) override {
@@ -280,6 +303,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     report.set_ok(status.ok());
     report.set_error(std::string(status.message()));
     report.set_worker(name());
+    report.set_drained(status.ok() && task->drained());
     {
       // Free before the report: the coordinator may place the next task as soon as it reads it.
       absl::MutexLock lock(&mu_);
@@ -303,6 +327,11 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     return name_;
   }
 
+  bool draining() {
+    absl::MutexLock lock(&mu_);
+    return draining_;
+  }
+
   // Sleeps up to `d`; returns false when shutting down.
   bool Sleep(absl::Duration d) {
     absl::MutexLock lock(&mu_);
@@ -318,6 +347,14 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     info->set_device(options_.device);
     info->set_memory_bytes(options_.device == "cpu" ? HostMemoryBytes() : 0);
     info->set_host(advertise_host_);
+    {
+      // A coordinator that restarted learns what this worker still runs.
+      absl::MutexLock lock(&mu_);
+      if (busy_) {
+        info->set_job_id(task_->plan().job_id());
+        info->set_attempt(task_->plan().attempt());
+      }
+    }
     grpc::ClientContext context;
     SetDeadline(context, kRpcDeadline);
     pp::v1::RegisterWorkerResponse response;
@@ -339,6 +376,11 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       {
         absl::MutexLock lock(&mu_);
         if (shutdown_) return;
+      }
+      // A draining worker leaves: a coordinator that forgot it must not place work on it.
+      if (!registered && draining()) {
+        if (!Sleep(kMaxBackoff)) return;
+        continue;
       }
       if (!registered) {
         registered = Register();
@@ -405,6 +447,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   std::string name_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   int task_threads_ ABSL_GUARDED_BY(mu_) = 0;  // detached task threads still running
   std::shared_ptr<Task> task_ ABSL_GUARDED_BY(mu_);

@@ -4,11 +4,16 @@
 // Contract:
 // - Start returns once both servers listen (port 0 = a free port); registration runs in the
 //   background, retrying with bounded backoff until the coordinator answers, and again whenever a
-//   heartbeat comes back known=false. Jobs in a heartbeat's abort_jobs are aborted.
+//   heartbeat comes back known=false (not while draining); it names the job and attempt it still
+//   runs, so a restarted coordinator can stop stale ones. Jobs in a heartbeat's abort_jobs are
+//   aborted.
 // - RunTask starts the task on a thread and returns at once; a second task while busy gets
 //   FAILED_PRECONDITION. Each step goes to ReportStep, the end to ReportTask (ok or the error),
 //   after which the worker is free again.
 // - Shutdown aborts a running task (reported as failed) and stops everything, in bounded time.
+// - Drain (SIGTERM, e.g. a Kubernetes node drain) refuses new tasks and stops registering again;
+//   a running task asks the coordinator for a common stop step, checkpoints there and ends
+//   (reported ok and drained). Drain returns when the task ended or `timeout` passed.
 #ifndef PP_WORKER_DAEMON_DAEMON_H_
 #define PP_WORKER_DAEMON_DAEMON_H_
 
@@ -28,6 +33,9 @@ struct DaemonOptions {
   std::string name;             // empty: <advertised host>-<grpc port>
   std::string advertise_host;   // empty: the --grpc host, or the machine's name for 0.0.0.0
   absl::Duration comm_timeout = absl::Seconds(30);
+  bool async_checkpoints = true;     // TaskEnv::async_checkpoints
+  int pause_shard_step = 0;          // test hook, TaskEnv::pause_shard_step
+  absl::Duration pause_shard_for;
 };
 
 class WorkerDaemon {
@@ -36,6 +44,7 @@ class WorkerDaemon {
   virtual ~WorkerDaemon() = default;
   virtual std::string grpc_address() const = 0;     // host:port actually bound
   virtual std::string metrics_address() const = 0;
+  virtual void Drain(absl::Duration timeout) = 0;
   virtual void Shutdown() = 0;
 };
 

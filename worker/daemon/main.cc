@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -9,7 +10,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "worker/daemon/daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of ppcoord's gRPC service (required)");
@@ -24,6 +27,10 @@ ABSL_FLAG(std::string, advertise_host, "",
           "this machine's name when that is 0.0.0.0");
 ABSL_FLAG(double, comm_timeout, 30,
           "seconds a rendezvous, receive or collective may wait for a peer before the task fails");
+ABSL_FLAG(double, drain_timeout, 120,
+          "on SIGTERM, seconds to let the running task reach a common step, checkpoint and end");
+ABSL_FLAG(bool, async_checkpoints, true,
+          "write checkpoint shards on a background thread while training continues");
 
 namespace {
 
@@ -37,6 +44,20 @@ bool WriteAddressFile(const std::string& path, const std::string& grpc,
     if (!out.good()) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// PP_TEST_SHARD_WRITE_PAUSE=STEP:SECONDS (tests only): pause before writing that step's shard.
+bool ParseShardPause(pp::daemon::DaemonOptions& options) {
+  const char* value = std::getenv("PP_TEST_SHARD_WRITE_PAUSE");
+  if (value == nullptr) return true;
+  std::pair<std::string, std::string> parts = absl::StrSplit(value, ':');
+  double seconds = 0;
+  if (!absl::SimpleAtoi(parts.first, &options.pause_shard_step) ||
+      !absl::SimpleAtod(parts.second, &seconds) || options.pause_shard_step < 1 || seconds < 0) {
+    return false;
+  }
+  options.pause_shard_for = absl::Seconds(seconds);
+  return true;
 }
 
 }  // namespace
@@ -66,6 +87,12 @@ int main(int argc, char** argv) {
   options.name = absl::GetFlag(FLAGS_name);
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.comm_timeout = absl::Seconds(absl::GetFlag(FLAGS_comm_timeout));
+  options.async_checkpoints = absl::GetFlag(FLAGS_async_checkpoints);
+  if (!ParseShardPause(options)) {
+    std::cerr << "ppworker: PP_TEST_SHARD_WRITE_PAUSE: want STEP:SECONDS, got \""
+              << std::getenv("PP_TEST_SHARD_WRITE_PAUSE") << "\"\n";
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<pp::daemon::WorkerDaemon>> daemon =
       pp::daemon::WorkerDaemon::Start(options);
   if (!daemon.ok()) {
@@ -84,6 +111,8 @@ int main(int argc, char** argv) {
   int signal = 0;
   sigwait(&signals, &signal);
   std::cerr << "ppworker: signal " << signal << ", shutting down\n";
+  // SIGTERM (Kubernetes drains a node): the running job stops at a checkpoint first.
+  if (signal == SIGTERM) (*daemon)->Drain(absl::Seconds(absl::GetFlag(FLAGS_drain_timeout)));
   (*daemon)->Shutdown();
   return 0;
 }

@@ -1,7 +1,10 @@
 #include "worker/daemon/task.h"
 
 #include <chrono>
+#include <map>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
@@ -9,6 +12,7 @@
 #include "common/checkpoint.h"
 #include "common/job_spec.h"
 #include "worker/daemon/model_compute.h"
+#include "worker/data/data.h"
 
 namespace pp::daemon {
 namespace {
@@ -59,6 +63,75 @@ absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(const pp::v1::TaskPlan&
       absl::StrCat("device '", env.device, "': want cpu or cuda:N"));
 }
 
+// Writes this rank's checkpoint shards, inline or on a background thread with one write in flight,
+// and reports each to the coordinator.
+class ShardWriter {
+ public:
+  ShardWriter(const pp::v1::TaskPlan& plan, const TaskEnv& env, TaskReporter& reporter)
+      : plan_(plan), env_(env), reporter_(reporter) {}
+  ~ShardWriter() { (void)Wait(); }
+
+  // Writes (async: starts writing) the shard of `step` after the previous write ended; returns
+  // the previous write's error, or this one's when inline.
+  absl::Status Save(int step, std::vector<common::Tensor> tensors) {
+    if (absl::Status previous = Wait(); !previous.ok()) return previous;
+    if (!env_.async_checkpoints) return Write(step, tensors);
+    thread_ = std::thread([this, step, tensors = std::move(tensors)] {
+      status_ = Write(step, tensors);
+    });
+    return absl::OkStatus();
+  }
+
+  // Waits for the write in flight; its outcome.
+  absl::Status Wait() {
+    if (thread_.joinable()) thread_.join();
+    return std::exchange(status_, absl::OkStatus());
+  }
+
+ private:
+  absl::Status Write(int step, const std::vector<common::Tensor>& tensors) {
+    const auto start = std::chrono::steady_clock::now();
+    if (step == env_.pause_shard_step) absl::SleepFor(env_.pause_shard_for);
+    const pp::v1::TrainSpec& train = plan_.spec().train();
+    // Where the next step starts: the state a resume must reproduce.
+    const std::map<std::string, std::string> metadata = {
+        {"job", plan_.job_id()},
+        {"rank", absl::StrCat(plan_.rank())},
+        {"step", absl::StrCat(step)},
+        {"data_position",
+         absl::StrCat(data::DataPositionAtStep(step, train.microbatches(),
+                                               train.microbatch_size()))},
+        {"rng_seed", absl::StrCat(train.seed())},
+        {"rng_counter", "0"},  // randomness is only drawn at initialisation
+    };
+    pp::v1::CheckpointReport report;
+    report.set_job_id(plan_.job_id());
+    report.set_attempt(plan_.attempt());
+    report.set_rank(plan_.rank());
+    report.set_step(step);
+    report.set_shard(common::ShardFileName(plan_.rank()));
+    absl::StatusOr<pp::v1::CheckpointShard> shard =
+        common::WriteShard(common::StepDir(plan_.checkpoint_dir(), plan_.job_id(), step),
+                           report.shard(), tensors, metadata);
+    report.set_ok(shard.ok());
+    if (shard.ok()) {
+      report.set_bytes(shard->bytes());
+      report.set_sha256(shard->sha256());
+    } else {
+      report.set_error(std::string(shard.status().message()));
+    }
+    reporter_.ReportCheckpoint(
+        report, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return shard.status();
+  }
+
+  const pp::v1::TaskPlan& plan_;
+  const TaskEnv& env_;
+  TaskReporter& reporter_;
+  std::thread thread_;
+  absl::Status status_;  // of the last write; read after joining its thread
+};
+
 }  // namespace
 
 void Task::Abort(const std::string& reason) {
@@ -94,6 +167,12 @@ absl::Status Task::Run(TaskReporter& reporter) {
   if (!plan_.resume_from().empty()) {
     absl::StatusOr<common::Checkpoint> checkpoint = common::LoadCheckpoint(plan_.resume_from());
     if (!checkpoint.ok()) return fail(checkpoint.status());
+    if (checkpoint->manifest.step() != plan_.start_step()) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("resume_from ", plan_.resume_from(), " holds step ",
+                       checkpoint->manifest.step(), ", the plan starts at step ",
+                       plan_.start_step())));
+    }
     if (absl::Status s = (*compute)->LoadCheckpointTensors(checkpoint->tensors); !s.ok()) {
       return fail(s);
     }
@@ -125,16 +204,19 @@ absl::Status Task::Run(TaskReporter& reporter) {
   const int64_t tokens_per_step = static_cast<int64_t>(spec.train().microbatches()) *
                                   spec.train().microbatch_size() * spec.model().seq_len();
   const int every = spec.checkpoint().every_steps();
-  for (int step = plan_.start_step(); step < spec.train().steps(); ++step) {
+  const int steps = spec.train().steps();
+  ShardWriter writer(plan_, env_, reporter);
+  for (int step = plan_.start_step(); step < steps; ++step) {
     absl::StatusOr<executor::StepResult> result = (*executor)->RunStep(step);
     if (!result.ok()) return fail(result.status());
-    completed_steps_ = step + 1;
+    const int done = step + 1;
+    completed_steps_ = done;
 
     pp::v1::StepReport report;
     report.set_job_id(plan_.job_id());
     report.set_attempt(plan_.attempt());
     report.set_rank(plan_.rank());
-    report.set_step(step + 1);
+    report.set_step(done);
     report.set_has_loss(result->has_loss);
     report.set_loss(result->loss);
     report.set_step_seconds(result->step_seconds);
@@ -142,37 +224,28 @@ absl::Status Task::Run(TaskReporter& reporter) {
         result->compute_seconds +
         result->busy_seconds[static_cast<int>(executor::Phase::kOptimizer)]);
     report.set_tokens(tokens_per_step);
+    report.set_draining(draining_);
     *report.mutable_trace() = result->trace;
-    if (!reporter.ReportStep(report, *result)) {
+    const pp::v1::ReportResponse answer = reporter.ReportStep(report, *result);
+    if (answer.abort()) {
       Abort("the coordinator asked to stop");
       return CheckAborted();
     }
 
-    const bool due = step + 1 == spec.train().steps() || (every > 0 && (step + 1) % every == 0);
+    // Every rank gets the same stop step, so all of them stop (and checkpoint) after it.
+    const bool stop = answer.stop_after_step() == done && done < steps;
+    const bool due = stop || done == steps || (every > 0 && done % every == 0);
     if (due && !plan_.checkpoint_dir().empty()) {
-      const auto start = std::chrono::steady_clock::now();
-      pp::v1::CheckpointReport checkpoint;
-      checkpoint.set_job_id(plan_.job_id());
-      checkpoint.set_attempt(plan_.attempt());
-      checkpoint.set_rank(plan_.rank());
-      checkpoint.set_step(step + 1);
-      checkpoint.set_shard(common::ShardFileName(plan_.rank()));
-      absl::StatusOr<pp::v1::CheckpointShard> shard = common::WriteShard(
-          common::StepDir(plan_.checkpoint_dir(), plan_.job_id(), step + 1),
-          checkpoint.shard(), (*compute)->CheckpointTensors());
-      checkpoint.set_ok(shard.ok());
-      if (shard.ok()) {
-        checkpoint.set_bytes(shard->bytes());
-        checkpoint.set_sha256(shard->sha256());
-      } else {
-        checkpoint.set_error(std::string(shard.status().message()));
+      if (absl::Status s = writer.Save(done, (*compute)->CheckpointTensors()); !s.ok()) {
+        return fail(s);
       }
-      reporter.ReportCheckpoint(
-          checkpoint,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      if (!shard.ok()) return fail(shard.status());
+    }
+    if (stop) {
+      drained_ = true;
+      break;
     }
   }
+  if (absl::Status s = writer.Wait(); !s.ok()) return fail(s);
   // Nobody closes its connections while a peer may still be finishing its last transfers.
   if (absl::Status s = (*transport)->Barrier(); !s.ok()) return fail(s);
   return absl::OkStatus();

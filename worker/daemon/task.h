@@ -6,11 +6,19 @@
 //   what failed (bad plan, unreachable peer, transport timeout, abort). Every wait is bounded by
 //   TaskEnv::comm_timeout, so Run always returns.
 // - Steps are reported 1-based (StepReport.step = completed steps); the last stage's report
-//   carries the loss. A reporter answering false aborts the task.
-// - Checkpoints (when plan.checkpoint_dir is set): after step N = every_steps multiples and the
-//   last step, each rank writes <checkpoint_dir>/<job_id>/step-<N>/rank-<rank>.safetensors with
-//   its tensors and AdamW moments and reports it; the coordinator commits the manifest.
-// - A plan with resume_from loads its tensors and moments from that step folder first.
+//   carries the loss. An answer with abort aborts the task; one with stop_after_step = N makes
+//   the task checkpoint after step N and return OK early (drained()). Drain() marks the next
+//   reports `draining` so the coordinator picks that common stop step for every rank.
+// - Checkpoints (when plan.checkpoint_dir is set): after step N = every_steps multiples, the
+//   last step and a drain stop, each rank writes <checkpoint_dir>/<job_id>/step-<N>/
+//   rank-<rank>.safetensors with its tensors, AdamW moments and (as metadata) step, data position
+//   and RNG state, and reports it; the coordinator commits the manifest. With
+//   TaskEnv::async_checkpoints the tensors are copied to host memory at the step boundary and a
+//   background thread writes them while the next steps train (one write in flight at a time);
+//   Run returns only after the last write was reported.
+// - A plan with resume_from loads its tensors and moments from that committed step folder
+//   (verified: manifest and every shard's sha256) first; its step must equal start_step, from
+//   which the AdamW step count and the data position continue.
 #ifndef PP_WORKER_DAEMON_TASK_H_
 #define PP_WORKER_DAEMON_TASK_H_
 
@@ -31,9 +39,10 @@ namespace pp::daemon {
 class TaskReporter {
  public:
   virtual ~TaskReporter() = default;
-  // Returns false when the task must stop.
-  virtual bool ReportStep(const pp::v1::StepReport& report,
-                          const executor::StepResult& result) = 0;
+  // The coordinator's answer (abort, stop_after_step); a lost answer is an empty one.
+  virtual pp::v1::ReportResponse ReportStep(const pp::v1::StepReport& report,
+                                            const executor::StepResult& result) = 0;
+  // Called from the checkpoint writer thread when async_checkpoints is on.
   virtual void ReportCheckpoint(const pp::v1::CheckpointReport& report, double seconds) = 0;
 };
 
@@ -42,6 +51,11 @@ struct TaskEnv {
   std::string device = "cpu";          // cpu | cuda:N
   std::string hostname = "127.0.0.1";  // where peers reach this rank
   absl::Duration comm_timeout = absl::Seconds(30);
+  bool async_checkpoints = true;  // false: training waits for each shard write
+  // Test hook (PP_TEST_SHARD_WRITE_PAUSE=STEP:SECONDS in ppworker): the writer sleeps this long
+  // before writing the shard of this step, so a test can kill a worker mid-checkpoint.
+  int pause_shard_step = 0;
+  absl::Duration pause_shard_for;
 };
 
 class Task {
@@ -51,9 +65,13 @@ class Task {
   absl::Status Run(TaskReporter& reporter);
   // Any thread, any time: Run returns Aborted with `reason` within a bounded time.
   void Abort(const std::string& reason);
+  // Any thread: ask the coordinator for a common stop step (the worker is being drained).
+  void Drain() { draining_ = true; }
 
   const pp::v1::TaskPlan& plan() const { return plan_; }
   int completed_steps() const { return completed_steps_; }
+  // Run stopped early at the coordinator's stop_after_step, its checkpoint written.
+  bool drained() const { return drained_; }
 
  private:
   absl::Status CheckAborted();
@@ -61,6 +79,8 @@ class Task {
   pp::v1::TaskPlan plan_;
   TaskEnv env_;
   std::atomic<int> completed_steps_{0};
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> drained_{false};
   absl::Mutex mu_;
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;

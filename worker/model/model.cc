@@ -101,6 +101,10 @@ class StageModel::Impl {
       : ops_(ops), cfg_(config), opt_(options) {
     B_ = options.microbatch_size, T_ = config.seq_len, C_ = config.d_model;
     N_ = static_cast<size_t>(B_) * T_;
+    if (options.tensor_parallel != nullptr) {
+      tp_ = options.tensor_parallel->size(), tp_rank_ = options.tensor_parallel->rank();
+    }
+    Cl_ = C_ / tp_, NHl_ = config.n_heads / tp_;
   }
 
   ~Impl() {
@@ -111,18 +115,29 @@ class StageModel::Impl {
     for (float* p : {tmp_c_, tmp_4c_, logits_, losses_}) ops_->Free(p);
   }
 
-  void Build() {
+  absl::Status Build() {
     for (int u = opt_.first_unit; u <= opt_.last_unit; ++u) {
       for (const TensorShape& shape : UnitTensors(cfg_, u)) {
+        absl::StatusOr<TensorSlice> slice = TensorParallelSlice(cfg_, shape, tp_rank_, tp_);
+        if (!slice.ok()) return slice.status();
+        // The unsplit tensor's initial values, cut: a slice starts as the same bits.
+        std::vector<float> init = InitTensorValues(shape, cfg_.n_layers, opt_.seed);
         ModelTensor t;
         t.name = shape.name;
         t.shape = shape.shape;
-        t.size = shape.size();
+        t.full_shape = shape.shape;
+        t.slice = *slice;
+        if (!IsWhole(*slice, shape.shape)) {
+          absl::StatusOr<std::vector<float>> part = CutSlice(shape, *slice, init);
+          if (!part.ok()) return part.status();
+          init = std::move(*part);
+          t.shape = *SliceShape(shape.shape, *slice);
+        }
+        t.size = init.size();
         t.value = ops_->Alloc(t.size);
         t.grad = ops_->Alloc(t.size);
         t.exp_avg = ops_->Alloc(t.size);
         t.exp_avg_sq = ops_->Alloc(t.size);
-        std::vector<float> init = InitTensorValues(shape, cfg_.n_layers, opt_.seed);
         ops_->CopyToDevice(t.value, init.data(), t.size);
         tensors_.push_back(std::move(t));
       }
@@ -139,11 +154,12 @@ class StageModel::Impl {
       head_weight_ = cfg_.tie_embeddings ? embed_ : &tensors_[next + 2];
     }
     tmp_c_ = ops_->Alloc(N_ * C_);
-    tmp_4c_ = ops_->Alloc(N_ * 4 * C_);
+    tmp_4c_ = ops_->Alloc(N_ * 4 * Cl_);
     if (has_head()) {
       logits_ = ops_->Alloc(N_ * cfg_.vocab_size);
       losses_ = ops_->Alloc(N_);
     }
+    return absl::OkStatus();
   }
 
   bool has_embedding() const { return opt_.first_unit == 0; }
@@ -197,7 +213,10 @@ class StageModel::Impl {
     }
     for (size_t i = 0; i < nb; ++i) {
       float* y = (i + 1 == nb && !has_head()) ? out : (st.resid[i + 1] = NewF(N_ * C_)).get();
-      BlockForward(blocks_[i], st.blocks[i], st.resid[i].get(), y);
+      if (absl::Status s = BlockForward(blocks_[i], st.blocks[i], st.resid[i].get(), y); !s.ok()) {
+        in_flight_.erase(mb);
+        return s;
+      }
     }
     if (!has_head()) return 0.0;
     return HeadForward(st.head, st.resid[nb].get(), in.targets);
@@ -233,7 +252,9 @@ class StageModel::Impl {
     for (size_t i = nb; i-- > 0;) {
       FBuf dx;
       float* dst = (i == 0 && !has_embedding()) ? grad_in : (dx = NewF(N_ * C_)).get();
-      BlockBackwardInput(blocks_[i], st.blocks[i], st.resid[i].get(), std::move(g), dst);
+      absl::Status s =
+          BlockBackwardInput(blocks_[i], st.blocks[i], st.resid[i].get(), std::move(g), dst);
+      if (!s.ok()) return s;
       g = std::move(dx);
     }
     if (has_embedding()) st.embed.dout = std::move(g);
@@ -277,67 +298,85 @@ class StageModel::Impl {
     return absl::OkStatus();
   }
 
+  // Sums a partial (N,C) over the tensor-parallel group; nothing to do without one.
+  absl::Status AllReduce(float* x) {
+    if (tp_ == 1) return absl::OkStatus();
+    return opt_.tensor_parallel->AllReduceSum(x, N_ * C_);
+  }
+  // A row-parallel layer's bias, added by TP rank 0 only: the all-reduce then adds it once.
+  const float* RowBias(const ModelTensor& bias) const {
+    return tp_rank_ == 0 ? bias.value : nullptr;
+  }
+
   // x (N,C) -> y (N,C):
   // y = res2 + mlp(ln_2(res2)), res2 = x + attn(ln_1(x)).
-  void BlockForward(ModelTensor* w, BlockSaved& s, const float* x, float* y) {
-    const int C = C_, NH = cfg_.n_heads, N = static_cast<int>(N_);
+  // With TP, this rank holds Cl = C/TP channels of q, k, v (NHl heads) and 4Cl of mlp.fc.
+  absl::Status BlockForward(ModelTensor* w, BlockSaved& s, const float* x, float* y) {
+    const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
     s.ln1 = NewF(N_ * C), s.mean1 = NewF(N_), s.rstd1 = NewF(N_);
     ops_->LayerNormForward(s.ln1.get(), s.mean1.get(), s.rstd1.get(), x, w[kLn1W].value,
                            w[kLn1B].value, N, C);
-    s.qkv = NewF(N_ * 3 * C);
-    ops_->MatmulForward(s.qkv.get(), s.ln1.get(), w[kQkvW].value, w[kQkvB].value, N, C, 3 * C);
-    s.atty = NewF(N_ * C), s.att = NewF(static_cast<size_t>(B_) * NH * T_ * T_);
-    ops_->AttentionForward(s.atty.get(), s.att.get(), s.qkv.get(), B_, T_, C, NH);
-    ops_->MatmulForward(tmp_c_, s.atty.get(), w[kProjW].value, w[kProjB].value, N, C, C);
+    s.qkv = NewF(N_ * 3 * Cl);  // (N,3Cl)
+    ops_->MatmulForward(s.qkv.get(), s.ln1.get(), w[kQkvW].value, w[kQkvB].value, N, C, 3 * Cl);
+    s.atty = NewF(N_ * Cl), s.att = NewF(static_cast<size_t>(B_) * NH * T_ * T_);
+    ops_->AttentionForward(s.atty.get(), s.att.get(), s.qkv.get(), B_, T_, Cl, NH);
+    ops_->MatmulForward(tmp_c_, s.atty.get(), w[kProjW].value, RowBias(w[kProjB]), N, Cl, C);
+    if (absl::Status st = AllReduce(tmp_c_); !st.ok()) return st;
     s.res2 = NewF(N_ * C);
     ops_->ResidualForward(s.res2.get(), x, tmp_c_, N_ * C);
     s.ln2 = NewF(N_ * C), s.mean2 = NewF(N_), s.rstd2 = NewF(N_);
     ops_->LayerNormForward(s.ln2.get(), s.mean2.get(), s.rstd2.get(), s.res2.get(), w[kLn2W].value,
                            w[kLn2B].value, N, C);
-    s.fch = NewF(N_ * 4 * C), s.fch_gelu = NewF(N_ * 4 * C);
-    ops_->MatmulForward(s.fch.get(), s.ln2.get(), w[kFcW].value, w[kFcB].value, N, C, 4 * C);
-    ops_->GeluForward(s.fch_gelu.get(), s.fch.get(), N_ * 4 * C);
-    ops_->MatmulForward(tmp_c_, s.fch_gelu.get(), w[kFc2W].value, w[kFc2B].value, N, 4 * C, C);
+    s.fch = NewF(N_ * 4 * Cl), s.fch_gelu = NewF(N_ * 4 * Cl);  // (N,4Cl)
+    ops_->MatmulForward(s.fch.get(), s.ln2.get(), w[kFcW].value, w[kFcB].value, N, C, 4 * Cl);
+    ops_->GeluForward(s.fch_gelu.get(), s.fch.get(), N_ * 4 * Cl);
+    ops_->MatmulForward(tmp_c_, s.fch_gelu.get(), w[kFc2W].value, RowBias(w[kFc2B]), N, 4 * Cl, C);
+    if (absl::Status st = AllReduce(tmp_c_); !st.ok()) return st;
     ops_->ResidualForward(y, s.res2.get(), tmp_c_, N_ * C);
+    return absl::OkStatus();
   }
 
   // dy (N,C) -> dx (N,C), overwritten. Keeps the input-gradients of every weighted op.
-  void BlockBackwardInput(ModelTensor* w, BlockSaved& s, const float* x, FBuf dy, float* dx) {
-    const int C = C_, NH = cfg_.n_heads, N = static_cast<int>(N_);
+  absl::Status BlockBackwardInput(ModelTensor* w, BlockSaved& s, const float* x, FBuf dy,
+                                  float* dx) {
+    const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
     s.dy = std::move(dy);
-    ops_->Zero(tmp_4c_, N_ * 4 * C);  // d fch_gelu
-    ops_->MatmulBackwardInput(tmp_4c_, s.dy.get(), w[kFc2W].value, N, 4 * C, C);
-    s.dfch = NewF(N_ * 4 * C);
-    ops_->GeluBackward(s.dfch.get(), s.fch.get(), tmp_4c_, N_ * 4 * C);
+    ops_->Zero(tmp_4c_, N_ * 4 * Cl);  // d fch_gelu
+    ops_->MatmulBackwardInput(tmp_4c_, s.dy.get(), w[kFc2W].value, N, 4 * Cl, C);
+    s.dfch = NewF(N_ * 4 * Cl);
+    ops_->GeluBackward(s.dfch.get(), s.fch.get(), tmp_4c_, N_ * 4 * Cl);
     s.dln2 = NewF(N_ * C);
-    ops_->MatmulBackwardInput(s.dln2.get(), s.dfch.get(), w[kFcW].value, N, C, 4 * C);
+    ops_->MatmulBackwardInput(s.dln2.get(), s.dfch.get(), w[kFcW].value, N, C, 4 * Cl);
+    if (absl::Status st = AllReduce(s.dln2.get()); !st.ok()) return st;
     s.dres2 = NewF(N_ * C);
     ops_->Copy(s.dres2.get(), s.dy.get(), N_ * C);
     ops_->LayerNormBackwardInput(s.dres2.get(), s.dln2.get(), s.res2.get(), w[kLn2W].value,
                                  s.mean2.get(), s.rstd2.get(), N, C);
-    ops_->Zero(tmp_c_, N_ * C);  // d atty
-    ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, C, C);
-    s.dqkv = NewF(N_ * 3 * C);
-    ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(), B_, T_, C, NH);
+    ops_->Zero(tmp_c_, N_ * Cl);  // d atty (N,Cl)
+    ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, Cl, C);
+    s.dqkv = NewF(N_ * 3 * Cl);
+    ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(), B_, T_, Cl, NH);
     s.dln1 = NewF(N_ * C);
-    ops_->MatmulBackwardInput(s.dln1.get(), s.dqkv.get(), w[kQkvW].value, N, C, 3 * C);
+    ops_->MatmulBackwardInput(s.dln1.get(), s.dqkv.get(), w[kQkvW].value, N, C, 3 * Cl);
+    if (absl::Status st = AllReduce(s.dln1.get()); !st.ok()) return st;
     ops_->Copy(dx, s.dres2.get(), N_ * C);
     ops_->LayerNormBackwardInput(dx, s.dln1.get(), x, w[kLn1W].value, s.mean1.get(), s.rstd1.get(),
                                  N, C);
     s.qkv.Release(), s.att.Release(), s.fch.Release();  // the weight part does not read them
+    return absl::OkStatus();
   }
 
   void BlockBackwardWeight(ModelTensor* w, BlockSaved& s, const float* x) {
-    const int C = C_, N = static_cast<int>(N_);
-    ops_->MatmulBackwardWeight(w[kFc2W].grad, w[kFc2B].grad, s.dy.get(), s.fch_gelu.get(), N, 4 * C,
-                               C);
-    ops_->MatmulBackwardWeight(w[kFcW].grad, w[kFcB].grad, s.dfch.get(), s.ln2.get(), N, C, 4 * C);
+    const int C = C_, Cl = Cl_, N = static_cast<int>(N_);
+    ops_->MatmulBackwardWeight(w[kFc2W].grad, w[kFc2B].grad, s.dy.get(), s.fch_gelu.get(), N,
+                               4 * Cl, C);
+    ops_->MatmulBackwardWeight(w[kFcW].grad, w[kFcB].grad, s.dfch.get(), s.ln2.get(), N, C, 4 * Cl);
     ops_->LayerNormBackwardWeight(w[kLn2W].grad, w[kLn2B].grad, s.dln2.get(), s.res2.get(),
                                   s.mean2.get(), s.rstd2.get(), N, C);
-    ops_->MatmulBackwardWeight(w[kProjW].grad, w[kProjB].grad, s.dres2.get(), s.atty.get(), N, C,
+    ops_->MatmulBackwardWeight(w[kProjW].grad, w[kProjB].grad, s.dres2.get(), s.atty.get(), N, Cl,
                                C);
     ops_->MatmulBackwardWeight(w[kQkvW].grad, w[kQkvB].grad, s.dqkv.get(), s.ln1.get(), N, C,
-                               3 * C);
+                               3 * Cl);
     ops_->LayerNormBackwardWeight(w[kLn1W].grad, w[kLn1B].grad, s.dln1.get(), x, s.mean1.get(),
                                   s.rstd1.get(), N, C);
   }
@@ -381,6 +420,8 @@ class StageModel::Impl {
   StageOptions opt_;
   int B_ = 0, T_ = 0, C_ = 0;
   size_t N_ = 0;
+  int tp_ = 1, tp_rank_ = 0;  // tensor-parallel group size and this rank in it
+  int Cl_ = 0, NHl_ = 0;      // channels (C/TP) and heads (NH/TP) of this rank's attention share
   std::vector<ModelTensor> tensors_;
   ModelTensor* embed_ = nullptr;        // wte, wpe
   std::vector<ModelTensor*> blocks_;    // 12 tensors each
@@ -416,8 +457,16 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(Ops* ops, const M
   if (config.tie_embeddings && options.last_unit == units - 1 && options.first_unit != 0) {
     return absl::UnimplementedError("tie_embeddings needs the embedding and the head on one stage");
   }
+  if (const parallel::Collectives* tp = options.tensor_parallel; tp != nullptr) {
+    if (tp->size() < 1 || tp->rank() < 0 || tp->rank() >= tp->size() ||
+        config.n_heads % tp->size() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor-parallel rank ", tp->rank(), " of ", tp->size(),
+                       ": the size must be >= 1 and divide model.n_heads (", config.n_heads, ")"));
+    }
+  }
   auto impl = std::make_unique<Impl>(ops, config, options);
-  impl->Build();
+  if (absl::Status s = impl->Build(); !s.ok()) return s;
   return std::unique_ptr<StageModel>(new StageModel(std::move(impl)));
 }
 

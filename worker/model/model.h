@@ -13,6 +13,23 @@
 // - Gradients accumulate in the order backward calls arrive; run them in ascending microbatch
 //   order for bits that do not depend on the schedule. Activations are passed by copy, so a chain
 //   of stages gives exactly the bits of one stage holding every unit.
+// - Tensor parallel (Megatron-LM, Shoeybi et al. 2019), when StageOptions.tensor_parallel has
+//   more than one rank: attn.qkv and mlp.fc are column-parallel (rank r holds heads
+//   [r*NH/TP, (r+1)*NH/TP), i.e. those rows of q, k and v, and 4C/TP rows of mlp.fc), attn.proj
+//   and mlp.proj row-parallel (the matching input columns; their biases are added once, by rank
+//   0, inside the all-reduce). Each block half does one all-reduce of (B,T,C) in forward (after
+//   the row-parallel matmul) and one in backward (the input-gradient of the column-parallel one).
+//   LayerNorms, the embedding and the head are replicated: with a byte-level vocabulary (256) they
+//   are a small share of the parameters, replication needs no communication, and every rank
+//   computes the same loss with the unchanged cross-entropy kernel (vocab-parallel would add two
+//   all-reduces inside the softmax to save memory that matters only for ~50k vocabularies).
+//   Replicated tensors get bitwise equal gradients on every TP rank (their inputs come out of the
+//   all-reduces, which leave the same bits everywhere), so TP ranks need no gradient all-reduce;
+//   the clipping norm combines the ranks' per-tensor sums with parallel::AllReduceSumSquares.
+//   The ranks of a group make the same Forward/Backward calls in the same order.
+// - A held tensor keeps its DESIGN.md name; ModelTensor::shape is the held slice's and
+//   ModelTensor::slice says which part of the named tensor it is. A TP rank's initial slice equals
+//   the same slice of the unsplit tensor, bitwise. With no tensor parallelism nothing changes.
 #ifndef PP_WORKER_MODEL_MODEL_H_
 #define PP_WORKER_MODEL_MODEL_H_
 
@@ -26,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
 #include "pp/v1/job.pb.h"
+#include "worker/parallel/parallel.h"  // the Collectives interface only (header-only)
 
 namespace pp::model {
 
@@ -59,10 +77,43 @@ int64_t NumParameters(const ModelConfig& config);
 // from a counter-based generator keyed by (seed, name): the same for every layout.
 std::vector<float> InitTensorValues(const TensorShape& tensor, int n_layers, uint64_t seed);
 
-// One named parameter in backend memory, with its gradient and AdamW moments.
+// The part of a full named tensor that a tensor-parallel rank holds: along dimension `dim`, which
+// is `parts` equal blocks (3 for attn.qkv: q, k, v), the elements [offset, offset + length) of
+// every block. The held tensor is those pieces in order: its dim has parts * length elements.
+struct TensorSlice {
+  int dim = 0;
+  int parts = 1;
+  int offset = 0;
+  int length = 0;
+};
+// True when `slice` is all of a tensor of shape `full` (a replicated tensor).
+bool IsWhole(const TensorSlice& slice, const std::vector<int>& full);
+// The slice of `tensor` (full shape) that rank `tp_rank` of `tp_size` holds. InvalidArgument for
+// a rank outside [0, tp_size) or a tp_size that does not divide n_heads.
+absl::StatusOr<TensorSlice> TensorParallelSlice(const ModelConfig& config,
+                                                const TensorShape& tensor, int tp_rank,
+                                                int tp_size);
+// The held tensor's shape. InvalidArgument when the slice does not fit `full`.
+absl::StatusOr<std::vector<int>> SliceShape(const std::vector<int>& full, const TensorSlice& slice);
+// full values (tensor.shape) -> the slice's values (SliceShape).
+absl::StatusOr<std::vector<float>> CutSlice(const TensorShape& tensor, const TensorSlice& slice,
+                                            const std::vector<float>& full);
+struct SliceValues {
+  TensorSlice slice;
+  std::vector<float> values;
+};
+// Slices -> the full tensor. Every element must be covered; where slices overlap (replicated
+// tensors) they must agree bitwise. InvalidArgument naming the tensor otherwise.
+absl::StatusOr<std::vector<float>> AssembleSlices(const TensorShape& tensor,
+                                                  const std::vector<SliceValues>& pieces);
+
+// One named parameter (or this rank's slice of it) in backend memory, with its gradient and
+// AdamW moments.
 struct ModelTensor {
   std::string name;
-  std::vector<int> shape;
+  std::vector<int> shape;       // held shape
+  std::vector<int> full_shape;  // of the named tensor
+  TensorSlice slice;            // which part of the named tensor this is
   size_t size = 0;
   float* value = nullptr;
   float* grad = nullptr;
@@ -76,6 +127,10 @@ struct StageOptions {
   int microbatch_size = 1;  // B
   int microbatches = 1;     // M, for the loss scale of the last stage
   uint64_t seed = 0;
+  // The tensor-parallel group this stage's rank belongs to; null or size 1: no tensor
+  // parallelism. Must outlive the model. With data parallelism `microbatches` is the step's M over
+  // all replicas.
+  parallel::Collectives* tensor_parallel = nullptr;
 };
 
 // Inputs of one microbatch's forward. Token arrays are host memory (B,T); activations are

@@ -1,0 +1,113 @@
+// Both daemons of a live cluster, after a job ran on it: grpc.health.v1 Check says SERVING, server
+// reflection lists their services, and their /metrics (job series included) pass
+// `promtool check metrics` and carry the job's figures.
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "tests/coordinator/test_support.h"
+#include "tests/integration/fixture.h"
+
+namespace pp::integration {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::IsSupersetOf;
+
+constexpr int kSteps = 3;
+
+class DaemonsTest : public IntegrationTest {
+ protected:
+  // A finished 2-rank job, so that every per-job series exists.
+  void RunJob() {
+    ASSERT_NO_FATAL_FAILURE(StartCluster(2));
+    pp::v1::JobSpec spec = TinySpec("1f1b", 1, kSteps);
+    spec.mutable_parallel()->set_pipeline(2);
+    absl::StatusOr<std::string> id = SubmitJob(cluster_->stub(), spec);
+    ASSERT_TRUE(id.ok()) << id.status();
+    job_id_ = *id;
+    ASSERT_TRUE(coordinator::testing::WaitUntil(
+        [&] {
+          absl::StatusOr<pp::v1::Job> job = GetJob(cluster_->stub(), job_id_);
+          return job.ok() && job->state() == pp::v1::SUCCEEDED;
+        },
+        absl::Seconds(30)))
+        << cluster_->Logs();
+  }
+
+  // (name, gRPC address, metrics address) of ppcoord and each worker.
+  struct Daemon {
+    std::string name, grpc, metrics;
+  };
+  std::vector<Daemon> Daemons() const {
+    std::vector<Daemon> daemons = {
+        {"ppcoord", cluster_->coordinator().grpc, cluster_->coordinator().metrics}};
+    for (int i = 0; i < cluster_->num_workers(); ++i) {
+      daemons.push_back(
+          {absl::StrCat("w", i), cluster_->worker(i).grpc, cluster_->worker(i).metrics});
+    }
+    return daemons;
+  }
+
+  std::string job_id_;
+};
+
+TEST_F(DaemonsTest, AnswerHealthAndListTheirServicesThroughReflection) {
+  ASSERT_NO_FATAL_FAILURE(RunJob());
+  for (const Daemon& d : Daemons()) {
+    SCOPED_TRACE(d.name);
+    auto channel = grpc::CreateChannel(d.grpc, grpc::InsecureChannelCredentials());
+    absl::StatusOr<int> health = coordinator::testing::HealthCheck(channel);
+    ASSERT_TRUE(health.ok()) << health.status();
+    EXPECT_EQ(*health, 1);  // SERVING
+    absl::StatusOr<std::vector<std::string>> services =
+        coordinator::testing::ReflectionServices(channel);
+    ASSERT_TRUE(services.ok()) << services.status();
+    EXPECT_THAT(*services, IsSupersetOf({"grpc.health.v1.Health",
+                                         "grpc.reflection.v1alpha.ServerReflection"}));
+    if (d.name == "ppcoord") {
+      EXPECT_THAT(*services, IsSupersetOf({"pp.v1.Coordinator", "pp.v1.WorkerRegistry"}));
+    } else {
+      EXPECT_THAT(*services, Contains("pp.v1.Worker"));
+    }
+  }
+}
+
+TEST_F(DaemonsTest, MetricsPassPromtoolAndCarryTheJob) {
+  const std::string promtool = PP_PROMTOOL;
+  ASSERT_FALSE(promtool.empty())
+      << "promtool was not found when configuring: run scripts/setup.sh (Debian's prometheus)";
+  ASSERT_NO_FATAL_FAILURE(RunJob());
+  for (const Daemon& d : Daemons()) {
+    SCOPED_TRACE(d.name);
+    absl::StatusOr<std::string> text = coordinator::testing::HttpGet(d.metrics, "/metrics");
+    ASSERT_TRUE(text.ok()) << text.status();
+    const std::string file = (dir_ / (d.name + ".prom")).string();
+    std::ofstream(file) << *text;
+    absl::StatusOr<CommandResult> check = RunCommand(
+        {"/bin/sh", "-c", absl::StrCat(promtool, " check metrics < ", file)}, absl::Seconds(20));
+    ASSERT_TRUE(check.ok()) << check.status();
+    EXPECT_EQ(check->exit_code, 0) << check->out << check->err;
+    EXPECT_EQ(check->out + check->err, "") << "promtool lint findings";
+
+    const std::string job = absl::StrCat("job=\"", job_id_, "\"");
+    if (d.name == "ppcoord") {
+      EXPECT_THAT(*text, HasSubstr(absl::StrCat("pp_job_steps_total{", job, "} ", kSteps)));
+      EXPECT_THAT(*text, HasSubstr("pp_jobs{state=\"SUCCEEDED\"} 1"));
+      EXPECT_THAT(*text, HasSubstr("pp_workers{state=\"IDLE\"} 2"));
+    } else {
+      EXPECT_THAT(*text, HasSubstr("pp_step_seconds_count{" + job));
+      EXPECT_THAT(*text, HasSubstr("pp_tokens_total{" + job));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pp::integration

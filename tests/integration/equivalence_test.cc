@@ -1,0 +1,121 @@
+// ppcoord + 4 ppworker processes on loopback train the same job under every schedule; the losses
+// of all 10 steps (from WatchJob) and the final checkpoint (weights and AdamW moments) must be
+// bitwise those of the single-process reference trainer, run in this process.
+#include <cstring>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+#include "tests/integration/fixture.h"
+#include "worker/trainer/trainer.h"
+
+namespace pp::integration {
+namespace {
+
+constexpr int kSteps = 10;
+
+struct Layout {
+  const char* schedule;
+  int chunks;
+};
+
+void PrintTo(const Layout& layout, std::ostream* os) {
+  *os << layout.schedule << " V=" << layout.chunks;
+}
+
+class EquivalenceTest : public IntegrationTest, public ::testing::WithParamInterface<Layout> {};
+
+// Equal names, shapes and bytes.
+void ExpectSameTensors(const common::Checkpoint& got, const common::Checkpoint& want) {
+  ASSERT_EQ(got.tensors.size(), want.tensors.size());
+  for (const auto& [name, tensor] : want.tensors) {
+    auto it = got.tensors.find(name);
+    ASSERT_NE(it, got.tensors.end()) << name << " missing from the pipeline's checkpoint";
+    ASSERT_EQ(it->second.shape, tensor.shape) << name;
+    ASSERT_EQ(it->second.data.size(), tensor.data.size()) << name;
+    EXPECT_EQ(
+        std::memcmp(it->second.data.data(), tensor.data.data(), tensor.data.size() * sizeof(float)),
+        0)
+        << name << " differs";
+  }
+}
+
+TEST_P(EquivalenceTest, LossesAndFinalCheckpointAreBitwiseTheReferenceTrainers) {
+  const Layout layout = GetParam();
+  pp::v1::JobSpec spec = TinySpec(layout.schedule, layout.chunks, kSteps);
+  common::ApplyDefaults(&spec);
+  ASSERT_TRUE(common::ValidateJobSpec(spec).ok()) << common::ValidateJobSpec(spec);
+
+  trainer::TrainOptions options;
+  options.checkpoint_root = (dir_ / "reference").string();
+  absl::StatusOr<trainer::TrainResult> reference = trainer::Train(spec, options);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_EQ(reference->losses.size(), static_cast<size_t>(kSteps));
+
+  // Submitted and watched before any worker exists, so the watch sees every step.
+  ASSERT_NO_FATAL_FAILURE(StartCluster(0));
+  absl::StatusOr<std::string> job_id = SubmitJob(cluster_->stub(), spec);
+  ASSERT_TRUE(job_id.ok()) << job_id.status();
+  absl::StatusOr<std::unique_ptr<JobWatch>> watch =
+      JobWatch::Open(cluster_->stub(), *job_id, absl::Seconds(60));
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  ASSERT_TRUE(cluster_->AddWorkers(4).ok()) << cluster_->Logs();
+  absl::StatusOr<std::vector<pp::v1::JobEvent>> events = (*watch)->Rest();
+  ASSERT_TRUE(events.ok()) << events.status() << "\n" << cluster_->Logs();
+  ASSERT_EQ(events->back().kind(), pp::v1::EVENT_FINISHED) << events->back().message() << "\n"
+                                                           << cluster_->Logs();
+
+  std::vector<double> losses;
+  for (const pp::v1::JobEvent& e : *events) {
+    if (e.kind() != pp::v1::EVENT_STEP) continue;
+    EXPECT_EQ(e.step(), static_cast<int>(losses.size()) + 1) << "steps out of order";
+    losses.push_back(e.loss());
+  }
+  ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));
+  for (int k = 0; k < kSteps; ++k) {
+    EXPECT_EQ(std::memcmp(&losses[k], &reference->losses[k], sizeof(double)), 0)
+        << "step " << k + 1 << ": pipeline " << losses[k] << " reference " << reference->losses[k];
+  }
+
+  absl::StatusOr<common::Checkpoint> got =
+      common::LoadCheckpoint(common::StepDir(cluster_->checkpoint_root(), *job_id, kSteps));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->manifest.layout().pipeline(), 4);
+  EXPECT_EQ(got->manifest.layout().chunks(), layout.chunks);
+  EXPECT_EQ(got->manifest.layout().schedule(), layout.schedule);
+  EXPECT_EQ(got->manifest.shards_size(), 4);
+  absl::StatusOr<common::Checkpoint> want =
+      common::LoadCheckpoint(common::StepDir(options.checkpoint_root, spec.name(), kSteps));
+  ASSERT_TRUE(want.ok()) << want.status();
+  ExpectSameTensors(*got, *want);
+  for (const auto& [name, values] : reference->weights) {
+    ASSERT_EQ(got->tensors.count(name), 1u) << name;
+    const std::vector<float>& saved = got->tensors.at(name).data;
+    ASSERT_EQ(saved.size(), values.size()) << name;
+    EXPECT_EQ(std::memcmp(saved.data(), values.data(), values.size() * sizeof(float)), 0) << name;
+  }
+
+  absl::StatusOr<pp::v1::Job> job = GetJob(cluster_->stub(), *job_id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), pp::v1::SUCCEEDED);
+  EXPECT_EQ(job->step(), kSteps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, EquivalenceTest,
+                         ::testing::Values(Layout{"gpipe", 1}, Layout{"1f1b", 1},
+                                           Layout{"interleaved-1f1b", 2}, Layout{"zb-h1", 1},
+                                           Layout{"zb-v", 2}),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           std::string name = info.param.schedule;
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace pp::integration
