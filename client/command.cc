@@ -18,7 +18,11 @@ constexpr int kUsageError = 2;
 
 std::string Usage(const std::vector<Command>& commands) {
   std::string out = "Usage: ppctl <command> [flags] [args]\n\nCommands:\n";
-  for (const Command& c : commands) absl::StrAppend(&out, "  ", c.name, "\t", c.summary, "\n");
+  size_t width = 0;
+  for (const Command& c : commands) width = std::max(width, c.name.size());
+  for (const Command& c : commands) {
+    absl::StrAppend(&out, "  ", c.name, std::string(width + 2 - c.name.size(), ' '), c.summary, "\n");
+  }
   absl::StrAppend(&out, "\nRun `ppctl <command> --help` for the command's flags.\n");
   return out;
 }

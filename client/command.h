@@ -32,6 +32,12 @@ int ExitCode(const std::string& command, const absl::Status& status);
 // `ppctl plan`: client/plan_command.cc.
 Command PlanCommand();
 
+// `ppctl up`: client/up_command.cc.
+Command UpCommand();
+
+// `ppctl train`: client/train_command.cc.
+Command TrainCommand();
+
 // ppctl's main over a command table; returns the process exit code.
 int RunPpctl(const std::vector<Command>& commands, int argc, char** argv);
 

@@ -233,7 +233,7 @@ int Trace(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args)
   const pp::plan::Timeline timeline = pp::plan::TimelineFromTrace(trace);
   if (format == "ascii") {
     std::cout << "job " << trace.job_id() << " step " << trace.step() << " (measured)\n"
-              << pp::plan::RenderAscii(timeline);
+              << pp::plan::RenderAscii(timeline, pp::plan::TimeUnit::kSeconds);
   } else {
     std::cout << pp::plan::RenderChrome(timeline, 1e6);
   }

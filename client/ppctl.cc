@@ -6,13 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace pp::client {
-// `ppctl up`: client/up_command.cc (declared here until command.h lists it with PlanCommand).
-Command UpCommand();
-// `ppctl train`: client/train_command.cc (declared here likewise).
-Command TrainCommand();
-}  // namespace pp::client
-
 namespace {
 
 // The server commands of client/job_commands.cc, as table entries. Their usage line is

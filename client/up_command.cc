@@ -7,6 +7,7 @@
 // SIGINT/SIGTERM/SIGHUP (exit 128 + signal), and through PR_SET_PDEATHSIG if ppctl itself dies.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -586,7 +587,12 @@ class Up {
       watch_.ended = true;
     });
 
+    // On a terminal one line is redrawn in place; it must not wrap, or each redraw leaves a line.
     const bool live = isatty(STDOUT_FILENO);
+    winsize terminal{};
+    const size_t columns = ioctl(STDOUT_FILENO, TIOCGWINSZ, &terminal) == 0 && terminal.ws_col > 1
+                               ? terminal.ws_col
+                               : 80;
     size_t shown = 0;
     bool progress_drawn = false;
     auto show = [&] {
@@ -601,7 +607,8 @@ class Up {
           }
           const int every = std::max(1, e.total_steps() / 10);
           if (live) {
-            std::cout << "\r\033[K" << ProgressLine(e, &*first_step_) << std::flush;
+            std::cout << "\r\033[K" << ProgressLine(e, &*first_step_).substr(0, columns - 1)
+                      << std::flush;
             progress_drawn = true;
           } else if (e.step() % every == 0 || e.step() == 1) {
             std::cout << ProgressLine(e, &*first_step_) << "\n" << std::flush;

@@ -44,6 +44,8 @@ std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
                                              const std::vector<int>& stage_units,
                                              const std::string& checkpoint_dir) {
   const int attempt = job.attempt();
+  const int pipeline = job.spec().parallel().pipeline();
+  const int tensor = std::max(1, job.spec().parallel().tensor());
   std::vector<int> first_unit(stage_units.size() + 1, 0);
   for (size_t s = 0; s < stage_units.size(); ++s)
     first_unit[s + 1] = first_unit[s] + stage_units[s];
@@ -65,10 +67,17 @@ std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
       layers->set_first_unit(first_unit[s]);
       layers->set_last_unit(first_unit[s + 1] - 1);
     }
+    // The schedule speaks of pipeline ranks; this rank's pipeline is the one of its dp and tp.
+    auto global = [&](int pipeline_rank) { return (p.dp() * pipeline + pipeline_rank) * tensor + p.tp(); };
     for (const pp::v1::RankProgram& program : schedule.ranks()) {
-      if (program.rank() == p.pp()) *plan.mutable_program() = program;
+      if (program.rank() != p.pp()) continue;
+      *plan.mutable_program() = program;
+      plan.mutable_program()->set_rank(p.rank());
+      for (pp::v1::Action& action : *plan.mutable_program()->mutable_actions()) {
+        if (action.has_peer()) action.set_peer(global(action.peer()));
+      }
     }
-    *plan.mutable_stage_to_rank() = schedule.stage_to_rank();
+    for (int pipeline_rank : schedule.stage_to_rank()) plan.add_stage_to_rank(global(pipeline_rank));
     plan.set_start_step(job.start_step());
     plan.set_checkpoint_dir(checkpoint_dir);
     if (job.start_step() > 0) {

@@ -25,7 +25,8 @@ absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
     const std::vector<pp::v1::WorkerInfo>& idle);
 
 // The TaskPlan of every placed rank of `job`: its stages' unit ranges from `stage_units` (units
-// per stage, in stage order), its pipeline rank's program, the rendezvous prefix
+// per stage, in stage order), its pipeline rank's program with peers and stage_to_rank mapped to
+// the global ranks of the rank's own pipeline (same dp and tp coordinates), the rendezvous prefix
 // "<job>/<job.attempt>/", `checkpoint_dir`, and job.start_step with, when it is > 0, resume_from
 // = that step's folder under checkpoint_dir.
 std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,

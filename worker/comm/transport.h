@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "pp/v1/coordinator.grpc.pb.h"
+#include "worker/parallel/parallel.h"
 
 namespace pp::comm {
 
@@ -82,6 +83,11 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGloo(KvStore& store,
 // FailedPrecondition.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
                                                        const TransportOptions& options);
+
+// One mesh group's parallel::Collectives over a transport connected for that group alone (its
+// own rendezvous keys): AllReduceSum is the transport's, AllGather goes through host memory.
+// `transport` must outlive the result.
+std::unique_ptr<parallel::Collectives> GroupCollectives(Transport* transport);
 
 }  // namespace pp::comm
 

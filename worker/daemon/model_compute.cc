@@ -1,20 +1,121 @@
 #include "worker/daemon/model_compute.h"
 
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/checkpoint.h"
+#include "common/sha256.h"
 
 namespace pp::daemon {
+namespace {
 
-absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(const pp::v1::TaskPlan& plan,
-                                                                   const std::string& device) {
+// Gradient bytes per data-parallel all-reduce: large enough to amortise a collective's latency,
+// small enough that the first buckets start well before the last backward.
+constexpr int64_t kBucketBytes = int64_t{4} << 20;
+
+}  // namespace
+
+// Sums buckets of gradients over the data-parallel group, one at a time and in launch order (the
+// order every replica launches them in), on its own thread.
+class ModelCompute::BucketReducer {
+ public:
+  BucketReducer(parallel::Collectives* group, kernels::Ops* ops,
+                const std::map<std::string, model::ModelTensor*>* by_name)
+      : group_(group), ops_(ops), by_name_(by_name), thread_([this] { Loop(); }) {}
+
+  ~BucketReducer() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+
+  void Start(const parallel::Bucket* bucket) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(bucket);
+  }
+
+  // Waits for every started bucket; the first error since the last Finish.
+  absl::Status Finish() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](BucketReducer* r) { return r->queue_.empty() && !r->busy_; }, this));
+    return std::exchange(status_, absl::OkStatus());
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      const parallel::Bucket* bucket = nullptr;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](BucketReducer* r) { return r->stop_ || !r->queue_.empty(); }, this));
+        if (queue_.empty()) return;
+        bucket = queue_.front();
+        queue_.pop_front();
+        busy_ = true;
+      }
+      absl::Status status = Reduce(*bucket);
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+      if (status_.ok()) status_ = status;
+    }
+  }
+
+  // Gathers the bucket's gradients (host memory, in bucket order), sums them, scatters them back.
+  absl::Status Reduce(const parallel::Bucket& bucket) {
+    flat_.resize(bucket.bytes / sizeof(float));
+    size_t at = 0;
+    for (const std::string& name : bucket.names) {
+      const model::ModelTensor& t = *by_name_->at(name);
+      ops_->CopyToHost(flat_.data() + at, t.grad, t.size);
+      at += t.size;
+    }
+    if (absl::Status s = group_->AllReduceSum(flat_.data(), at); !s.ok()) return s;
+    at = 0;
+    for (const std::string& name : bucket.names) {
+      const model::ModelTensor& t = *by_name_->at(name);
+      ops_->CopyToDevice(t.grad, flat_.data() + at, t.size);
+      at += t.size;
+    }
+    return absl::OkStatus();
+  }
+
+  parallel::Collectives* group_;
+  kernels::Ops* ops_;
+  const std::map<std::string, model::ModelTensor*>* by_name_;
+  std::vector<float> flat_;
+  absl::Mutex mu_;
+  std::deque<const parallel::Bucket*> queue_ ABSL_GUARDED_BY(mu_);
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: starts once everything above exists
+};
+
+ModelCompute::ModelCompute() = default;
+
+absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
+    const pp::v1::TaskPlan& plan, const std::string& device, parallel::Collectives* data_group) {
   const pp::v1::JobSpec& spec = plan.spec();
   absl::StatusOr<model::ModelConfig> config = model::ModelConfigFromSpec(spec.model());
   if (!config.ok()) return config.status();
   if (plan.stages_size() == 0) return absl::InvalidArgumentError("task plan holds no stages");
   std::unique_ptr<ModelCompute> compute(new ModelCompute());
-  compute->microbatches_ = spec.train().microbatches();
+  const int replicas = data_group == nullptr ? 1 : data_group->size();
+  // The step's microbatches over every replica; this replica runs its share.
+  compute->microbatches_ = spec.train().microbatches() * replicas;
+  if (data_group != nullptr) {
+    absl::StatusOr<parallel::MicrobatchRange> share =
+        parallel::ReplicaMicrobatches(data_group->rank(), replicas, compute->microbatches_);
+    if (!share.ok()) return share.status();
+    compute->first_microbatch_ = share->first;
+    compute->data_group_ = data_group;
+  }
   compute->batch_ = spec.train().microbatch_size();
   compute->seq_len_ = config->seq_len;
   compute->adamw_ = optim::AdamWConfigFromSpec(spec.train());
@@ -43,11 +144,50 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(const pp::v1:
   absl::StatusOr<data::TokenSource> source = data::TokenSource::Open(spec.data());
   if (!source.ok()) return source.status();
   compute->source_.emplace(std::move(*source));
+  if (compute->data_group_ != nullptr) {
+    if (absl::Status s = compute->SetUpBuckets(plan.program(), kBucketBytes); !s.ok()) return s;
+  }
   return compute;
 }
 
 ModelCompute::~ModelCompute() {
-  stages_.clear();  // before the ops they allocated from
+  reducer_.reset();  // no all-reduce may touch the gradients from here on
+  stages_.clear();   // before the ops they allocated from
+}
+
+absl::Status ModelCompute::SetUpBuckets(const pp::v1::RankProgram& program, int64_t bucket_bytes) {
+  std::vector<parallel::GradTensor> grads;
+  for (auto& [s, stage] : stages_) {
+    for (model::ModelTensor& t : stage->tensors()) {
+      grads.push_back({t.name, static_cast<int64_t>(t.size * sizeof(float)), s});
+      by_name_[t.name] = &t;
+    }
+  }
+  std::vector<int> weight_grad_stages;
+  for (const pp::v1::Action& action : program.actions()) {
+    if (action.kind() == pp::v1::BACKWARD || action.kind() == pp::v1::BACKWARD_WEIGHT) {
+      weight_grad_stages.push_back(action.stage());
+    }
+  }
+  absl::StatusOr<std::vector<parallel::Bucket>> buckets =
+      parallel::AssignBuckets(grads, weight_grad_stages, bucket_bytes);
+  if (!buckets.ok()) return buckets.status();
+  buckets_ = std::move(*buckets);
+  reducer_ = std::make_unique<BucketReducer>(data_group_, ops_.get(), &by_name_);
+  return absl::OkStatus();
+}
+
+void ModelCompute::WeightGradientDone() {
+  if (reducer_ == nullptr) return;
+  for (const parallel::Bucket& bucket : buckets_) {
+    if (bucket.ready_after == weight_gradients_done_) reducer_->Start(&bucket);
+  }
+  ++weight_gradients_done_;
+}
+
+absl::Status ModelCompute::FinishGradients() {
+  if (reducer_ == nullptr) return absl::OkStatus();
+  return reducer_->Finish();
 }
 
 absl::StatusOr<model::StageModel*> ModelCompute::Stage(int stage) const {
@@ -71,11 +211,14 @@ void ModelCompute::FreeBuffer(float* buffer) { ops_->Free(buffer); }
 
 absl::Status ModelCompute::BeginStep(int step) {
   for (auto& [s, stage] : stages_) stage->ZeroGrads();
+  weight_gradients_done_ = 0;
   position_ = data::DataPositionAtStep(step, microbatches_, batch_);
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> ModelCompute::Forward(int stage, int mb, const float* in, float* out) {
+absl::StatusOr<double> ModelCompute::Forward(int stage, int local_mb, const float* in,
+                                             float* out) {
+  const int mb = first_microbatch_ + local_mb;
   absl::StatusOr<model::StageModel*> model = Stage(stage);
   if (!model.ok()) return model.status();
   model::StageInput input;
@@ -93,24 +236,32 @@ absl::StatusOr<double> ModelCompute::Forward(int stage, int mb, const float* in,
 absl::Status ModelCompute::Backward(int stage, int mb, const float* grad_out, float* grad_in) {
   absl::StatusOr<model::StageModel*> model = Stage(stage);
   if (!model.ok()) return model.status();
-  return (*model)->Backward(mb, grad_out, grad_in);
+  absl::Status status = (*model)->Backward(first_microbatch_ + mb, grad_out, grad_in);
+  if (status.ok()) WeightGradientDone();
+  return status;
 }
 
 absl::Status ModelCompute::BackwardInput(int stage, int mb, const float* grad_out,
                                          float* grad_in) {
   absl::StatusOr<model::StageModel*> model = Stage(stage);
   if (!model.ok()) return model.status();
-  return (*model)->BackwardInput(mb, grad_out, grad_in);
+  return (*model)->BackwardInput(first_microbatch_ + mb, grad_out, grad_in);
 }
 
 absl::Status ModelCompute::BackwardWeight(int stage, int mb) {
   absl::StatusOr<model::StageModel*> model = Stage(stage);
   if (!model.ok()) return model.status();
-  return (*model)->BackwardWeight(mb);
+  absl::Status status = (*model)->BackwardWeight(first_microbatch_ + mb);
+  if (status.ok()) WeightGradientDone();
+  return status;
 }
 
 std::vector<executor::TensorSumSq> ModelCompute::GradSumSquares() {
+  // A failed all-reduce surfaces in ClipScale, the step's next fallible call.
+  gradient_status_ = FinishGradients();
   std::vector<executor::TensorSumSq> sums;
+  // Replicas hold the same summed gradients: replica 0 speaks for all of them.
+  if (data_group_ != nullptr && data_group_->rank() > 0) return sums;
   for (auto& [s, stage] : stages_) {
     for (const auto& [name, sum] : optim::GradSumSquares(*ops_, stage->tensors())) {
       sums.push_back({name, sum});
@@ -120,6 +271,7 @@ std::vector<executor::TensorSumSq> ModelCompute::GradSumSquares() {
 }
 
 absl::StatusOr<float> ModelCompute::ClipScale(const std::vector<executor::TensorSumSq>& all) {
+  if (!gradient_status_.ok()) return std::exchange(gradient_status_, absl::OkStatus());
   optim::SumSquares merged;
   for (const executor::TensorSumSq& t : all) {
     if (absl::Status s = optim::MergeSumSquares({{t.name, t.sum_sq}}, merged); !s.ok()) return s;
@@ -141,7 +293,22 @@ int64_t ModelCompute::LiveActivationBytes() const {
   return bytes;
 }
 
+std::string ModelCompute::StateDigest() {
+  std::string bytes;
+  for (const common::Tensor& t : HeldTensors()) {
+    bytes.append(t.name);
+    bytes.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float));
+  }
+  return common::Sha256Hex(bytes);
+}
+
 std::vector<common::Tensor> ModelCompute::CheckpointTensors() {
+  // Replicas hold the same tensors: replica 0 writes each once.
+  if (data_group_ != nullptr && data_group_->rank() > 0) return {};
+  return HeldTensors();
+}
+
+std::vector<common::Tensor> ModelCompute::HeldTensors() {
   std::vector<common::Tensor> tensors;
   auto add = [&](const std::string& name, const model::ModelTensor& t, const float* src) {
     common::Tensor out;

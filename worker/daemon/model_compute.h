@@ -1,11 +1,17 @@
 // Internal to worker/daemon: the executor's StageCompute over the GPT stage models (worker/model),
 // the data windows (worker/data) and AdamW with canonical clipping (worker/optim), doing exactly
 // the reference trainer's arithmetic (worker/trainer) for the stages one rank holds.
+// Data parallel (a data group of size > 1): the program's microbatch j is the step's global
+// microbatch first + j of this replica's share (parallel::ReplicaMicrobatches); gradients are
+// summed over the replicas in buckets (parallel::AssignBuckets) on a background thread, each
+// started right after the weight-gradient backward that completes it. Replicas then hold the same
+// gradients, so only replica 0 reports gradient norms and checkpoint tensors.
 #ifndef PP_WORKER_DAEMON_MODEL_COMPUTE_H_
 #define PP_WORKER_DAEMON_MODEL_COMPUTE_H_
 
 #include <map>
 #include <memory>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,18 +24,24 @@
 #include "worker/executor/executor.h"
 #include "worker/model/model.h"
 #include "worker/optim/optim.h"
+#include "worker/parallel/parallel.h"
 
 namespace pp::daemon {
 
 class ModelCompute : public executor::StageCompute {
  public:
   // The stages of `plan` (plan.stages), on `device` ("cpu" | "cuda:N"). The spec must be valid.
-  static absl::StatusOr<std::unique_ptr<ModelCompute>> Create(const pp::v1::TaskPlan& plan,
-                                                              const std::string& device);
+  // `data_group`: this rank's data-parallel group (null: no data parallelism); must outlive the
+  // compute.
+  static absl::StatusOr<std::unique_ptr<ModelCompute>> Create(
+      const pp::v1::TaskPlan& plan, const std::string& device,
+      parallel::Collectives* data_group = nullptr);
   ~ModelCompute() override;
 
   // Every tensor of the held stages and its AdamW moments, under DESIGN.md checkpoint names.
   std::vector<common::Tensor> CheckpointTensors();
+  // sha256 of every held value and moment: equal on replicas that stayed identical.
+  std::string StateDigest();
   // Loads values and moments of the held stages from a checkpoint's tensors (found by name).
   absl::Status LoadCheckpointTensors(const std::map<std::string, common::Tensor>& tensors);
 
@@ -48,8 +60,15 @@ class ModelCompute : public executor::StageCompute {
   int64_t LiveActivationBytes() const override;
 
  private:
-  ModelCompute() = default;
+  class BucketReducer;
+  ModelCompute();
   absl::StatusOr<model::StageModel*> Stage(int stage) const;
+  std::vector<common::Tensor> HeldTensors();
+  absl::Status SetUpBuckets(const pp::v1::RankProgram& program, int64_t bucket_bytes);
+  // After the rank's k-th weight-gradient backward of the step: starts the buckets it completes.
+  void WeightGradientDone();
+  // Waits until every bucket of the step is summed over the replicas.
+  absl::Status FinishGradients();
 
   std::unique_ptr<kernels::Ops> ops_;
   std::map<int, std::unique_ptr<model::StageModel>> stages_;
@@ -59,6 +78,13 @@ class ModelCompute : public executor::StageCompute {
   int batch_ = 1;
   int seq_len_ = 1;
   int64_t position_ = 0;  // data position of the current step
+  parallel::Collectives* data_group_ = nullptr;
+  int first_microbatch_ = 0;  // this replica's first global microbatch
+  std::map<std::string, model::ModelTensor*> by_name_;
+  std::vector<parallel::Bucket> buckets_;
+  int weight_gradients_done_ = 0;  // this step's weight-gradient backwards so far
+  absl::Status gradient_status_;  // of this step's data-parallel all-reduces
+  std::unique_ptr<BucketReducer> reducer_;
 };
 
 }  // namespace pp::daemon
