@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/file_io.h"
 #include "common/proto_io.h"
 #include "common/sha256.h"
@@ -181,11 +182,99 @@ absl::StatusOr<std::vector<int>> ListCommittedSteps(const std::string& root,
   return steps;
 }
 
+std::string SliceKey(const std::string& name) { return absl::StrCat("slice.", name); }
+
+std::string EncodeSlice(const ShardSlice& slice) {
+  return absl::StrCat(slice.dim, " ", slice.parts, " ", slice.offset, " ", slice.length, " ",
+                      absl::StrJoin(slice.full_shape, " "));
+}
+
+namespace {
+
+absl::StatusOr<ShardSlice> DecodeSlice(const std::string& text, const std::string& where) {
+  auto malformed = [&] {
+    return absl::DataLossError(absl::StrCat(where, ": malformed slice \"", text, "\""));
+  };
+  std::vector<int64_t> numbers;  // dim parts offset length full_shape...
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(word, &n) || n < 0) return malformed();
+    numbers.push_back(n);
+  }
+  if (numbers.size() < 5) return malformed();
+  ShardSlice slice;
+  slice.dim = static_cast<int>(numbers[0]);
+  slice.parts = static_cast<int>(numbers[1]);
+  slice.offset = static_cast<int>(numbers[2]);
+  slice.length = static_cast<int>(numbers[3]);
+  slice.full_shape.assign(numbers.begin() + 4, numbers.end());
+  const int64_t extent = slice.dim < static_cast<int>(slice.full_shape.size())
+                             ? slice.full_shape[slice.dim]
+                             : 0;
+  if (slice.parts < 1 || extent % slice.parts != 0 || slice.length < 1 ||
+      slice.offset + slice.length > extent / slice.parts) {
+    return absl::DataLossError(absl::StrCat(where, ": slice \"", text, "\" does not fit"));
+  }
+  return slice;
+}
+
+struct SlicePiece {
+  ShardSlice slice;
+  Tensor tensor;  // the held part
+  std::string file;
+};
+
+// The slices of one tensor -> the whole tensor; every element covered exactly once.
+absl::StatusOr<Tensor> AssembleShardSlices(const std::string& step_dir, const std::string& name,
+                                           const std::vector<SlicePiece>& pieces) {
+  auto bad = [&](const std::string& why) {
+    return absl::DataLossError(
+        absl::StrCat(step_dir, ": slices of tensor \"", name, "\" ", why));
+  };
+  const std::vector<int64_t>& full = pieces.front().slice.full_shape;
+  const int dim = pieces.front().slice.dim;
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= full[d];
+  for (size_t d = dim + 1; d < full.size(); ++d) inner *= full[d];
+  const int64_t extent = full[dim];
+  Tensor whole;
+  whole.name = name;
+  whole.shape = full;
+  whole.data.assign(outer * extent * inner, 0.0f);
+  std::vector<int> covered(extent, 0);
+  for (const SlicePiece& piece : pieces) {
+    const ShardSlice& s = piece.slice;
+    std::vector<int64_t> held = full;
+    held[dim] = static_cast<int64_t>(s.parts) * s.length;
+    if (s.full_shape != full || s.dim != dim || piece.tensor.shape != held) {
+      return bad(absl::StrCat("disagree on their shapes (", piece.file, ")"));
+    }
+    const int64_t block = extent / s.parts;
+    for (int p = 0; p < s.parts; ++p) {
+      for (int i = 0; i < s.length; ++i) {
+        const int64_t at = p * block + s.offset + i;
+        ++covered[at];
+        for (int64_t o = 0; o < outer; ++o) {
+          std::copy_n(piece.tensor.data.begin() + ((o * s.parts + p) * s.length + i) * inner,
+                      inner, whole.data.begin() + (o * extent + at) * inner);
+        }
+      }
+    }
+  }
+  if (std::any_of(covered.begin(), covered.end(), [](int c) { return c != 1; })) {
+    return bad("overlap or leave gaps");
+  }
+  return whole;
+}
+
+}  // namespace
+
 absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir) {
   absl::StatusOr<pp::v1::CheckpointManifest> manifest = ReadManifest(step_dir);
   if (!manifest.ok()) return manifest.status();
   Checkpoint checkpoint;
   std::map<std::string, std::string> owner;  // tensor name -> shard file
+  std::map<std::string, std::vector<SlicePiece>> sliced;
   for (const pp::v1::CheckpointShard& shard : manifest->shards()) {
     absl::StatusOr<MappedFile> file = OpenVerifiedShard(step_dir, shard);
     if (!file.ok()) return file.status();
@@ -193,6 +282,14 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir) {
         ParseSafetensors(file->view(), ShardPath(step_dir, shard));
     if (!parsed.ok()) return parsed.status();
     for (Tensor& tensor : parsed->tensors) {
+      if (auto it = parsed->metadata.find(SliceKey(tensor.name)); it != parsed->metadata.end()) {
+        absl::StatusOr<ShardSlice> slice =
+            DecodeSlice(it->second, ShardPath(step_dir, shard));
+        if (!slice.ok()) return slice.status();
+        const std::string name = tensor.name;
+        sliced[name].push_back({*std::move(slice), std::move(tensor), shard.file()});
+        continue;
+      }
       auto [it, inserted] = owner.emplace(tensor.name, shard.file());
       if (!inserted) {
         return absl::DataLossError(absl::StrCat(step_dir, ": tensor \"", tensor.name,
@@ -202,6 +299,15 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir) {
       std::string name = tensor.name;
       checkpoint.tensors.emplace(std::move(name), std::move(tensor));
     }
+  }
+  for (const auto& [name, pieces] : sliced) {
+    if (auto it = owner.find(name); it != owner.end()) {
+      return absl::DataLossError(absl::StrCat(step_dir, ": tensor \"", name, "\" is whole in ",
+                                              it->second, " and sliced in ", pieces[0].file));
+    }
+    absl::StatusOr<Tensor> whole = AssembleShardSlices(step_dir, name, pieces);
+    if (!whole.ok()) return whole.status();
+    checkpoint.tensors.emplace(name, *std::move(whole));
   }
   checkpoint.manifest = *std::move(manifest);
   return checkpoint;

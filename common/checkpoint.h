@@ -6,6 +6,9 @@
 // step folder without manifest.json is not a checkpoint. Loading verifies the manifest and every
 // shard's bytes and sha256; a missing, torn or tampered shard is an error naming the file.
 // Tensor names: DESIGN.md model names; AdamW moments under ExpAvgName / ExpAvgSqName.
+// Layout independence: a tensor-parallel rank writes the slice it holds under the tensor's own
+// name and says which slice in its shard's metadata (SliceKey); loading assembles the slices of
+// every shard into the whole named tensor, so any layout can load any checkpoint.
 #ifndef PP_COMMON_CHECKPOINT_H_
 #define PP_COMMON_CHECKPOINT_H_
 
@@ -47,13 +50,27 @@ absl::Status CommitManifest(const std::string& step_dir,
 absl::StatusOr<std::vector<int>> ListCommittedSteps(const std::string& root,
                                                     const std::string& job);
 
+// Which part of a named tensor a shard holds (worker/model's TensorSlice): along `dim`, seen as
+// `parts` equal blocks, the elements [offset, offset + length) of every block.
+struct ShardSlice {
+  int dim = 0;
+  int parts = 1;
+  int offset = 0;
+  int length = 0;
+  std::vector<int64_t> full_shape;  // of the named tensor
+};
+// The shard metadata entry that marks tensor `name` as a slice: SliceKey(name) -> EncodeSlice.
+std::string SliceKey(const std::string& name);
+std::string EncodeSlice(const ShardSlice& slice);
+
 struct Checkpoint {
   pp::v1::CheckpointManifest manifest;
-  std::map<std::string, Tensor> tensors;  // every tensor of every shard, by name
+  std::map<std::string, Tensor> tensors;  // every tensor of every shard, by name, whole
 };
 
 // Reads and verifies one step folder (manifest, each shard's bytes + sha256, safetensors parse,
-// no tensor name in two shards).
+// no whole tensor in two shards). Slices of a tensor are assembled into the whole tensor; slices
+// that overlap, leave gaps or disagree on the whole shape are an error naming the tensor.
 absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir);
 
 // The manifest of one step folder once every shard's bytes and sha256 match it; reads each shard

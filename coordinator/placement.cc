@@ -68,7 +68,9 @@ std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
       layers->set_last_unit(first_unit[s + 1] - 1);
     }
     // The schedule speaks of pipeline ranks; this rank's pipeline is the one of its dp and tp.
-    auto global = [&](int pipeline_rank) { return (p.dp() * pipeline + pipeline_rank) * tensor + p.tp(); };
+    auto global = [&](int pipeline_rank) {
+      return (p.dp() * pipeline + pipeline_rank) * tensor + p.tp();
+    };
     for (const pp::v1::RankProgram& program : schedule.ranks()) {
       if (program.rank() != p.pp()) continue;
       *plan.mutable_program() = program;
@@ -77,7 +79,9 @@ std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
         if (action.has_peer()) action.set_peer(global(action.peer()));
       }
     }
-    for (int pipeline_rank : schedule.stage_to_rank()) plan.add_stage_to_rank(global(pipeline_rank));
+    for (int pipeline_rank : schedule.stage_to_rank()) {
+      plan.add_stage_to_rank(global(pipeline_rank));
+    }
     plan.set_start_step(job.start_step());
     plan.set_checkpoint_dir(checkpoint_dir);
     if (job.start_step() > 0) {

@@ -1,6 +1,7 @@
 #include "worker/daemon/model_compute.h"
 
 #include <deque>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -100,7 +101,8 @@ class ModelCompute::BucketReducer {
 ModelCompute::ModelCompute() = default;
 
 absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
-    const pp::v1::TaskPlan& plan, const std::string& device, parallel::Collectives* data_group) {
+    const pp::v1::TaskPlan& plan, const std::string& device, parallel::Collectives* data_group,
+    parallel::Collectives* tensor_group) {
   const pp::v1::JobSpec& spec = plan.spec();
   absl::StatusOr<model::ModelConfig> config = model::ModelConfigFromSpec(spec.model());
   if (!config.ok()) return config.status();
@@ -116,6 +118,7 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
     compute->first_microbatch_ = share->first;
     compute->data_group_ = data_group;
   }
+  if (tensor_group != nullptr && tensor_group->size() > 1) compute->tensor_group_ = tensor_group;
   compute->batch_ = spec.train().microbatch_size();
   compute->seq_len_ = config->seq_len;
   compute->adamw_ = optim::AdamWConfigFromSpec(spec.train());
@@ -133,6 +136,7 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
     options.microbatch_size = compute->batch_;
     options.microbatches = compute->microbatches_;
     options.seed = spec.train().seed();
+    options.tensor_parallel = tensor_group;
     absl::StatusOr<std::unique_ptr<model::StageModel>> stage =
         model::StageModel::Create(compute->ops_.get(), *config, options);
     if (!stage.ok()) {
@@ -257,16 +261,27 @@ absl::Status ModelCompute::BackwardWeight(int stage, int mb) {
 }
 
 std::vector<executor::TensorSumSq> ModelCompute::GradSumSquares() {
-  // A failed all-reduce surfaces in ClipScale, the step's next fallible call.
+  // A failed collective surfaces in ClipScale, the step's next fallible call.
   gradient_status_ = FinishGradients();
-  std::vector<executor::TensorSumSq> sums;
-  // Replicas hold the same summed gradients: replica 0 speaks for all of them.
-  if (data_group_ != nullptr && data_group_->rank() > 0) return sums;
+  optim::SumSquares held;
+  std::set<std::string> sharded;
   for (auto& [s, stage] : stages_) {
     for (const auto& [name, sum] : optim::GradSumSquares(*ops_, stage->tensors())) {
-      sums.push_back({name, sum});
+      held[name] = sum;
+    }
+    for (const model::ModelTensor& t : stage->tensors()) {
+      if (!model::IsWhole(t.slice, t.full_shape)) sharded.insert(t.name);
     }
   }
+  if (gradient_status_.ok() && tensor_group_ != nullptr) {
+    gradient_status_ = parallel::AllReduceSumSquares(*tensor_group_, sharded, held);
+  }
+  std::vector<executor::TensorSumSq> sums;
+  // Replicas hold the same summed gradients and TP ranks now the same whole-tensor sums: one rank
+  // of each speaks for all of them, so every tensor counts once in the norm.
+  if (data_group_ != nullptr && data_group_->rank() > 0) return sums;
+  if (tensor_group_ != nullptr && tensor_group_->rank() > 0) return sums;
+  for (const auto& [name, sum] : held) sums.push_back({name, sum});
   return sums;
 }
 
@@ -302,10 +317,35 @@ std::string ModelCompute::StateDigest() {
   return common::Sha256Hex(bytes);
 }
 
-std::vector<common::Tensor> ModelCompute::CheckpointTensors() {
-  // Replicas hold the same tensors: replica 0 writes each once.
-  if (data_group_ != nullptr && data_group_->rank() > 0) return {};
-  return HeldTensors();
+ModelCompute::ShardContents ModelCompute::CheckpointShard() {
+  ShardContents shard;
+  // Replicas hold the same tensors: replica 0 writes each once, and of a tensor-parallel group
+  // every rank its slices but only TP rank 0 the replicated tensors.
+  if (data_group_ != nullptr && data_group_->rank() > 0) return shard;
+  const bool tp_follower = tensor_group_ != nullptr && tensor_group_->rank() > 0;
+  std::map<std::string, std::string> slice_of;  // held sliced tensor -> its encoded slice
+  for (auto& [s, stage] : stages_) {
+    for (const model::ModelTensor& t : stage->tensors()) {
+      if (model::IsWhole(t.slice, t.full_shape)) continue;
+      common::ShardSlice slice{t.slice.dim, t.slice.parts, t.slice.offset, t.slice.length, {}};
+      slice.full_shape.assign(t.full_shape.begin(), t.full_shape.end());
+      const std::string encoded = common::EncodeSlice(slice);
+      for (const std::string& name :
+           {t.name, common::ExpAvgName(t.name), common::ExpAvgSqName(t.name)}) {
+        slice_of[name] = encoded;
+      }
+    }
+  }
+  for (common::Tensor& tensor : HeldTensors()) {
+    auto it = slice_of.find(tensor.name);
+    if (it != slice_of.end()) {
+      shard.metadata[common::SliceKey(tensor.name)] = it->second;
+    } else if (tp_follower) {
+      continue;
+    }
+    shard.tensors.push_back(std::move(tensor));
+  }
+  return shard;
 }
 
 std::vector<common::Tensor> ModelCompute::HeldTensors() {
@@ -330,17 +370,25 @@ std::vector<common::Tensor> ModelCompute::HeldTensors() {
 
 absl::Status ModelCompute::LoadCheckpointTensors(
     const std::map<std::string, common::Tensor>& tensors) {
+  // Checkpoints hold whole tensors; a tensor-parallel rank cuts out the slice it holds.
   auto load = [&](const std::string& name, const model::ModelTensor& t, float* dst) {
     auto it = tensors.find(name);
     if (it == tensors.end()) {
       return absl::NotFoundError(absl::StrCat("checkpoint has no tensor ", name));
     }
-    if (it->second.data.size() != t.size) {
+    const model::TensorShape full{name, t.full_shape};
+    if (it->second.data.size() != full.size()) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor ", name, " has ",
                                                      it->second.data.size(), " values, want ",
-                                                     t.size));
+                                                     full.size()));
     }
-    ops_->CopyToDevice(dst, it->second.data.data(), t.size);
+    if (model::IsWhole(t.slice, t.full_shape)) {
+      ops_->CopyToDevice(dst, it->second.data.data(), t.size);
+      return absl::OkStatus();
+    }
+    absl::StatusOr<std::vector<float>> slice = model::CutSlice(full, t.slice, it->second.data);
+    if (!slice.ok()) return slice.status();
+    ops_->CopyToDevice(dst, slice->data(), t.size);
     return absl::OkStatus();
   };
   for (auto& [s, stage] : stages_) {

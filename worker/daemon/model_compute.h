@@ -5,7 +5,10 @@
 // microbatch first + j of this replica's share (parallel::ReplicaMicrobatches); gradients are
 // summed over the replicas in buckets (parallel::AssignBuckets) on a background thread, each
 // started right after the weight-gradient backward that completes it. Replicas then hold the same
-// gradients, so only replica 0 reports gradient norms and checkpoint tensors.
+// gradients, so only replica 0 reports gradient norms and checkpoint tensors. Tensor parallel (a
+// tensor group of size > 1): the stage models hold Megatron slices (model::StageOptions); the
+// gradient norm's partial sums are combined over the group (parallel::AllReduceSumSquares) and
+// TP rank 0 reports them.
 #ifndef PP_WORKER_DAEMON_MODEL_COMPUTE_H_
 #define PP_WORKER_DAEMON_MODEL_COMPUTE_H_
 
@@ -31,18 +34,26 @@ namespace pp::daemon {
 class ModelCompute : public executor::StageCompute {
  public:
   // The stages of `plan` (plan.stages), on `device` ("cpu" | "cuda:N"). The spec must be valid.
-  // `data_group`: this rank's data-parallel group (null: no data parallelism); must outlive the
-  // compute.
+  // `data_group` / `tensor_group`: this rank's data- / tensor-parallel group (null: none); they
+  // must outlive the compute.
   static absl::StatusOr<std::unique_ptr<ModelCompute>> Create(
       const pp::v1::TaskPlan& plan, const std::string& device,
-      parallel::Collectives* data_group = nullptr);
+      parallel::Collectives* data_group = nullptr, parallel::Collectives* tensor_group = nullptr);
   ~ModelCompute() override;
 
-  // Every tensor of the held stages and its AdamW moments, under DESIGN.md checkpoint names.
-  std::vector<common::Tensor> CheckpointTensors();
+  // What this rank writes of a checkpoint: the held tensors and their AdamW moments under their
+  // DESIGN.md names (slices under the whole tensor's name, marked in `metadata` by
+  // common::SliceKey), each written once per mesh: none on replicas other than 0, and replicated
+  // tensors only on TP rank 0.
+  struct ShardContents {
+    std::vector<common::Tensor> tensors;
+    std::map<std::string, std::string> metadata;
+  };
+  ShardContents CheckpointShard();
   // sha256 of every held value and moment: equal on replicas that stayed identical.
   std::string StateDigest();
-  // Loads values and moments of the held stages from a checkpoint's tensors (found by name).
+  // Loads values and moments of the held stages from a checkpoint's whole tensors (found by name;
+  // a tensor-parallel rank cuts out its slice).
   absl::Status LoadCheckpointTensors(const std::map<std::string, common::Tensor>& tensors);
 
   size_t InputSize(int stage) const override;
@@ -79,6 +90,7 @@ class ModelCompute : public executor::StageCompute {
   int seq_len_ = 1;
   int64_t position_ = 0;  // data position of the current step
   parallel::Collectives* data_group_ = nullptr;
+  parallel::Collectives* tensor_group_ = nullptr;  // null unless TP > 1
   int first_microbatch_ = 0;  // this replica's first global microbatch
   std::map<std::string, model::ModelTensor*> by_name_;
   std::vector<parallel::Bucket> buckets_;

@@ -1,5 +1,6 @@
 #include "worker/daemon/task.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -17,7 +18,7 @@
 namespace pp::daemon {
 namespace {
 
-absl::Status CheckPlan(const pp::v1::TaskPlan& plan) {
+absl::Status CheckPlan(const pp::v1::TaskPlan& plan, const std::string& device) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("task plan of job ", plan.job_id(), ": ", why));
   };
@@ -26,11 +27,24 @@ absl::Status CheckPlan(const pp::v1::TaskPlan& plan) {
     return bad(absl::StrCat("rank ", plan.rank(), " outside world size ", plan.world_size()));
   }
   if (plan.stage_to_rank_size() == 0) return bad("stage_to_rank is empty");
-  if (plan.spec().parallel().data() > 1 || plan.spec().parallel().tensor() > 1) {
+  const pp::v1::ParallelSpec& parallel = plan.spec().parallel();
+  // Mesh coordinates matter only to the data- and tensor-parallel groups.
+  const int data = std::max(1, parallel.data());
+  const int tensor = std::max(1, parallel.tensor());
+  if (data * tensor > 1 && device != "cpu") {
     return absl::UnimplementedError(absl::StrCat(
-        "task plan of job ", plan.job_id(),
-        ": data and tensor parallelism are not supported by this worker yet (parallel.data ",
-        plan.spec().parallel().data(), ", parallel.tensor ", plan.spec().parallel().tensor(), ")"));
+        "task plan of job ", plan.job_id(), ": data and tensor parallelism (parallel.data ", data,
+        ", parallel.tensor ", tensor, ") run on --device=cpu only so far, not ", device));
+  }
+  if (data * tensor > 1 && plan.world_size() != data * parallel.pipeline() * tensor) {
+    return bad(absl::StrCat("world_size ", plan.world_size(), " is not parallel.data x pipeline x ",
+                            "tensor = ", data * parallel.pipeline() * tensor));
+  }
+  if (data * tensor > 1 &&
+      plan.rank() != (plan.dp_rank() * parallel.pipeline() + plan.pp_rank()) * tensor +
+                         plan.tp_rank()) {
+    return bad(absl::StrCat("rank ", plan.rank(), " does not match its mesh coordinates dp ",
+                            plan.dp_rank(), " pp ", plan.pp_rank(), " tp ", plan.tp_rank()));
   }
   if (plan.spec().train().steps() < 1) return bad("spec.train.steps must be positive");
   if (plan.start_step() < 0 || plan.start_step() > plan.spec().train().steps()) {
@@ -46,12 +60,14 @@ absl::Status CheckPlan(const pp::v1::TaskPlan& plan) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(const pp::v1::TaskPlan& plan,
+// Connects `rank` of a group of `size` ranks whose rendezvous keys live under `prefix`.
+absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(int rank, int size,
+                                                         const std::string& prefix,
                                                          const TaskEnv& env) {
   comm::TransportOptions options;
-  options.rank = plan.rank();
-  options.size = plan.world_size();
-  options.prefix = plan.rendezvous_prefix();
+  options.rank = rank;
+  options.size = size;
+  options.prefix = prefix;
   options.hostname = env.hostname;
   options.timeout = env.comm_timeout;
   if (env.device == "cpu") return comm::ConnectGloo(*env.kv, options);
@@ -73,11 +89,11 @@ class ShardWriter {
 
   // Writes (async: starts writing) the shard of `step` after the previous write ended; returns
   // the previous write's error, or this one's when inline.
-  absl::Status Save(int step, std::vector<common::Tensor> tensors) {
+  absl::Status Save(int step, ModelCompute::ShardContents shard) {
     if (absl::Status previous = Wait(); !previous.ok()) return previous;
-    if (!env_.async_checkpoints) return Write(step, tensors);
-    thread_ = std::thread([this, step, tensors = std::move(tensors)] {
-      status_ = Write(step, tensors);
+    if (!env_.async_checkpoints) return Write(step, shard);
+    thread_ = std::thread([this, step, shard = std::move(shard)] {
+      status_ = Write(step, shard);
     });
     return absl::OkStatus();
   }
@@ -89,21 +105,23 @@ class ShardWriter {
   }
 
  private:
-  absl::Status Write(int step, const std::vector<common::Tensor>& tensors) {
+  absl::Status Write(int step, const ModelCompute::ShardContents& contents) {
     const auto start = std::chrono::steady_clock::now();
     if (step == env_.pause_shard_step) absl::SleepFor(env_.pause_shard_for);
     const pp::v1::TrainSpec& train = plan_.spec().train();
     // Where the next step starts: the state a resume must reproduce.
-    const std::map<std::string, std::string> metadata = {
+    std::map<std::string, std::string> metadata = {
         {"job", plan_.job_id()},
         {"rank", absl::StrCat(plan_.rank())},
         {"step", absl::StrCat(step)},
         {"data_position",
-         absl::StrCat(data::DataPositionAtStep(step, train.microbatches(),
-                                               train.microbatch_size()))},
+         absl::StrCat(data::DataPositionAtStep(
+             step, train.microbatches() * std::max(1, plan_.spec().parallel().data()),
+             train.microbatch_size()))},
         {"rng_seed", absl::StrCat(train.seed())},
         {"rng_counter", "0"},  // randomness is only drawn at initialisation
     };
+    metadata.insert(contents.metadata.begin(), contents.metadata.end());
     pp::v1::CheckpointReport report;
     report.set_job_id(plan_.job_id());
     report.set_attempt(plan_.attempt());
@@ -112,7 +130,7 @@ class ShardWriter {
     report.set_shard(common::ShardFileName(plan_.rank()));
     absl::StatusOr<pp::v1::CheckpointShard> shard =
         common::WriteShard(common::StepDir(plan_.checkpoint_dir(), plan_.job_id(), step),
-                           report.shard(), tensors, metadata);
+                           report.shard(), contents.tensors, metadata);
     report.set_ok(shard.ok());
     if (shard.ok()) {
       report.set_bytes(shard->bytes());
@@ -131,6 +149,39 @@ class ShardWriter {
   std::thread thread_;
   absl::Status status_;  // of the last write; read after joining its thread
 };
+
+// The step loss over every replica: the replicas' microbatch losses gathered in replica order
+// (= the step's global microbatch order), summed in double and divided by the step's M, exactly
+// as the single-process trainer does.
+absl::Status ReplicaLoss(parallel::Collectives& data_group, executor::StepResult& result) {
+  const size_t local = result.loss_by_mb.size();
+  std::vector<double> all(local * data_group.size());
+  if (absl::Status s =
+          data_group.AllGather(result.loss_by_mb.data(), local * sizeof(double), all.data());
+      !s.ok()) {
+    return s;
+  }
+  double sum = 0;
+  for (double loss : all) sum += loss;
+  result.loss_by_mb = all;
+  result.loss = sum / static_cast<double>(all.size());
+  return absl::OkStatus();
+}
+
+// Replicas must end bitwise identical: a difference is a bug, never rounding.
+absl::Status CheckReplicasEqual(parallel::Collectives& data_group, const std::string& digest) {
+  std::vector<char> all(digest.size() * data_group.size());
+  if (absl::Status s = data_group.AllGather(digest.data(), digest.size(), all.data()); !s.ok()) {
+    return s;
+  }
+  for (int r = 1; r < data_group.size(); ++r) {
+    if (std::string(all.data() + r * digest.size(), digest.size()) != digest) {
+      return absl::InternalError(absl::StrCat(
+          "data-parallel replica ", r, " holds different weights or moments than replica 0"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -159,10 +210,37 @@ absl::Status Task::Run(TaskReporter& reporter) {
   if (absl::Status s = common::ValidateJobSpec(plan_.spec()); !s.ok()) {
     return fail(absl::InvalidArgumentError(absl::StrCat("spec.", s.message())));
   }
-  if (absl::Status s = CheckPlan(plan_); !s.ok()) return fail(s);
+  if (absl::Status s = CheckPlan(plan_, env_.device); !s.ok()) return fail(s);
   if (absl::Status s = CheckAborted(); !s.ok()) return s;
 
-  absl::StatusOr<std::unique_ptr<ModelCompute>> compute = ModelCompute::Create(plan_, env_.device);
+  // The data-parallel group (the replicas' ranks at this rank's pp and tp) and the tensor-parallel
+  // group (the ranks at its dp and pp), each connected on its own rendezvous keys.
+  const int replicas = std::max(1, plan_.spec().parallel().data());
+  const int tensor = std::max(1, plan_.spec().parallel().tensor());
+  std::unique_ptr<comm::Transport> data_transport, tensor_transport;
+  std::unique_ptr<parallel::Collectives> data_group, tensor_group;
+  if (tensor > 1) {
+    absl::StatusOr<std::unique_ptr<comm::Transport>> connected =
+        Connect(plan_.tp_rank(), tensor,
+                absl::StrCat(plan_.rendezvous_prefix(), "tp/", plan_.dp_rank(), ".",
+                             plan_.pp_rank(), "/"),
+                env_);
+    if (!connected.ok()) return fail(connected.status());
+    tensor_transport = std::move(*connected);
+    tensor_group = comm::GroupCollectives(tensor_transport.get());
+  }
+  if (replicas > 1) {
+    absl::StatusOr<std::unique_ptr<comm::Transport>> connected =
+        Connect(plan_.dp_rank(), replicas,
+                absl::StrCat(plan_.rendezvous_prefix(), "dp/", plan_.pp_rank(), ".",
+                             plan_.tp_rank(), "/"),
+                env_);
+    if (!connected.ok()) return fail(connected.status());
+    data_transport = std::move(*connected);
+    data_group = comm::GroupCollectives(data_transport.get());
+  }
+  absl::StatusOr<std::unique_ptr<ModelCompute>> compute =
+      ModelCompute::Create(plan_, env_.device, data_group.get(), tensor_group.get());
   if (!compute.ok()) return fail(compute.status());
   if (!plan_.resume_from().empty()) {
     absl::StatusOr<common::Checkpoint> checkpoint = common::LoadCheckpoint(plan_.resume_from());
@@ -177,7 +255,8 @@ absl::Status Task::Run(TaskReporter& reporter) {
       return fail(s);
     }
   }
-  absl::StatusOr<std::unique_ptr<comm::Transport>> transport = Connect(plan_, env_);
+  absl::StatusOr<std::unique_ptr<comm::Transport>> transport =
+      Connect(plan_.rank(), plan_.world_size(), plan_.rendezvous_prefix(), env_);
   if (!transport.ok()) return fail(transport.status());
 
   const pp::v1::JobSpec& spec = plan_.spec();
@@ -209,6 +288,9 @@ absl::Status Task::Run(TaskReporter& reporter) {
   for (int step = plan_.start_step(); step < steps; ++step) {
     absl::StatusOr<executor::StepResult> result = (*executor)->RunStep(step);
     if (!result.ok()) return fail(result.status());
+    if (data_group != nullptr && result->has_loss) {
+      if (absl::Status s = ReplicaLoss(*data_group, *result); !s.ok()) return fail(s);
+    }
     const int done = step + 1;
     completed_steps_ = done;
 
@@ -236,7 +318,7 @@ absl::Status Task::Run(TaskReporter& reporter) {
     const bool stop = answer.stop_after_step() == done && done < steps;
     const bool due = stop || done == steps || (every > 0 && done % every == 0);
     if (due && !plan_.checkpoint_dir().empty()) {
-      if (absl::Status s = writer.Save(done, (*compute)->CheckpointTensors()); !s.ok()) {
+      if (absl::Status s = writer.Save(done, (*compute)->CheckpointShard()); !s.ok()) {
         return fail(s);
       }
     }
@@ -246,6 +328,11 @@ absl::Status Task::Run(TaskReporter& reporter) {
     }
   }
   if (absl::Status s = writer.Wait(); !s.ok()) return fail(s);
+  if (data_group != nullptr) {
+    if (absl::Status s = CheckReplicasEqual(*data_group, (*compute)->StateDigest()); !s.ok()) {
+      return fail(s);
+    }
+  }
   // Nobody closes its connections while a peer may still be finishing its last transfers.
   if (absl::Status s = (*transport)->Barrier(); !s.ok()) return fail(s);
   return absl::OkStatus();
