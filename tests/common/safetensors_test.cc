@@ -250,7 +250,7 @@ TEST(Sha256Test, KnownVectorsAndFiles) {
   ASSERT_TRUE(hex.ok());
   EXPECT_EQ(*hex, Sha256Hex(big));
   EXPECT_THAT(std::string(Sha256File(path + ".missing").status().message()),
-              HasSubstr("sha_input.missing"));
+              HasSubstr(path + ".missing"));
 }
 
 }  // namespace

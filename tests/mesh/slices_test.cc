@@ -25,10 +25,7 @@ struct Piece {
 };
 
 Piece RowSlice(int offset) {
-  Piece p;
-  p.slice = {0, 2, offset, 1, {4, 2}};
-  p.tensor.name = "w";
-  p.tensor.shape = {2, 2};
+  Piece p{{0, 2, offset, 1, {4, 2}}, {std::string("w"), {2, 2}, {}}};
   for (int part = 0; part < 2; ++part) {
     const int row = part * 2 + offset;
     p.tensor.data.push_back(static_cast<float>(row * 2));

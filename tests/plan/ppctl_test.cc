@@ -61,7 +61,7 @@ TEST(PpctlTest, HelpDocumentsEveryPlanFlag) {
   EXPECT_NE(help.out.find("comm latency per message"), std::string::npos);
   const Result top = Ppctl("--help");
   EXPECT_EQ(top.code, 0);
-  EXPECT_NE(top.out.find("  plan\t"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("  plan "), std::string::npos) << top.out;
   EXPECT_EQ(Ppctl("help plan").out, help.out);
 }
 

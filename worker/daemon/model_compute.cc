@@ -1,5 +1,6 @@
 #include "worker/daemon/model_compute.h"
 
+#include <chrono>
 #include <deque>
 #include <set>
 #include <utility>
@@ -12,9 +13,10 @@
 namespace pp::daemon {
 namespace {
 
-// Gradient bytes per data-parallel all-reduce: large enough to amortise a collective's latency,
-// small enough that the first buckets start well before the last backward.
-constexpr int64_t kBucketBytes = int64_t{4} << 20;
+// Gradient bytes per data-parallel all-reduce when parallel.bucket_bytes is 0: large enough to
+// amortise a collective's latency, small enough that the first buckets start well before the
+// last backward.
+constexpr int64_t kDefaultBucketBytes = int64_t{4} << 20;
 
 }  // namespace
 
@@ -39,11 +41,13 @@ class ModelCompute::BucketReducer {
     queue_.push_back(bucket);
   }
 
-  // Waits for every started bucket; the first error since the last Finish.
-  absl::Status Finish() {
+  // Waits for every started bucket; the first error since the last Finish. `spent_seconds`: the
+  // buckets' all-reduce time since the last Finish.
+  absl::Status Finish(double& spent_seconds) {
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](BucketReducer* r) { return r->queue_.empty() && !r->busy_; }, this));
+    spent_seconds = std::exchange(spent_seconds_, 0.0);
     return std::exchange(status_, absl::OkStatus());
   }
 
@@ -60,8 +64,11 @@ class ModelCompute::BucketReducer {
         queue_.pop_front();
         busy_ = true;
       }
+      const auto start = std::chrono::steady_clock::now();
       absl::Status status = Reduce(*bucket);
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
       absl::MutexLock lock(&mu_);
+      spent_seconds_ += took.count();
       busy_ = false;
       if (status_.ok()) status_ = status;
     }
@@ -94,6 +101,7 @@ class ModelCompute::BucketReducer {
   std::deque<const parallel::Bucket*> queue_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  double spent_seconds_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;  // last: starts once everything above exists
 };
@@ -149,7 +157,12 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
   if (!source.ok()) return source.status();
   compute->source_.emplace(std::move(*source));
   if (compute->data_group_ != nullptr) {
-    if (absl::Status s = compute->SetUpBuckets(plan.program(), kBucketBytes); !s.ok()) return s;
+    const int64_t bucket_bytes = spec.parallel().bucket_bytes() == 0
+                                     ? kDefaultBucketBytes
+                                     : spec.parallel().bucket_bytes();
+    if (absl::Status s = compute->SetUpBuckets(plan.program(), bucket_bytes); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("parallel.bucket_bytes: ", s.message()));
+    }
   }
   return compute;
 }
@@ -191,7 +204,11 @@ void ModelCompute::WeightGradientDone() {
 
 absl::Status ModelCompute::FinishGradients() {
   if (reducer_ == nullptr) return absl::OkStatus();
-  return reducer_->Finish();
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = reducer_->Finish(all_reduce_times_.spent_seconds);
+  all_reduce_times_.exposed_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return status;
 }
 
 absl::StatusOr<model::StageModel*> ModelCompute::Stage(int stage) const {

@@ -50,6 +50,13 @@ class ModelCompute : public executor::StageCompute {
     std::map<std::string, std::string> metadata;
   };
   ShardContents CheckpointShard();
+  // The last step's data-parallel gradient all-reduces: their total time, and the part of it the
+  // step waited for after its last backward (the rest ran hidden behind backwards).
+  struct AllReduceTimes {
+    double spent_seconds = 0;
+    double exposed_seconds = 0;
+  };
+  AllReduceTimes last_all_reduce_times() const { return all_reduce_times_; }
   // sha256 of every held value and moment: equal on replicas that stayed identical.
   std::string StateDigest();
   // Loads values and moments of the held stages from a checkpoint's whole tensors (found by name;
@@ -95,6 +102,7 @@ class ModelCompute : public executor::StageCompute {
   std::map<std::string, model::ModelTensor*> by_name_;
   std::vector<parallel::Bucket> buckets_;
   int weight_gradients_done_ = 0;  // this step's weight-gradient backwards so far
+  AllReduceTimes all_reduce_times_;
   absl::Status gradient_status_;  // of this step's data-parallel all-reduces
   std::unique_ptr<BucketReducer> reducer_;
 };

@@ -190,6 +190,7 @@ void Task::Abort(const std::string& reason) {
   if (!aborted_) abort_reason_ = reason;
   aborted_ = true;
   if (executor_ != nullptr) executor_->Abort();
+  for (comm::Transport* group : groups_) group->Abort();
 }
 
 absl::Status Task::CheckAborted() {
@@ -270,13 +271,20 @@ absl::Status Task::Run(TaskReporter& reporter) {
   {
     absl::MutexLock lock(&mu_);
     executor_ = executor->get();
-    if (aborted_) executor_->Abort();
+    for (auto* group : {data_transport.get(), tensor_transport.get()}) {
+      if (group != nullptr) groups_.push_back(group);
+    }
+    if (aborted_) {
+      executor_->Abort();
+      for (comm::Transport* group : groups_) group->Abort();
+    }
   }
   struct Unregister {
     Task* task;
     ~Unregister() {
       absl::MutexLock lock(&task->mu_);
       task->executor_ = nullptr;
+      task->groups_.clear();
     }
   } unregister{this};
 
@@ -307,6 +315,8 @@ absl::Status Task::Run(TaskReporter& reporter) {
         result->busy_seconds[static_cast<int>(executor::Phase::kOptimizer)]);
     report.set_tokens(tokens_per_step);
     report.set_draining(draining_);
+    report.set_dp_allreduce_seconds((*compute)->last_all_reduce_times().spent_seconds);
+    report.set_dp_exposed_seconds((*compute)->last_all_reduce_times().exposed_seconds);
     *report.mutable_trace() = result->trace;
     const pp::v1::ReportResponse answer = reporter.ReportStep(report, *result);
     if (answer.abort()) {

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -85,6 +86,8 @@ class Task {
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   executor::Executor* executor_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The data- and tensor-parallel groups' transports, aborted with the executor.
+  std::vector<comm::Transport*> groups_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pp::daemon
