@@ -208,9 +208,8 @@ absl::StatusOr<ShardSlice> DecodeSlice(const std::string& text, const std::strin
   slice.offset = static_cast<int>(numbers[2]);
   slice.length = static_cast<int>(numbers[3]);
   slice.full_shape.assign(numbers.begin() + 4, numbers.end());
-  const int64_t extent = slice.dim < static_cast<int>(slice.full_shape.size())
-                             ? slice.full_shape[slice.dim]
-                             : 0;
+  const int64_t extent =
+      slice.dim < static_cast<int>(slice.full_shape.size()) ? slice.full_shape[slice.dim] : 0;
   if (slice.parts < 1 || extent % slice.parts != 0 || slice.length < 1 ||
       slice.offset + slice.length > extent / slice.parts) {
     return absl::DataLossError(absl::StrCat(where, ": slice \"", text, "\" does not fit"));
@@ -228,8 +227,7 @@ struct SlicePiece {
 absl::StatusOr<Tensor> AssembleShardSlices(const std::string& step_dir, const std::string& name,
                                            const std::vector<SlicePiece>& pieces) {
   auto bad = [&](const std::string& why) {
-    return absl::DataLossError(
-        absl::StrCat(step_dir, ": slices of tensor \"", name, "\" ", why));
+    return absl::DataLossError(absl::StrCat(step_dir, ": slices of tensor \"", name, "\" ", why));
   };
   const std::vector<int64_t>& full = pieces.front().slice.full_shape;
   const int dim = pieces.front().slice.dim;
@@ -283,8 +281,7 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir) {
     if (!parsed.ok()) return parsed.status();
     for (Tensor& tensor : parsed->tensors) {
       if (auto it = parsed->metadata.find(SliceKey(tensor.name)); it != parsed->metadata.end()) {
-        absl::StatusOr<ShardSlice> slice =
-            DecodeSlice(it->second, ShardPath(step_dir, shard));
+        absl::StatusOr<ShardSlice> slice = DecodeSlice(it->second, ShardPath(step_dir, shard));
         if (!slice.ok()) return slice.status();
         const std::string name = tensor.name;
         sliced[name].push_back({*std::move(slice), std::move(tensor), shard.file()});

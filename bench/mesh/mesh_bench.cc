@@ -49,7 +49,7 @@ struct Layout {
 };
 
 struct Figures {
-  double step_seconds = 0;     // mean over counted steps, slowest rank
+  double step_seconds = 0;       // mean over counted steps, slowest rank
   double allreduce_seconds = 0;  // mean per step and rank
   double exposed_seconds = 0;
 };
@@ -83,8 +83,8 @@ pp::v1::JobSpec Spec(const Layout& l, const std::string& corpus, int steps) {
 absl::StatusOr<Figures> Run(const Layout& l, const std::string& corpus, int steps) {
   const pp::v1::JobSpec spec = Spec(l, corpus, steps);
   if (absl::Status s = common::ValidateJobSpec(spec); !s.ok()) return s;
-  absl::StatusOr<pp::v1::Schedule> schedule = plan::PlanSchedule(
-      l.schedule, l.pp, l.chunks, l.microbatches, pp::v1::CostModel());
+  absl::StatusOr<pp::v1::Schedule> schedule =
+      plan::PlanSchedule(l.schedule, l.pp, l.chunks, l.microbatches, pp::v1::CostModel());
   if (!schedule.ok()) return schedule.status();
   absl::StatusOr<std::vector<int>> units =
       plan::PartitionUnits(spec.model(), l.pp * l.chunks, "uniform", {}, {});
@@ -152,9 +152,8 @@ int Main(const std::string& part, int steps) {
       ++failures;
       return;
     }
-    const double hidden = f->allreduce_seconds > 0
-                              ? 1 - std::min(1.0, f->exposed_seconds / f->allreduce_seconds)
-                              : 0;
+    const double hidden =
+        f->allreduce_seconds > 0 ? 1 - std::min(1.0, f->exposed_seconds / f->allreduce_seconds) : 0;
     std::cout << absl::StrFormat(
         "%-38s step %8.4f s  %9.0f tok/s  dp all-reduce %.4f s, exposed %.4f s, hidden %5.1f%%\n",
         name, f->step_seconds, tokens / f->step_seconds, f->allreduce_seconds, f->exposed_seconds,

@@ -171,9 +171,8 @@ TEST_F(MeshTest, PipelineTwoTensorTwoMatchesSingleProcess) {
   const std::string job = Run(spec);
   ExpectMatchesReference(spec, job);
   // Each TP rank wrote its slices (and only rank 0 the replicated tensors).
-  absl::StatusOr<std::string> shard = common::ReadFile(
-      absl::StrCat(common::StepDir(cluster_->checkpoint_dir(), job, kSteps), "/",
-                   common::ShardFileName(1)));
+  absl::StatusOr<std::string> shard = common::ReadFile(absl::StrCat(
+      common::StepDir(cluster_->checkpoint_dir(), job, kSteps), "/", common::ShardFileName(1)));
   ASSERT_TRUE(shard.ok()) << shard.status();
   absl::StatusOr<common::SafetensorsFile> parsed = common::ParseSafetensors(*shard, "rank 1");
   ASSERT_TRUE(parsed.ok()) << parsed.status();

@@ -23,8 +23,8 @@ class TransportCollectives : public parallel::Collectives {
     if (!all.ok()) return all.status();
     for (int r = 0; r < size(); ++r) {
       if ((*all)[r].size() != bytes) {
-        return absl::DataLossError(absl::StrCat("all-gather: rank ", r, " sent ",
-                                                (*all)[r].size(), " bytes, want ", bytes));
+        return absl::DataLossError(absl::StrCat("all-gather: rank ", r, " sent ", (*all)[r].size(),
+                                                " bytes, want ", bytes));
       }
       std::memcpy(static_cast<char*>(out) + r * bytes, (*all)[r].data(), bytes);
     }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <deque>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -157,9 +158,8 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
   if (!source.ok()) return source.status();
   compute->source_.emplace(std::move(*source));
   if (compute->data_group_ != nullptr) {
-    const int64_t bucket_bytes = spec.parallel().bucket_bytes() == 0
-                                     ? kDefaultBucketBytes
-                                     : spec.parallel().bucket_bytes();
+    const int64_t bucket_bytes =
+        spec.parallel().bucket_bytes() == 0 ? kDefaultBucketBytes : spec.parallel().bucket_bytes();
     if (absl::Status s = compute->SetUpBuckets(plan.program(), bucket_bytes); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("parallel.bucket_bytes: ", s.message()));
     }
@@ -237,8 +237,7 @@ absl::Status ModelCompute::BeginStep(int step) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> ModelCompute::Forward(int stage, int local_mb, const float* in,
-                                             float* out) {
+absl::StatusOr<double> ModelCompute::Forward(int stage, int local_mb, const float* in, float* out) {
   const int mb = first_microbatch_ + local_mb;
   absl::StatusOr<model::StageModel*> model = Stage(stage);
   if (!model.ok()) return model.status();

@@ -14,7 +14,6 @@
 
 #include <map>
 #include <memory>
-#include <thread>
 #include <optional>
 #include <string>
 #include <vector>

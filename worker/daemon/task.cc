@@ -220,25 +220,32 @@ absl::Status Task::Run(TaskReporter& reporter) {
   const int tensor = std::max(1, plan_.spec().parallel().tensor());
   std::unique_ptr<comm::Transport> data_transport, tensor_transport;
   std::unique_ptr<parallel::Collectives> data_group, tensor_group;
-  if (tensor > 1) {
+  // Connects this rank (`rank` of `size`) to the group named `key` under the job's prefix.
+  auto connect_group = [&](int rank, int size, const std::string& key,
+                           std::unique_ptr<comm::Transport>& transport,
+                           std::unique_ptr<parallel::Collectives>& group) -> absl::Status {
     absl::StatusOr<std::unique_ptr<comm::Transport>> connected =
-        Connect(plan_.tp_rank(), tensor,
-                absl::StrCat(plan_.rendezvous_prefix(), "tp/", plan_.dp_rank(), ".",
-                             plan_.pp_rank(), "/"),
-                env_);
-    if (!connected.ok()) return fail(connected.status());
-    tensor_transport = std::move(*connected);
-    tensor_group = comm::GroupCollectives(tensor_transport.get());
+        Connect(rank, size, absl::StrCat(plan_.rendezvous_prefix(), key, "/"), env_);
+    if (!connected.ok()) return connected.status();
+    transport = std::move(*connected);
+    group = comm::GroupCollectives(transport.get());
+    return absl::OkStatus();
+  };
+  if (tensor > 1) {
+    const std::string key = absl::StrCat("tp/", plan_.dp_rank(), ".", plan_.pp_rank());
+    if (absl::Status s = connect_group(plan_.tp_rank(), tensor, key, tensor_transport,
+                                       tensor_group);
+        !s.ok()) {
+      return fail(s);
+    }
   }
   if (replicas > 1) {
-    absl::StatusOr<std::unique_ptr<comm::Transport>> connected =
-        Connect(plan_.dp_rank(), replicas,
-                absl::StrCat(plan_.rendezvous_prefix(), "dp/", plan_.pp_rank(), ".",
-                             plan_.tp_rank(), "/"),
-                env_);
-    if (!connected.ok()) return fail(connected.status());
-    data_transport = std::move(*connected);
-    data_group = comm::GroupCollectives(data_transport.get());
+    const std::string key = absl::StrCat("dp/", plan_.pp_rank(), ".", plan_.tp_rank());
+    if (absl::Status s = connect_group(plan_.dp_rank(), replicas, key, data_transport,
+                                       data_group);
+        !s.ok()) {
+      return fail(s);
+    }
   }
   absl::StatusOr<std::unique_ptr<ModelCompute>> compute =
       ModelCompute::Create(plan_, env_.device, data_group.get(), tensor_group.get());

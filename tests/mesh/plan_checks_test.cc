@@ -1,0 +1,107 @@
+// A worker refuses a mesh task plan that does not add up, with an error naming what is wrong,
+// before it connects to anyone.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+#include "common/job_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/comm/transport.h"
+#include "worker/daemon/task.h"
+#include "worker/data/data.h"
+
+namespace pp::daemon {
+namespace {
+
+using ::testing::HasSubstr;
+
+class NoReports : public TaskReporter {
+ public:
+  pp::v1::ReportResponse ReportStep(const pp::v1::StepReport&,
+                                    const executor::StepResult&) override {
+    return {};
+  }
+  void ReportCheckpoint(const pp::v1::CheckpointReport&, double) override {}
+};
+
+// A corpus file for the plans' specs, removed at exit.
+std::string Corpus() {
+  static const std::string* path = [] {
+    auto* p = new std::string((std::filesystem::temp_directory_path() /
+                               absl::StrCat("plan_checks_test_", ::getpid(), ".txt"))
+                                  .string());
+    std::ofstream(*p) << data::GenerateCorpus(1, 1000);
+    std::atexit([] { std::filesystem::remove(Corpus()); });
+    return p;
+  }();
+  return *path;
+}
+
+// Rank 1 = (dp 0, pp 0, tp 1) of a dp2 x pp1 x tp2 job.
+pp::v1::TaskPlan MeshPlan() {
+  pp::v1::TaskPlan plan;
+  plan.set_job_id("mesh");
+  plan.set_rank(1);
+  plan.set_world_size(4);
+  plan.set_tp_rank(1);
+  plan.add_stage_to_rank(1);
+  plan.add_stages()->set_stage(0);
+  pp::v1::JobSpec* spec = plan.mutable_spec();
+  spec->mutable_model()->set_vocab_size(256);
+  spec->mutable_model()->set_seq_len(8);
+  spec->mutable_model()->set_d_model(16);
+  spec->mutable_model()->set_n_heads(2);
+  spec->mutable_model()->set_n_layers(1);
+  spec->mutable_parallel()->set_pipeline(1);
+  spec->mutable_parallel()->set_data(2);
+  spec->mutable_parallel()->set_tensor(2);
+  spec->mutable_parallel()->set_chunks(1);
+  spec->mutable_parallel()->set_schedule("gpipe");
+  spec->mutable_train()->set_steps(1);
+  spec->mutable_train()->set_microbatches(2);
+  spec->mutable_train()->set_microbatch_size(1);
+  spec->mutable_data()->set_path(Corpus());
+  return plan;
+}
+
+absl::Status RunPlan(const pp::v1::TaskPlan& plan, const std::string& device = "cpu") {
+  std::unique_ptr<comm::KvStore> kv = comm::NewMemoryKvStore();
+  TaskEnv env;
+  env.kv = kv.get();
+  env.device = device;
+  env.comm_timeout = absl::Seconds(2);
+  NoReports reporter;
+  return Task(plan, env).Run(reporter);
+}
+
+TEST(PlanChecksTest, RefusesAWorldThatIsNotTheMesh) {
+  pp::v1::TaskPlan plan = MeshPlan();
+  plan.set_world_size(3);
+  absl::Status status = RunPlan(plan);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("world_size 3"));
+}
+
+TEST(PlanChecksTest, RefusesARankThatIsNotItsCoordinates) {
+  pp::v1::TaskPlan plan = MeshPlan();
+  plan.set_dp_rank(1);  // would be rank 3
+  absl::Status status = RunPlan(plan);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("mesh coordinates dp 1 pp 0 tp 1"));
+}
+
+TEST(PlanChecksTest, RefusesDataAndTensorParallelismOffTheCpu) {
+  absl::Status status = RunPlan(MeshPlan(), "cuda:0");
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("--device=cpu only"));
+}
+
+}  // namespace
+}  // namespace pp::daemon
