@@ -15,6 +15,7 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
+#include "worker/data/data.h"
 
 namespace pp::coordinator {
 namespace {
@@ -819,9 +820,10 @@ void JobManager::CommitCheckpoint(JobRecord& rec,
   pp::v1::CheckpointManifest manifest;
   manifest.set_job_id(job.id());
   manifest.set_step(step);
-  // worker/data/data.h DataPositionAtStep: a step consumes M*B sequences.
-  manifest.set_data_position(static_cast<int64_t>(step) * spec.train().microbatches() *
-                             spec.train().microbatch_size());
+  // Every replica's microbatches count: a step consumes data * M * B sequences.
+  manifest.set_data_position(data::DataPositionAtStep(
+      step, static_cast<int64_t>(spec.train().microbatches()) * std::max(1, spec.parallel().data()),
+      spec.train().microbatch_size()));
   // Randomness is only drawn at initialisation, from the seed.
   manifest.mutable_rng()->set_seed(spec.train().seed());
   *manifest.mutable_spec() = spec;

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "worker/parallel/parallel.h"
 
 namespace pp::coordinator {
 
@@ -23,12 +24,22 @@ absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
     return absl::FailedPreconditionError(
         absl::StrCat("job needs ", world, " idle workers, ", idle.size(), " available"));
   }
+  // The first `world` idle workers (in name order), arranged so that a TP group shares a host
+  // where hosts are known: the chattiest group gets the fastest links.
+  absl::StatusOr<parallel::Mesh> mesh =
+      parallel::Mesh::Create(std::max(1, spec.parallel().data()), pipeline, tensor);
+  if (!mesh.ok()) return mesh.status();
+  std::vector<std::string> hosts;
+  for (int w = 0; w < world; ++w) hosts.push_back(idle[w].host());
+  absl::StatusOr<std::vector<int>> worker_of_rank = parallel::PlaceRanks(*mesh, hosts);
+  if (!worker_of_rank.ok()) return worker_of_rank.status();
   std::vector<pp::v1::RankPlacement> placement;
   for (int rank = 0; rank < world; ++rank) {
+    const pp::v1::WorkerInfo& worker = idle[(*worker_of_rank)[rank]];
     pp::v1::RankPlacement& p = placement.emplace_back();
     p.set_rank(rank);
-    p.set_worker(idle[rank].name());
-    p.set_address(idle[rank].address());
+    p.set_worker(worker.name());
+    p.set_address(worker.address());
     p.set_tp(rank % tensor);
     p.set_pp((rank / tensor) % pipeline);
     p.set_dp(rank / (tensor * pipeline));

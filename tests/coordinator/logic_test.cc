@@ -1,5 +1,6 @@
 // Pure parts of ppcoord: rendezvous store, worker table, placement, task plans, state machine,
 // step and checkpoint aggregation, the SQLite job store.
+#include <map>
 #include <filesystem>
 #include <thread>
 
@@ -151,6 +152,31 @@ TEST(Placement, DataAndTensorDegreesMultiplyTheRanks) {
   EXPECT_EQ((*placement)[3].dp(), 1);
   EXPECT_EQ((*placement)[2].pp(), 0);
   EXPECT_EQ((*placement)[2].dp(), 1);
+}
+
+// Workers in name order alternate between two hosts; PP2 x TP2 must still put each TP pair on one
+// host, and the pipeline's two pairs on the two hosts.
+TEST(Placement, TensorParallelGroupsShareAHost) {
+  pp::v1::JobSpec spec = Spec(2, 1);
+  spec.mutable_parallel()->set_tensor(2);
+  std::vector<pp::v1::WorkerInfo> idle;
+  for (const char* n : {"w0", "w1", "w2", "w3"}) {
+    idle.push_back(Worker(n));
+    idle.back().set_host(idle.size() % 2 == 1 ? "node-a" : "node-b");
+  }
+  absl::StatusOr<std::vector<pp::v1::RankPlacement>> placement = PlaceRanks(spec, {0, 1}, idle);
+  ASSERT_TRUE(placement.ok()) << placement.status();
+  std::map<std::string, std::string> host_of;
+  for (const auto& w : idle) host_of[w.name()] = w.host();
+  ASSERT_EQ(placement->size(), 4u);
+  for (int group = 0; group < 2; ++group) {
+    const pp::v1::RankPlacement& a = (*placement)[2 * group];
+    const pp::v1::RankPlacement& b = (*placement)[2 * group + 1];
+    EXPECT_EQ(a.pp(), group);
+    EXPECT_EQ(b.pp(), group);
+    EXPECT_EQ(host_of[a.worker()], host_of[b.worker()]) << a.worker() << " and " << b.worker();
+  }
+  EXPECT_NE(host_of[(*placement)[0].worker()], host_of[(*placement)[2].worker()]);
 }
 
 TEST(Placement, TooFewWorkersIsAnError) {
