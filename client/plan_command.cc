@@ -26,7 +26,8 @@ ABSL_FLAG(int32_t, chunks, 0,
 ABSL_FLAG(int32_t, microbatches, 8, "M: microbatches per step");
 ABSL_FLAG(std::string, costs, "f=1,b=2",
           "cost model, comma-separated key=value: f forward, b backward (full), i input-grad and "
-          "w weight-grad (default b/2 each, or b minus the other), comm latency per message, bw "
+          "w weight-grad (default b/2 each, or b minus the other), comm latency per message, send "
+          "time a send keeps its rank busy, bw "
           "bandwidth in bytes per time unit (0 = infinite), act bytes of one stage-microbatch "
           "activation, scale per-stage multipliers of compute separated by ':' (S of them). "
           "Unset keys: f=1 b=2, the rest 0");
@@ -88,6 +89,8 @@ absl::StatusOr<plan::CostModel> ParseCosts(const std::string& text) {
       status = number(&costs.backward_weight);
     } else if (key == "comm") {
       status = number(&costs.comm_latency);
+    } else if (key == "send") {
+      status = number(&costs.send_overhead);
     } else if (key == "bw") {
       status = number(&costs.comm_bandwidth);
     } else if (key == "act") {

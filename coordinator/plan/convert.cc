@@ -89,6 +89,7 @@ CostModel CostsFromProto(const pp::v1::CostModel& proto) {
     costs.backward_weight = proto.backward_weight();
   }
   costs.comm_latency = proto.comm_latency();
+  costs.send_overhead = proto.send_overhead();
   costs.comm_bandwidth = proto.comm_bandwidth();
   costs.activation_bytes = proto.activation_bytes();
   costs.stage_scale.assign(proto.stage_scale().begin(), proto.stage_scale().end());
@@ -102,6 +103,7 @@ pp::v1::CostModel CostsToProto(const CostModel& costs) {
   proto.set_backward_input(costs.backward_input);
   proto.set_backward_weight(costs.backward_weight);
   proto.set_comm_latency(costs.comm_latency);
+  proto.set_send_overhead(costs.send_overhead);
   proto.set_comm_bandwidth(costs.comm_bandwidth);
   proto.set_activation_bytes(costs.activation_bytes);
   for (double scale : costs.stage_scale) proto.add_stage_scale(scale);

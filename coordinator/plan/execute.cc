@@ -183,6 +183,7 @@ Execution Execute(const Schedule& schedule, const Durations& durations, bool rec
       const Action& a = program[i];
       if (a.kind == Kind::kSendActivation || a.kind == Kind::kSendGrad) {
         const size_t m = message(a.stage, a.microbatch, a.kind == Kind::kSendGrad);
+        now += durations.send;
         sent[m] = std::min(sent[m], now);
         if (waiter[m] >= 0) runnable.push_back(waiter[m]);
         waiter[m] = -1;

@@ -40,6 +40,7 @@ struct Durations {
   // Compute time of kind k (F, B, I, W) at stage s: compute[k * S + s].
   std::vector<double> compute;
   double transfer = 0;  // from a send to the matching receive: latency + bytes / bandwidth
+  double send = 0;      // a SEND occupies its rank this long; the message leaves at its end
 };
 
 struct Execution {

@@ -24,6 +24,7 @@ absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int
                                                   {"backward_input", costs.backward_input},
                                                   {"backward_weight", costs.backward_weight},
                                                   {"comm_latency", costs.comm_latency},
+                                                  {"send_overhead", costs.send_overhead},
                                                   {"comm_bandwidth", costs.comm_bandwidth},
                                                   {"activation_bytes", costs.activation_bytes}};
   for (const auto& [name, value] : named) {
@@ -72,6 +73,7 @@ absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& c
     durations.compute[3 * S + s] = (*stages)[s].backward_weight;
   }
   durations.transfer = costs.comm_latency;
+  durations.send = costs.send_overhead;
   if (costs.comm_bandwidth > 0) durations.transfer += costs.activation_bytes / costs.comm_bandwidth;
 
   internal::Execution exec = internal::Execute(schedule, durations, /*record_times=*/true);

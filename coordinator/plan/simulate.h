@@ -23,6 +23,9 @@ struct CostModel {
   double backward_input = 0;  // I and W: when one is 0 it is B minus the other; both 0: B / 2
   double backward_weight = 0;
   double comm_latency = 0;          // per message
+  // Time a SEND keeps its rank busy handing the message over (copy, posting); it delays what the
+  // rank runs next and counts as idle, not compute. 0 = asynchronous sends are free.
+  double send_overhead = 0;
   double comm_bandwidth = 0;        // bytes per time unit; 0 = infinite
   double activation_bytes = 0;      // of one stage-microbatch activation (and of its gradient)
   std::vector<double> stage_scale;  // empty, or one multiplier of the compute costs per stage

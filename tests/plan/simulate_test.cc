@@ -89,6 +89,18 @@ TEST(SimulateTest, CommLatencyDelaysEveryCrossRankEdge) {
   EXPECT_EQ(planned.simulation.ranks[0].peak_bytes, 200);
 }
 
+// A SEND keeps its rank busy for send_overhead and the message leaves at its end: on the same
+// 1F1B D=2 M=1 both messages arrive 0.5 later, and the send time is idle, not compute.
+TEST(SimulateTest, SendOverheadDelaysTheMessageAndCountsAsIdle) {
+  CostModel costs;
+  costs.send_overhead = 0.5;
+  const Planned planned = MustPlan("1f1b", 2, 1, 1, costs);
+  EXPECT_EQ(planned.simulation.makespan, 2 * 1 + 2 * 2 + 2 * 0.5);
+  EXPECT_EQ(planned.simulation.ranks[0].busy, 3);
+  EXPECT_EQ(planned.simulation.ranks[1].busy, 3);
+  EXPECT_EQ(planned.simulation.bubble_fraction, 1 - 6.0 / (2 * 7));
+}
+
 TEST(SimulateTest, StageScaleAndSplitCosts) {
   CostModel costs;
   costs.forward = 2;
