@@ -1,8 +1,5 @@
 #include "worker/daemon/daemon.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -58,27 +55,6 @@ std::string MachineName() {
   return name;
 }
 
-// A port the kernel considers free on `host` (IPv4) right now, for servers that cannot bind
-// port 0 themselves (civetweb under prometheus-cpp).
-int FreePort(const std::string& host) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  if (IsWildcard(host) || inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  }
-  socklen_t length = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 int64_t HostMemoryBytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
 }
@@ -112,20 +88,13 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
                       : IsWildcard(grpc_at->host)       ? MachineName()
                                                         : grpc_at->host;
 
-    // Port 0: try a few free ports, another process may take one between probe and bind.
-    std::string last_error;
-    for (int attempt = 0; attempt < 5 && exposer_ == nullptr; ++attempt) {
-      const int port = metrics_at->port != 0 ? metrics_at->port : FreePort(metrics_at->host);
-      try {
-        exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(metrics_at->host, ":", port));
-      } catch (const std::exception& e) {
-        last_error = e.what();
-        if (metrics_at->port != 0) break;
-      }
-    }
-    if (exposer_ == nullptr) {
+    try {
+      // civetweb binds port 0 itself (GetListeningPorts says which), and reports a busy or
+      // malformed address by throwing.
+      exposer_ = std::make_unique<prometheus::Exposer>(options_.metrics);
+    } catch (const std::exception& e) {
       return absl::UnavailableError(
-          absl::StrCat("--metrics=", options_.metrics, ": cannot listen: ", last_error));
+          absl::StrCat("--metrics=", options_.metrics, ": cannot listen: ", e.what()));
     }
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
