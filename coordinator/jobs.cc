@@ -278,6 +278,7 @@ void JobManager::Issue(Outbound rpc) {
   } else {
     call->abort.set_job_id(call->rpc.job_id);
     call->abort.set_reason(call->rpc.reason);
+    call->abort.set_attempt(call->rpc.attempt);
     stub->async()->AbortTask(&call->context, &call->abort, &call->abort_response, done);
   }
 }

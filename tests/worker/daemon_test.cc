@@ -352,14 +352,20 @@ TEST_F(DaemonTest, RefusesASecondTaskAndAbortsOnRequest) {
   EXPECT_EQ(second.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(second.error_message().find("busy with job long"), std::string::npos);
   EXPECT_EQ(Status().state(), "BUSY");
-  {
+  auto abort = [&](int attempt, const std::string& reason) {
     grpc::ClientContext context;
     pp::v1::AbortTaskRequest request;
     request.set_job_id("long");
-    request.set_reason("test says stop");
+    request.set_attempt(attempt);
+    request.set_reason(reason);
     pp::v1::AbortTaskResponse response;
-    ASSERT_TRUE(worker_->AbortTask(&context, request, &response).ok());
-  }
+    return worker_->AbortTask(&context, request, &response);
+  };
+  // A late abort of an earlier attempt (the plan is attempt 1) leaves the task running.
+  ASSERT_TRUE(abort(0, "stale abort").ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(Status().state(), "BUSY");
+  ASSERT_TRUE(abort(1, "test says stop").ok());
   ASSERT_TRUE(registry_.WaitFor([&] { return TaskReportOf("long") != nullptr; }));
   {
     absl::MutexLock lock(&registry_.mu);

@@ -201,7 +201,11 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     std::shared_ptr<Task> task;
     {
       absl::MutexLock lock(&mu_);
-      if (busy_ && task_->plan().job_id() == request->job_id()) task = task_;
+      // An abort of an earlier attempt may arrive after this worker started the next one.
+      if (busy_ && task_->plan().job_id() == request->job_id() &&
+          task_->plan().attempt() <= request->attempt()) {
+        task = task_;
+      }
     }
     if (task != nullptr) {
       task->Abort(request->reason().empty() ? "aborted by the coordinator" : request->reason());
