@@ -532,7 +532,20 @@ absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& r
                                                    request.steps(), ") must be >= 0"));
   }
   pp::v1::JobSpec spec = rec->job.spec();
-  if (request.has_parallel()) *spec.mutable_parallel() = request.parallel();
+  if (request.has_parallel()) {
+    // A new layout must not change the optimisation: the step's global batch (data x M
+    // microbatches) stays, split over the new number of replicas.
+    const int global = spec.train().microbatches() * std::max(1, spec.parallel().data());
+    const int replicas = std::max(1, request.parallel().data());
+    if (global % replicas != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallel.data ", replicas, " does not divide the job's ", global,
+          " microbatches per step (train.microbatches x parallel.data): a resume keeps the "
+          "global batch"));
+    }
+    *spec.mutable_parallel() = request.parallel();
+    spec.mutable_train()->set_microbatches(global / replicas);
+  }
   if (request.steps() > 0) spec.mutable_train()->set_steps(request.steps());
   absl::StatusOr<PlannedJob> planned = PlanJobSpec(spec);
   if (!planned.ok()) return planned.status();

@@ -426,6 +426,33 @@ TEST_F(ServiceTest, ResumeQueuesAnEndedJobFromACheckpointOnANewLayout) {
   EXPECT_EQ(GetJob(id).state(), pp::v1::RUNNING);
 }
 
+TEST_F(ServiceTest, ResumeOnMoreReplicasKeepsTheGlobalBatch) {
+  const std::string id = RunningJob();  // pipeline 2, M = 4, one replica
+  Checkpoint(id, /*attempt=*/0, /*step=*/2, /*ranks=*/2);
+  pp::v1::Job job;
+  {
+    pp::v1::CancelJobRequest cancel;
+    cancel.set_job_id(id);
+    grpc::ClientContext context;
+    ASSERT_TRUE(client_->CancelJob(&context, cancel, &job).ok());
+  }
+  pp::v1::ResumeJobRequest request;
+  request.set_job_id(id);
+  request.mutable_parallel()->set_pipeline(1);
+  request.mutable_parallel()->set_chunks(1);
+  request.mutable_parallel()->set_schedule("gpipe");
+  request.mutable_parallel()->set_data(3);  // 4 microbatches do not split over 3 replicas
+  grpc::Status refused = Resume(request, &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("global batch"));
+  EXPECT_EQ(GetJob(id).state(), pp::v1::CANCELLED);
+
+  request.mutable_parallel()->set_data(2);
+  ASSERT_TRUE(Resume(request, &job).ok());
+  EXPECT_EQ(job.spec().parallel().data(), 2);
+  EXPECT_EQ(job.spec().train().microbatches(), 2);  // 2 replicas x 2 = the 4 of one replica
+}
+
 TEST_F(ServiceTest, ADrainingRankGetsACommonStopStepAndTheJobIsQueuedAgain) {
   const std::string id = RunningJob();
   ReportStep(id, 0, 1, 0.1, 0.1, false, 0);
