@@ -133,55 +133,6 @@ std::string ExpAvgSqName(const std::string& name) {
   return absl::StrCat("optim.exp_avg_sq.", name);
 }
 
-absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
-    const std::string& step_dir, const std::string& file, const std::vector<Tensor>& tensors,
-    const std::map<std::string, std::string>& metadata) {
-  if (absl::Status name = CheckShardName(file); !name.ok()) return name;
-  std::string path = (fs::path(step_dir) / file).string();
-  absl::StatusOr<std::string> bytes = SerializeSafetensors(tensors, metadata);
-  if (!bytes.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));
-  }
-  if (absl::Status made = MakeDirs(step_dir); !made.ok()) return made;
-  if (absl::Status written = WriteFileAtomic(path, *bytes); !written.ok()) return written;
-  pp::v1::CheckpointShard shard;
-  shard.set_file(file);
-  shard.set_bytes(static_cast<int64_t>(bytes->size()));
-  shard.set_sha256(Sha256Hex(*bytes));
-  return shard;
-}
-
-absl::Status CommitManifest(const std::string& step_dir,
-                            const pp::v1::CheckpointManifest& manifest) {
-  if (manifest.shards().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(step_dir, ": a manifest needs shards"));
-  }
-  std::set<std::string> files;
-  for (const pp::v1::CheckpointShard& shard : manifest.shards()) {
-    if (!files.insert(shard.file()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(step_dir, ": shard ", shard.file(), " is listed twice"));
-    }
-    if (absl::Status checked = CheckShard(step_dir, shard); !checked.ok()) return checked;
-  }
-  pp::v1::CheckpointManifest committed = manifest;
-  if (committed.format_version() == 0) committed.set_format_version(1);
-  absl::StatusOr<std::string> json = MessageToJson(committed, /*pretty=*/true);
-  if (!json.ok()) return json.status();
-  return WriteFileAtomic((fs::path(step_dir) / kManifestFile).string(), *json);
-}
-
-absl::StatusOr<std::vector<int>> ListCommittedSteps(const std::string& root,
-                                                    const std::string& job) {
-  absl::StatusOr<std::vector<std::pair<int, bool>>> dirs = ListStepDirs(root, job);
-  if (!dirs.ok()) return dirs.status();
-  std::vector<int> steps;
-  for (const auto& [step, committed] : *dirs) {
-    if (committed) steps.push_back(step);
-  }
-  return steps;
-}
-
 std::string SliceKey(const std::string& name) { return absl::StrCat("slice.", name); }
 
 std::string EncodeSlice(const ShardSlice& slice) {
@@ -216,6 +167,118 @@ absl::StatusOr<ShardSlice> DecodeSlice(const std::string& text, const std::strin
   }
   return slice;
 }
+
+// The manifest's form of a slice.
+pp::v1::TensorSlice SliceProto(const std::string& tensor, const ShardSlice& slice) {
+  pp::v1::TensorSlice proto;
+  proto.set_tensor(tensor);
+  proto.set_dim(slice.dim);
+  proto.set_parts(slice.parts);
+  proto.set_offset(slice.offset);
+  proto.set_length(slice.length);
+  proto.mutable_full_shape()->Assign(slice.full_shape.begin(), slice.full_shape.end());
+  return proto;
+}
+
+// The slices a shard's metadata declares, by tensor name, each checked to fit its whole shape.
+absl::StatusOr<std::map<std::string, ShardSlice>> MetadataSlices(
+    const std::map<std::string, std::string>& metadata, const std::string& where) {
+  std::map<std::string, ShardSlice> slices;
+  const std::string prefix = SliceKey("");
+  for (const auto& [key, value] : metadata) {
+    if (!absl::StartsWith(key, prefix)) continue;
+    absl::StatusOr<ShardSlice> slice = DecodeSlice(value, where);
+    if (!slice.ok()) return slice.status();
+    slices.emplace(key.substr(prefix.size()), *std::move(slice));
+  }
+  return slices;
+}
+
+// The slices of a shard's metadata, once the manifest lists exactly the same ones.
+absl::StatusOr<std::map<std::string, ShardSlice>> ManifestAgreedSlices(
+    const pp::v1::CheckpointShard& shard, const std::map<std::string, std::string>& metadata,
+    const std::string& where) {
+  absl::StatusOr<std::map<std::string, ShardSlice>> slices = MetadataSlices(metadata, where);
+  if (!slices.ok()) return slices.status();
+  std::map<std::string, std::string> in_metadata, in_manifest;  // tensor -> slice, serialized
+  for (const auto& [name, slice] : *slices) {
+    in_metadata[name] = SliceProto(name, slice).SerializeAsString();
+  }
+  for (const pp::v1::TensorSlice& slice : shard.slices()) {
+    in_manifest[slice.tensor()] = slice.SerializeAsString();
+  }
+  if (in_metadata != in_manifest) {
+    return absl::DataLossError(absl::StrCat(where, ": the manifest lists ", in_manifest.size(),
+                                            " tensor slices that differ from the ",
+                                            in_metadata.size(), " of the shard's metadata"));
+  }
+  return slices;
+}
+
+}  // namespace
+
+absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
+    const std::string& step_dir, const std::string& file, const std::vector<Tensor>& tensors,
+    const std::map<std::string, std::string>& metadata) {
+  if (absl::Status name = CheckShardName(file); !name.ok()) return name;
+  std::string path = (fs::path(step_dir) / file).string();
+  absl::StatusOr<std::map<std::string, ShardSlice>> slices = MetadataSlices(metadata, path);
+  if (!slices.ok()) return absl::InvalidArgumentError(slices.status().message());
+  std::set<std::string> names;
+  for (const Tensor& tensor : tensors) names.insert(tensor.name);
+  for (const auto& [name, slice] : *slices) {
+    if (names.count(name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": metadata names a slice of \"", name,
+                       "\", a tensor not in the shard"));
+    }
+  }
+  absl::StatusOr<std::string> bytes = SerializeSafetensors(tensors, metadata);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));
+  }
+  if (absl::Status made = MakeDirs(step_dir); !made.ok()) return made;
+  if (absl::Status written = WriteFileAtomic(path, *bytes); !written.ok()) return written;
+  pp::v1::CheckpointShard shard;
+  shard.set_file(file);
+  shard.set_bytes(static_cast<int64_t>(bytes->size()));
+  shard.set_sha256(Sha256Hex(*bytes));
+  for (const auto& [name, slice] : *slices) *shard.add_slices() = SliceProto(name, slice);
+  return shard;
+}
+
+absl::Status CommitManifest(const std::string& step_dir,
+                            const pp::v1::CheckpointManifest& manifest) {
+  if (manifest.shards().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(step_dir, ": a manifest needs shards"));
+  }
+  std::set<std::string> files;
+  for (const pp::v1::CheckpointShard& shard : manifest.shards()) {
+    if (!files.insert(shard.file()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(step_dir, ": shard ", shard.file(), " is listed twice"));
+    }
+    if (absl::Status checked = CheckShard(step_dir, shard); !checked.ok()) return checked;
+  }
+  pp::v1::CheckpointManifest committed = manifest;
+  if (committed.format_version() == 0) committed.set_format_version(1);
+  absl::StatusOr<std::string> json = MessageToJson(committed, /*pretty=*/true);
+  if (!json.ok()) return json.status();
+  return WriteFileAtomic((fs::path(step_dir) / kManifestFile).string(), *json);
+}
+
+absl::StatusOr<std::vector<int>> ListCommittedSteps(const std::string& root,
+                                                    const std::string& job) {
+  absl::StatusOr<std::vector<std::pair<int, bool>>> dirs = ListStepDirs(root, job);
+  if (!dirs.ok()) return dirs.status();
+  std::vector<int> steps;
+  for (const auto& [step, committed] : *dirs) {
+    if (committed) steps.push_back(step);
+  }
+  return steps;
+}
+
+namespace {
 
 struct SlicePiece {
   ShardSlice slice;
@@ -279,12 +342,13 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir) {
     absl::StatusOr<SafetensorsFile> parsed =
         ParseSafetensors(file->view(), ShardPath(step_dir, shard));
     if (!parsed.ok()) return parsed.status();
+    absl::StatusOr<std::map<std::string, ShardSlice>> slices =
+        ManifestAgreedSlices(shard, parsed->metadata, ShardPath(step_dir, shard));
+    if (!slices.ok()) return slices.status();
     for (Tensor& tensor : parsed->tensors) {
-      if (auto it = parsed->metadata.find(SliceKey(tensor.name)); it != parsed->metadata.end()) {
-        absl::StatusOr<ShardSlice> slice = DecodeSlice(it->second, ShardPath(step_dir, shard));
-        if (!slice.ok()) return slice.status();
+      if (auto it = slices->find(tensor.name); it != slices->end()) {
         const std::string name = tensor.name;
-        sliced[name].push_back({*std::move(slice), std::move(tensor), shard.file()});
+        sliced[name].push_back({it->second, std::move(tensor), shard.file()});
         continue;
       }
       auto [it, inserted] = owner.emplace(tensor.name, shard.file());

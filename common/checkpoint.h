@@ -7,7 +7,8 @@
 // shard's bytes and sha256; a missing, torn or tampered shard is an error naming the file.
 // Tensor names: DESIGN.md model names; AdamW moments under ExpAvgName / ExpAvgSqName.
 // Layout independence: a tensor-parallel rank writes the slice it holds under the tensor's own
-// name and says which slice in its shard's metadata (SliceKey); loading assembles the slices of
+// name and says which slice in its shard's metadata (SliceKey); the manifest lists the same slices
+// per shard (CheckpointShard.slices). Loading checks that both agree and assembles the slices of
 // every shard into the whole named tensor, so any layout can load any checkpoint.
 #ifndef PP_COMMON_CHECKPOINT_H_
 #define PP_COMMON_CHECKPOINT_H_
@@ -33,8 +34,10 @@ std::string ShardFileName(int rank);
 std::string ExpAvgName(const std::string& name);
 std::string ExpAvgSqName(const std::string& name);
 
-// Writes `tensors` as <step_dir>/<file> (creating step_dir) and returns its file, bytes and sha256
-// (rank left 0 for the caller to fill). `file` must be a plain "*.safetensors" name.
+// Writes `tensors` as <step_dir>/<file> (creating step_dir) and returns its file, bytes, sha256
+// and the slices its metadata declares (rank left 0 for the caller to fill). `file` must be a
+// plain "*.safetensors" name; a slice entry that is malformed, does not fit its whole shape or
+// names a tensor not in `tensors` is InvalidArgument.
 absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
     const std::string& step_dir, const std::string& file, const std::vector<Tensor>& tensors,
     const std::map<std::string, std::string>& metadata = {});
@@ -69,8 +72,9 @@ struct Checkpoint {
 };
 
 // Reads and verifies one step folder (manifest, each shard's bytes + sha256, safetensors parse,
-// no whole tensor in two shards). Slices of a tensor are assembled into the whole tensor; slices
-// that overlap, leave gaps or disagree on the whole shape are an error naming the tensor.
+// no whole tensor in two shards, the manifest's slices equal to the shard's). Slices of a tensor
+// are assembled into the whole tensor; slices that overlap, leave gaps or disagree on the whole
+// shape are an error naming the tensor.
 absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir);
 
 // The manifest of one step folder once every shard's bytes and sha256 match it; reads each shard

@@ -854,6 +854,7 @@ void JobManager::CommitCheckpoint(JobRecord& rec,
     shard->set_bytes(r.bytes());
     shard->set_sha256(r.sha256());
     shard->set_rank(r.rank());
+    *shard->mutable_slices() = r.slices();
   }
   manifest.set_created_unix(NowUnix());
   const std::string root = checkpoint_root();

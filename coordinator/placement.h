@@ -18,8 +18,13 @@ namespace pp::coordinator {
 // pipeline * tensor * data of a spec whose defaults are applied.
 int WorldSize(const pp::v1::JobSpec& spec);
 
-// Puts every rank on one of `idle` (sorted by name; the first WorldSize are used). Each rank holds
-// the stages that `stage_to_rank` gives its pipeline rank. FailedPrecondition when too few workers.
+// The mesh of a spec whose defaults are applied: every global rank's (dp, pp, tp) coordinates and
+// the stages that `stage_to_rank` gives its pipeline rank, in rank order; no worker yet.
+std::vector<pp::v1::RankPlacement> MeshRanks(const pp::v1::JobSpec& spec,
+                                             const std::vector<int>& stage_to_rank);
+
+// MeshRanks, each rank put on one of `idle` (sorted by name; the first WorldSize are used), TP
+// groups on one host where hosts are known. FailedPrecondition when too few workers.
 absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
     const pp::v1::JobSpec& spec, const std::vector<int>& stage_to_rank,
     const std::vector<pp::v1::WorkerInfo>& idle);

@@ -7,6 +7,7 @@
 #include "coordinator/jobs.h"
 #include "coordinator/metrics.h"
 #include "coordinator/plan/render.h"
+#include "coordinator/placement.h"
 #include "coordinator/planning.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -14,6 +15,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "pp/v1/coordinator.grpc.pb.h"
+#include "worker/parallel/parallel.h"
 
 namespace pp::coordinator {
 namespace {
@@ -97,6 +99,15 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
       *response->mutable_schedule() = std::move(planned->schedule);
       response->mutable_stage_layers()->Assign(planned->stage_units.begin(),
                                                planned->stage_units.end());
+      const std::vector<int> stage_to_rank(response->schedule().stage_to_rank().begin(),
+                                           response->schedule().stage_to_rank().end());
+      for (pp::v1::RankPlacement& rank : MeshRanks(planned->spec, stage_to_rank)) {
+        *response->add_ranks() = std::move(rank);
+      }
+      const pp::v1::ParallelSpec& p = planned->spec.parallel();
+      absl::StatusOr<parallel::Mesh> mesh =
+          parallel::Mesh::Create(std::max(1, p.data()), p.pipeline(), std::max(1, p.tensor()));
+      if (mesh.ok()) response->set_mesh(mesh->ToString());
     }
     return Answer("PlanJob", planned.status());
   }

@@ -25,7 +25,7 @@ namespace pp::kernels {
 class Ops;
 }
 
-#define PP_CUDA_PLUGIN_ABI_VERSION 1
+#define PP_CUDA_PLUGIN_ABI_VERSION 2
 #define PP_NCCL_ID_BYTES 128
 #define PP_CUDA_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -43,6 +43,7 @@ struct PpNcclConfig {
   const char* world_id;    // the world communicator's id (made by rank 0)
   // [size] each; entry `rank` is unused. send_ids[p]: the two-rank communicator this rank sends
   // to p on (made by this rank); recv_ids[p]: the one p sends to this rank on (made by p).
+  // Both null: collectives only (no point-to-point communicators; sends and receives fail).
   const char* const* send_ids;
   const char* const* recv_ids;
 };

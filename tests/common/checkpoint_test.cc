@@ -13,6 +13,7 @@ namespace pp::common {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -106,6 +107,58 @@ TEST_F(CheckpointTest, RoundTripAcrossShards) {
   EXPECT_EQ((*selected)[1].data, (std::vector<float>{0, 0, 0, 10}));
   EXPECT_THAT(std::string(SelectTensors(*checkpoint, {"wpe.weight"}).status().message()),
               HasSubstr("no tensor \"wpe.weight\""));
+}
+
+// Two TP ranks each hold half of w (4,2)'s rows; the manifest says which half, as the metadata.
+TEST_F(CheckpointTest, ManifestListsEachShardsSlicesAndMustAgreeWithTheShards) {
+  const std::string dir = StepDir(root_, "job1", 3);
+  pp::v1::CheckpointManifest manifest;
+  manifest.set_job_id("job1");
+  manifest.set_step(3);
+  for (int rank = 0; rank < 2; ++rank) {
+    const float v = static_cast<float>(rank);
+    absl::StatusOr<pp::v1::CheckpointShard> shard =
+        WriteShard(dir, ShardFileName(rank), {{"w", {2, 2}, {v, v, v, v}}},
+                   {{SliceKey("w"), EncodeSlice({0, 1, 2 * rank, 2, {4, 2}})}});
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    ASSERT_EQ(shard->slices_size(), 1);
+    const pp::v1::TensorSlice& slice = shard->slices(0);
+    EXPECT_EQ(slice.tensor(), "w");
+    EXPECT_EQ(slice.dim(), 0);
+    EXPECT_EQ(slice.parts(), 1);
+    EXPECT_EQ(slice.offset(), 2 * rank);
+    EXPECT_EQ(slice.length(), 2);
+    EXPECT_THAT(slice.full_shape(), ElementsAre(4, 2));
+    *manifest.add_shards() = *shard;
+  }
+  ASSERT_TRUE(CommitManifest(dir, manifest).ok());
+  absl::StatusOr<std::string> json = ReadFile(dir + "/" + kManifestFile);
+  ASSERT_TRUE(json.ok());
+  EXPECT_THAT(*json, HasSubstr("\"slices\""));
+  absl::StatusOr<Checkpoint> loaded = LoadCheckpoint(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->tensors.at("w").data, (std::vector<float>{0, 0, 0, 0, 1, 1, 1, 1}));
+
+  // A manifest that says another slice than the shard holds is refused, naming the shard.
+  manifest.mutable_shards(1)->mutable_slices(0)->set_offset(0);
+  ASSERT_TRUE(CommitManifest(dir, manifest).ok());
+  EXPECT_THAT(std::string(LoadCheckpoint(dir).status().message()),
+              AllOf(HasSubstr("rank-00001.safetensors"), HasSubstr("slices")));
+  manifest.mutable_shards(1)->clear_slices();
+  ASSERT_TRUE(CommitManifest(dir, manifest).ok());
+  EXPECT_FALSE(LoadCheckpoint(dir).ok());
+
+  // Writing refuses slices that do not fit or name no tensor of the shard.
+  EXPECT_THAT(std::string(WriteShard(dir, "x.safetensors", {{"w", {2, 2}, {0, 0, 0, 0}}},
+                                     {{SliceKey("w"), EncodeSlice({0, 1, 3, 2, {4, 2}})}})
+                              .status()
+                              .message()),
+              HasSubstr("does not fit"));
+  EXPECT_THAT(std::string(WriteShard(dir, "x.safetensors", {{"w", {2, 2}, {0, 0, 0, 0}}},
+                                     {{SliceKey("v"), EncodeSlice({0, 1, 0, 2, {4, 2}})}})
+                              .status()
+                              .message()),
+              HasSubstr("not in the shard"));
 }
 
 TEST_F(CheckpointTest, OnlyCommittedStepsAreListed) {

@@ -22,6 +22,7 @@ namespace {
 using ::pp::coordinator::testing::FakeWorker;
 using ::pp::coordinator::testing::WaitUntil;
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 class ServiceTest : public ::testing::Test {
@@ -532,10 +533,33 @@ TEST_F(ServiceTest, PlanJobIsADryRun) {
   EXPECT_NEAR(response.schedule().simulation().bubble_fraction(), 1.0 / 5.0,
               1e-12);  // (D-1)/(M+D-1)
   EXPECT_FALSE(response.ascii().empty());
+  EXPECT_EQ(response.mesh(), "dp1 x pp2 x tp1");
   pp::v1::ListJobsResponse jobs;
   grpc::ClientContext list;
   ASSERT_TRUE(client_->ListJobs(&list, {}, &jobs).ok());
   EXPECT_EQ(jobs.jobs_size(), 0);
+}
+
+TEST_F(ServiceTest, PlanJobShowsTheMesh) {
+  pp::v1::PlanJobRequest request;
+  *request.mutable_spec() = ValidSpec(2);
+  request.mutable_spec()->mutable_parallel()->set_data(2);
+  request.mutable_spec()->mutable_parallel()->set_tensor(2);
+  pp::v1::PlanJobResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(client_->PlanJob(&context, request, &response).ok());
+  EXPECT_EQ(response.mesh(), "dp2 x pp2 x tp2");
+  ASSERT_EQ(response.ranks_size(), 8);
+  // rank = (dp * PP + pp) * TP + tp: TP is the fastest axis, then the pipeline, then replicas.
+  for (int rank = 0; rank < 8; ++rank) {
+    const pp::v1::RankPlacement& r = response.ranks(rank);
+    EXPECT_EQ(r.rank(), rank);
+    EXPECT_EQ(r.tp(), rank % 2);
+    EXPECT_EQ(r.pp(), rank / 2 % 2);
+    EXPECT_EQ(r.dp(), rank / 4);
+    EXPECT_THAT(r.stages(), ElementsAre(r.pp()));
+    EXPECT_TRUE(r.worker().empty());
+  }
 }
 
 TEST_F(ServiceTest, JobsSurviveARestartOfTheCoordinator) {

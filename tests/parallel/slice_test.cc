@@ -45,6 +45,9 @@ TEST(SliceTest, MegatronLayoutOfEachTensor) {
                                  "h.0.mlp.proj.bias", "lm_head.weight"}) {
     EXPECT_TRUE(IsWhole(slice(replicated, {11, 8}, 1), {11, 8})) << replicated;
   }
+  // One TP rank holds all of q, k and v: whole, so checkpoints mark no slice.
+  EXPECT_TRUE(IsWhole(*TensorParallelSlice(c, {"h.0.attn.qkv.weight", {24, 8}}, 0, 1), {24, 8}));
+  EXPECT_FALSE(IsWhole(qkv, {24, 8}));
   EXPECT_FALSE(TensorParallelSlice(c, {"wte.weight", {11, 8}}, 0, 3).ok());  // 3 does not divide 4
   EXPECT_FALSE(TensorParallelSlice(c, {"wte.weight", {11, 8}}, 2, 2).ok());
 }

@@ -1,5 +1,6 @@
 // The NCCL transport on the GPUs of this machine; exits 77 (skipped) when there is none.
 // One GPU: a world of one (collectives). Two or more: two ranks in threads, tagged P2P both ways.
+// Then the same ranks as a collectives-only group (how data- and tensor-parallel groups connect).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -78,6 +79,25 @@ void Rank(pp::comm::KvStore& kv, int rank, int size) {
       if (got[i] != peer + 0.5f * i) break;
     }
     cudaFree(inbox);
+  }
+  // A data- or tensor-parallel group: collectives only, on keys of its own.
+  pp::comm::TransportOptions group_options = Options(rank, size);
+  group_options.prefix = "nccl-test/group/";
+  group_options.point_to_point = false;
+  auto group = pp::comm::ConnectNccl(kv, group_options);
+  Check(group.ok(), "connect a collectives-only group");
+  if (group.ok()) {
+    cudaMemcpy(device, host.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    Check((*group)->AllReduceSum(device, n).ok(), "group all-reduce");
+    cudaMemcpy(sum.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost);
+    float want = 0;
+    for (int r = 0; r < size; ++r) want += r + 0.5f * (n - 1);
+    Check(sum[n - 1] == want, "group all-reduce value");
+    if (size >= 2) {
+      auto send = (*group)->Isend(1 - rank % 2, 1, device, n);
+      Check(send.status().code() == absl::StatusCode::kFailedPrecondition,
+            "a collectives-only group refuses sends");
+    }
   }
   cudaFree(device);
 }

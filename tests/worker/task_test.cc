@@ -135,6 +135,7 @@ class TaskTest : public ::testing::Test {
         shard->set_file(r.shard());
         shard->set_bytes(r.bytes());
         shard->set_sha256(r.sha256());
+        *shard->mutable_slices() = r.slices();
       }
     }
     const std::string dir = common::StepDir((dir_ / "checkpoints").string(), job, step);

@@ -96,7 +96,8 @@ class Nccl {
     if (absl::Status s = InitComm("world", ToId(config.world_id), rank_, size_, &world_); !s.ok()) {
       return s;
     }
-    for (int peer = 0; peer < size_; ++peer) {
+    const int pair_peers = config.send_ids != nullptr ? size_ : 0;
+    for (int peer = 0; peer < pair_peers; ++peer) {
       if (peer == rank_) continue;
       if (absl::Status s = InitComm(absl::StrCat(rank_, "-", peer), ToId(config.send_ids[peer]),
                                     0, 2, &send_[peer]);
@@ -131,7 +132,13 @@ class Nccl {
           absl::StrCat("rank ", rank_, ": bad peer ", peer, " (world size ", size_, ")"));
     }
     if (absl::Status s = CheckAborted(); !s.ok()) return s;
-    Channel& channel = send ? send_[peer] : recv_[peer];
+    std::map<int, Channel>& channels = send ? send_ : recv_;
+    auto found = channels.find(peer);
+    if (found == channels.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank_, ": this NCCL transport was connected for collectives only"));
+    }
+    Channel& channel = found->second;
     ncclResult_t result = send ? ncclSend(data, n, ncclFloat, 1, channel.comm, channel.stream)
                                : ncclRecv(data, n, ncclFloat, 0, channel.comm, channel.stream);
     if (result != ncclSuccess && result != ncclInProgress) {

@@ -98,8 +98,8 @@ absl::StatusOr<const CudaPlugin*> PluginFor(const TransportOptions& options) {
                         absl::StrCat("NCCL transport on ", device, ": ", plugin.status().message()));
   }
   if ((*plugin)->nccl_connect == nullptr) {
-    return absl::UnimplementedError(
-        absl::StrCat("CUDA plugin ", (*plugin)->path, " was built without NCCL"));
+    return absl::UnimplementedError(absl::StrCat("NCCL transport on ", device, ": CUDA plugin ",
+                                                 (*plugin)->path, " was built without NCCL"));
   }
   int devices = 0;
   PpCudaError error{};
@@ -123,8 +123,9 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
   absl::StatusOr<const CudaPlugin*> loaded = PluginFor(options);
   if (!loaded.ok()) return loaded.status();
   const CudaPlugin& plugin = **loaded;
-  // Communicator ids: "world" made by rank 0, "a-b" (a sends to b) made by a. Every id this rank
-  // makes is published before any is fetched, so no rank waits on a peer that is itself waiting.
+  // Communicator ids: "world" made by rank 0, "a-b" (a sends to b) made by a (point to point
+  // only). Every id this rank makes is published before any is fetched, so no rank waits on a
+  // peer that is itself waiting.
   auto key = [&](const std::string& name) { return absl::StrCat(options.prefix, "nccl/", name); };
   auto make = [&](const std::string& name, std::string* id) -> absl::Status {
     id->resize(PP_NCCL_ID_BYTES);
@@ -149,7 +150,8 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
   if (options.rank == 0) {
     if (absl::Status s = make("world", &world); !s.ok()) return s;
   }
-  for (int peer = 0; peer < options.size; ++peer) {
+  const int pair_peers = options.point_to_point ? options.size : 0;
+  for (int peer = 0; peer < pair_peers; ++peer) {
     if (peer == options.rank) continue;
     if (absl::Status s = make(absl::StrCat(options.rank, "-", peer), &send[peer]); !s.ok()) {
       return s;
@@ -158,7 +160,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
   if (options.rank != 0) {
     if (absl::Status s = fetch("world", &world); !s.ok()) return s;
   }
-  for (int peer = 0; peer < options.size; ++peer) {
+  for (int peer = 0; peer < pair_peers; ++peer) {
     if (peer == options.rank) continue;
     if (absl::Status s = fetch(absl::StrCat(peer, "-", options.rank), &recv[peer]); !s.ok()) {
       return s;
@@ -169,9 +171,13 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
     send_ids[peer] = send[peer].data();
     recv_ids[peer] = recv[peer].data();
   }
-  const PpNcclConfig config{options.rank,  options.size,    options.cuda_device,
-                            absl::ToDoubleSeconds(options.timeout), world.data(),
-                            send_ids.data(), recv_ids.data()};
+  const PpNcclConfig config{options.rank,
+                            options.size,
+                            options.cuda_device,
+                            absl::ToDoubleSeconds(options.timeout),
+                            world.data(),
+                            options.point_to_point ? send_ids.data() : nullptr,
+                            options.point_to_point ? recv_ids.data() : nullptr};
   PpNccl* nccl = nullptr;
   PpCudaError error{};
   if (int code = plugin.nccl_connect(&config, &nccl, &error); code != 0) {

@@ -70,6 +70,9 @@ struct TransportOptions {
   std::string hostname = "127.0.0.1";  // address this rank listens on (Gloo TCP device)
   absl::Duration timeout = absl::Seconds(30);
   int cuda_device = 0;              // NCCL only
+  // False: collectives only (a data- or tensor-parallel group). NCCL then makes no two-rank
+  // communicators, and Isend/Irecv fail with FailedPrecondition; Gloo ignores it.
+  bool point_to_point = true;
 };
 
 // Connects a full mesh of Gloo TCP pairs through `store`. Fails within options.timeout when a

@@ -35,6 +35,7 @@ class ModelCompute::BucketReducer {
       stop_ = true;
     }
     thread_.join();
+    if (flat_ != nullptr) ops_->Free(flat_);
   }
 
   void Start(const parallel::Bucket* bucket) {
@@ -75,29 +76,39 @@ class ModelCompute::BucketReducer {
     }
   }
 
-  // Gathers the bucket's gradients (host memory, in bucket order), sums them, scatters them back.
+  // Gathers the bucket's gradients into one backend buffer (in bucket order), sums it over the
+  // group, scatters it back. The copies queue behind the backwards that produced the gradients;
+  // Synchronize makes the buffer complete before the group's transport (own stream) reads it.
   absl::Status Reduce(const parallel::Bucket& bucket) {
-    flat_.resize(bucket.bytes / sizeof(float));
+    const size_t n = bucket.bytes / sizeof(float);
+    if (n > flat_size_) {
+      if (flat_ != nullptr) ops_->Free(flat_);
+      flat_ = ops_->Alloc(n);
+      flat_size_ = n;
+    }
     size_t at = 0;
     for (const std::string& name : bucket.names) {
       const model::ModelTensor& t = *by_name_->at(name);
-      ops_->CopyToHost(flat_.data() + at, t.grad, t.size);
+      ops_->Copy(flat_ + at, t.grad, t.size);
       at += t.size;
     }
-    if (absl::Status s = group_->AllReduceSum(flat_.data(), at); !s.ok()) return s;
+    ops_->Synchronize();
+    if (absl::Status s = group_->AllReduceSum(flat_, at); !s.ok()) return s;
     at = 0;
     for (const std::string& name : bucket.names) {
       const model::ModelTensor& t = *by_name_->at(name);
-      ops_->CopyToDevice(t.grad, flat_.data() + at, t.size);
+      ops_->Copy(t.grad, flat_ + at, t.size);
       at += t.size;
     }
+    ops_->Synchronize();
     return absl::OkStatus();
   }
 
   parallel::Collectives* group_;
   kernels::Ops* ops_;
   const std::map<std::string, model::ModelTensor*>* by_name_;
-  std::vector<float> flat_;
+  float* flat_ = nullptr;  // backend memory of flat_size_ floats
+  size_t flat_size_ = 0;
   absl::Mutex mu_;
   std::deque<const parallel::Bucket*> queue_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
@@ -250,13 +261,16 @@ absl::StatusOr<double> ModelCompute::Forward(int stage, int local_mb, const floa
     if ((*model)->has_head()) input.targets = batch->targets.data();
   }
   if (!(*model)->has_embedding()) input.activations = in;
-  return (*model)->Forward(mb, input, out);
+  absl::StatusOr<double> loss = (*model)->Forward(mb, input, out);
+  ops_->Synchronize();  // `out` goes to the transport next
+  return loss;
 }
 
 absl::Status ModelCompute::Backward(int stage, int mb, const float* grad_out, float* grad_in) {
   absl::StatusOr<model::StageModel*> model = Stage(stage);
   if (!model.ok()) return model.status();
   absl::Status status = (*model)->Backward(first_microbatch_ + mb, grad_out, grad_in);
+  ops_->Synchronize();  // `grad_in` goes to the transport next
   if (status.ok()) WeightGradientDone();
   return status;
 }
@@ -265,7 +279,9 @@ absl::Status ModelCompute::BackwardInput(int stage, int mb, const float* grad_ou
                                          float* grad_in) {
   absl::StatusOr<model::StageModel*> model = Stage(stage);
   if (!model.ok()) return model.status();
-  return (*model)->BackwardInput(first_microbatch_ + mb, grad_out, grad_in);
+  absl::Status status = (*model)->BackwardInput(first_microbatch_ + mb, grad_out, grad_in);
+  ops_->Synchronize();  // `grad_in` goes to the transport next
+  return status;
 }
 
 absl::Status ModelCompute::BackwardWeight(int stage, int mb) {

@@ -18,7 +18,7 @@
 namespace pp::daemon {
 namespace {
 
-absl::Status CheckPlan(const pp::v1::TaskPlan& plan, const std::string& device) {
+absl::Status CheckPlan(const pp::v1::TaskPlan& plan) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("task plan of job ", plan.job_id(), ": ", why));
   };
@@ -31,11 +31,6 @@ absl::Status CheckPlan(const pp::v1::TaskPlan& plan, const std::string& device) 
   // Mesh coordinates matter only to the data- and tensor-parallel groups.
   const int data = std::max(1, parallel.data());
   const int tensor = std::max(1, parallel.tensor());
-  if (data * tensor > 1 && device != "cpu") {
-    return absl::UnimplementedError(absl::StrCat(
-        "task plan of job ", plan.job_id(), ": data and tensor parallelism (parallel.data ", data,
-        ", parallel.tensor ", tensor, ") run on --device=cpu only so far, not ", device));
-  }
   if (data * tensor > 1 && plan.world_size() != data * parallel.pipeline() * tensor) {
     return bad(absl::StrCat("world_size ", plan.world_size(), " is not parallel.data x pipeline x ",
                             "tensor = ", data * parallel.pipeline() * tensor));
@@ -60,14 +55,17 @@ absl::Status CheckPlan(const pp::v1::TaskPlan& plan, const std::string& device) 
   return absl::OkStatus();
 }
 
-// Connects `rank` of a group of `size` ranks whose rendezvous keys live under `prefix`.
+// Connects `rank` of a group of `size` ranks whose rendezvous keys live under `prefix`; a
+// data- or tensor-parallel group needs collectives only (point_to_point false).
 absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(int rank, int size,
                                                          const std::string& prefix,
-                                                         const TaskEnv& env) {
+                                                         const TaskEnv& env,
+                                                         bool point_to_point) {
   comm::TransportOptions options;
   options.rank = rank;
   options.size = size;
   options.prefix = prefix;
+  options.point_to_point = point_to_point;
   options.hostname = env.hostname;
   options.timeout = env.comm_timeout;
   if (env.device == "cpu") return comm::ConnectGloo(*env.kv, options);
@@ -135,6 +133,7 @@ class ShardWriter {
     if (shard.ok()) {
       report.set_bytes(shard->bytes());
       report.set_sha256(shard->sha256());
+      *report.mutable_slices() = shard->slices();
     } else {
       report.set_error(std::string(shard.status().message()));
     }
@@ -211,7 +210,7 @@ absl::Status Task::Run(TaskReporter& reporter) {
   if (absl::Status s = common::ValidateJobSpec(plan_.spec()); !s.ok()) {
     return fail(absl::InvalidArgumentError(absl::StrCat("spec.", s.message())));
   }
-  if (absl::Status s = CheckPlan(plan_, env_.device); !s.ok()) return fail(s);
+  if (absl::Status s = CheckPlan(plan_); !s.ok()) return fail(s);
   if (absl::Status s = CheckAborted(); !s.ok()) return s;
 
   // The data-parallel group (the replicas' ranks at this rank's pp and tp) and the tensor-parallel
@@ -225,7 +224,8 @@ absl::Status Task::Run(TaskReporter& reporter) {
                            std::unique_ptr<comm::Transport>& transport,
                            std::unique_ptr<parallel::Collectives>& group) -> absl::Status {
     absl::StatusOr<std::unique_ptr<comm::Transport>> connected =
-        Connect(rank, size, absl::StrCat(plan_.rendezvous_prefix(), key, "/"), env_);
+        Connect(rank, size, absl::StrCat(plan_.rendezvous_prefix(), key, "/"), env_,
+                /*point_to_point=*/false);
     if (!connected.ok()) return connected.status();
     transport = std::move(*connected);
     group = comm::GroupCollectives(transport.get());
@@ -264,7 +264,8 @@ absl::Status Task::Run(TaskReporter& reporter) {
     }
   }
   absl::StatusOr<std::unique_ptr<comm::Transport>> transport =
-      Connect(plan_.rank(), plan_.world_size(), plan_.rendezvous_prefix(), env_);
+      Connect(plan_.rank(), plan_.world_size(), plan_.rendezvous_prefix(), env_,
+              /*point_to_point=*/true);
   if (!transport.ok()) return fail(transport.status());
 
   const pp::v1::JobSpec& spec = plan_.spec();

@@ -37,7 +37,9 @@ struct TensorSumSq {
   double sum_sq = 0;
 };
 
-// The numeric side of the stages one rank holds. Buffers are backend memory of AllocBuffer.
+// The numeric side of the stages one rank holds. Buffers are backend memory of AllocBuffer. An
+// output (out, grad_in) is complete when the call returns: the executor hands it straight to the
+// transport, which may work on a stream of its own (NCCL).
 class StageCompute {
  public:
   virtual ~StageCompute() = default;

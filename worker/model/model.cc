@@ -298,9 +298,11 @@ class StageModel::Impl {
     return absl::OkStatus();
   }
 
-  // Sums a partial (N,C) over the tensor-parallel group; nothing to do without one.
+  // Sums a partial (N,C) over the tensor-parallel group; nothing to do without one. The group's
+  // transport may read x on a stream of its own: x must be complete first.
   absl::Status AllReduce(float* x) {
     if (tp_ == 1) return absl::OkStatus();
+    ops_->Synchronize();
     return opt_.tensor_parallel->AllReduceSum(x, N_ * C_);
   }
   // A row-parallel layer's bias, added by TP rank 0 only: the all-reduce then adds it once.

@@ -160,8 +160,9 @@ std::vector<float> InitTensorValues(const TensorShape& tensor, int n_layers, uin
 }
 
 bool IsWhole(const TensorSlice& slice, const std::vector<int>& full) {
-  return slice.parts == 1 && slice.offset == 0 && slice.dim >= 0 &&
-         slice.dim < static_cast<int>(full.size()) && slice.length == full[slice.dim];
+  // parts blocks of length extent/parts from offset 0 cover the tensor (qkv on one TP rank).
+  return slice.offset == 0 && slice.dim >= 0 && slice.dim < static_cast<int>(full.size()) &&
+         static_cast<int64_t>(slice.length) * slice.parts == full[slice.dim];
 }
 
 absl::StatusOr<TensorSlice> TensorParallelSlice(const ModelConfig& config,

@@ -15,8 +15,10 @@
 //   its all-reduce can start while the remaining backwards run.
 // - Collectives: a group's AllReduceSum leaves the same bits on every rank (the reduction order is
 //   fixed by the implementation, not by who calls first), so replicas that start equal stay equal.
-//   AllReduceSum works on backend memory (what kernels::Ops allocates); AllGather on host memory
-//   (small control data such as norm partial sums). Every rank of a group makes the same calls in
+//   AllReduceSum works on backend memory (what kernels::Ops allocates), complete when it is called
+//   (a GPU group runs on a stream of its own: callers synchronize their Ops first), and leaves the
+//   result complete when it returns; AllGather works on host memory (small control data such as
+//   norm partial sums). Every rank of a group makes the same calls in
 //   the same order; a peer that never arrives is an error after the group's timeout, not a hang.
 #ifndef PP_WORKER_PARALLEL_PARALLEL_H_
 #define PP_WORKER_PARALLEL_PARALLEL_H_
