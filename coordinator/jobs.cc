@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -166,6 +167,16 @@ void JobManager::SchedulerLoop() {
 }
 
 void JobManager::Tick() {
+  const absl::Time now = absl::Now();
+  for (auto& [id, rec] : jobs_) {
+    if (!rec.suspicion) continue;
+    if (!IsLive(Held{.job_id = id, .attempt = rec.suspicion->attempt})) {
+      rec.suspicion.reset();
+    } else if (now >= rec.suspicion->deadline) {
+      const JobRecord::Suspicion suspicion = *std::exchange(rec.suspicion, std::nullopt);
+      Fail(rec, suspicion.reason, suspicion.worker);
+    }
+  }
   for (const pp::v1::WorkerInfo& w :
        workers_.MarkSilentDown(absl::Now(), options_.worker_timeout)) {
     Log(absl::StrCat("worker ", w.name(), " is DOWN (no heartbeat for ",
@@ -215,7 +226,7 @@ void JobManager::PlaceQueued() {
     for (pp::v1::TaskPlan& plan :
          BuildTaskPlans(job, rec.schedule, rec.stage_units, checkpoint_root())) {
       const pp::v1::RankPlacement& p = job.placement(plan.rank());
-      outbound_.push_back(Outbound{.run = true,
+      outbound_.push_back(Outbound{.kind = Outbound::Kind::kRun,
                                    .worker = p.worker(),
                                    .address = p.address(),
                                    .job_id = id,
@@ -246,35 +257,46 @@ void JobManager::Issue(Outbound rpc) {
     pp::v1::AbortTaskRequest abort;
     pp::v1::RunTaskResponse run_response;
     pp::v1::AbortTaskResponse abort_response;
+    pp::v1::GetStatusRequest status_request;
+    pp::v1::WorkerStatus status_response;
     Outbound rpc;
   };
   auto call = std::make_shared<Call>();
   call->rpc = std::move(rpc);
-  call->context.set_deadline(absl::ToChronoTime(absl::Now() + options_.worker_rpc_deadline));
+  const bool run = call->rpc.kind == Outbound::Kind::kRun;
+  const bool probe = call->rpc.kind == Outbound::Kind::kProbe;
+  call->context.set_deadline(absl::ToChronoTime(
+      absl::Now() + (probe ? options_.probe_deadline : options_.worker_rpc_deadline)));
   pp::v1::Worker::Stub* stub;
   {
     absl::MutexLock lock(&mu_);
     stub = StubFor(call->rpc.address);
     ++in_flight_;
   }
-  auto done = [this, call](grpc::Status status) {
+  auto done = [this, call, run, probe](grpc::Status status) {
     absl::MutexLock lock(&mu_);
     --in_flight_;
-    if (status.ok()) return;
     const Outbound& rpc = call->rpc;
-    metrics_->RpcError(rpc.run ? "pp.v1.Worker/RunTask" : "pp.v1.Worker/AbortTask");
-    Log(absl::StrCat((rpc.run ? "RunTask" : "AbortTask"), " to ", rpc.worker, " at ", rpc.address,
+    if (probe) {
+      ProbeAnswered(rpc, status);
+      return;
+    }
+    if (status.ok()) return;
+    metrics_->RpcError(run ? "pp.v1.Worker/RunTask" : "pp.v1.Worker/AbortTask");
+    Log(absl::StrCat((run ? "RunTask" : "AbortTask"), " to ", rpc.worker, " at ", rpc.address,
                      " failed: ", status.error_message()));
     const Held held{.job_id = rpc.job_id, .attempt = rpc.attempt};
-    if (!rpc.run || !IsLive(held)) return;
+    if (!run || !IsLive(held)) return;
     Release(rpc.worker, held);  // it never started the task
     Fail(jobs_.at(rpc.job_id),
          absl::StrCat("rank ", rpc.plan.rank(), " on worker ", rpc.worker, " (", rpc.address,
                       "): RunTask failed: ", status.error_message()),
          rpc.worker);
   };
-  if (call->rpc.run) {
+  if (run) {
     stub->async()->RunTask(&call->context, &call->rpc.plan, &call->run_response, done);
+  } else if (probe) {
+    stub->async()->GetStatus(&call->context, &call->status_request, &call->status_response, done);
   } else {
     call->abort.set_job_id(call->rpc.job_id);
     call->abort.set_reason(call->rpc.reason);
@@ -313,7 +335,7 @@ void JobManager::StopAttempt(JobRecord& rec, const std::string& reason,
         held->second.attempt != job.attempt()) {
       continue;
     }
-    outbound_.push_back(Outbound{.run = false,
+    outbound_.push_back(Outbound{.kind = Outbound::Kind::kAbort,
                                  .worker = p.worker(),
                                  .address = p.address(),
                                  .job_id = job.id(),
@@ -351,6 +373,59 @@ void JobManager::Fail(JobRecord& rec, const std::string& reason, const std::stri
   Finish(rec, pp::v1::FAILED,
          budget > 0 ? absl::StrCat(reason, " (after ", budget, " automatic restarts)") : reason,
          skip_worker);
+}
+
+void JobManager::Suspect(JobRecord& rec, const std::string& reason, const std::string& worker) {
+  const pp::v1::Job& job = rec.job;
+  if (rec.suspicion && rec.suspicion->attempt == job.attempt()) return;
+  rec.suspicion = JobRecord::Suspicion{.attempt = job.attempt(),
+                                       .reason = reason,
+                                       .worker = worker,
+                                       .deadline = absl::Now() + options_.failure_settle,
+                                       .probes_left = 0};
+  for (const pp::v1::RankPlacement& p : job.placement()) {
+    auto held = held_.find(p.worker());
+    if (p.worker() == worker || held == held_.end() || held->second.job_id != job.id() ||
+        held->second.attempt != job.attempt()) {
+      continue;  // ended its task, so it is alive
+    }
+    outbound_.push_back(Outbound{.kind = Outbound::Kind::kProbe,
+                                 .worker = p.worker(),
+                                 .address = p.address(),
+                                 .job_id = job.id(),
+                                 .reason = "",
+                                 .attempt = job.attempt(),
+                                 .plan = {}});
+    ++rec.suspicion->probes_left;
+  }
+  if (rec.suspicion->probes_left == 0) {
+    rec.suspicion.reset();
+    Fail(rec, reason, worker);
+  }
+}
+
+void JobManager::ProbeAnswered(const Outbound& probe, const grpc::Status& status) {
+  JobRecord* rec = FindLocked(probe.job_id);
+  if (rec == nullptr || !IsLive(Held{.job_id = probe.job_id, .attempt = probe.attempt}) ||
+      !rec->suspicion || rec->suspicion->attempt != probe.attempt) {
+    return;
+  }
+  JobRecord::Suspicion& suspicion = *rec->suspicion;
+  // Any answer, even an error, comes from a live process; no connection or no answer in time
+  // from a worker whose peers lost it is the cause.
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    const std::string reason =
+        absl::StrCat("worker ", probe.worker, " (rank ", RankOfWorker(rec->job, probe.worker),
+                     ") at ", probe.address, " does not answer (", status.error_message(),
+                     "); its peer reported: ", suspicion.reason);
+    rec->suspicion.reset();
+    Fail(*rec, reason, probe.worker);
+  } else if (--suspicion.probes_left == 0) {
+    const std::string reason = suspicion.reason, worker = suspicion.worker;
+    rec->suspicion.reset();
+    Fail(*rec, reason, worker);
+  }
 }
 
 void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automatic,
@@ -666,7 +741,7 @@ absl::StatusOr<pp::v1::RegisterWorkerResponse> JobManager::Register(
     // Busy with what it says until it says the task ended; a stale attempt is told to stop.
     held_[worker.name()] = now;
     if (!IsLive(now)) {
-      outbound_.push_back(Outbound{.run = false,
+      outbound_.push_back(Outbound{.kind = Outbound::Kind::kAbort,
                                    .worker = worker.name(),
                                    .address = worker.address(),
                                    .job_id = now.job_id,
@@ -779,8 +854,14 @@ pp::v1::ReportResponse JobManager::ReportTask(const pp::v1::TaskReport& report) 
   }
   pp::v1::Job& job = rec->job;
   if (!report.ok()) {
-    Fail(*rec, absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ", report.error()),
-         worker);
+    const std::string reason =
+        absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ", report.error());
+    const auto code = static_cast<absl::StatusCode>(report.error_code());
+    if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded) {
+      Suspect(*rec, reason, worker);
+    } else {
+      Fail(*rec, reason, worker);  // the rank's own error: the cause
+    }
   } else if (report.rank() >= 0 && report.rank() < job.placement_size()) {
     rec->ranks_done.insert(report.rank());
     rec->drained = rec->drained || report.drained();

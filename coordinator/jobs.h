@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -33,6 +34,12 @@ struct ManagerOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);   // told to workers
   absl::Duration worker_rpc_deadline = absl::Seconds(5);  // RunTask / AbortTask
   absl::Duration tick = absl::Milliseconds(100);          // scheduler period
+  // A rank that lost a peer (its report's error_code is UNAVAILABLE or DEADLINE_EXCEEDED) does
+  // not fail the attempt at once: the coordinator asks the attempt's other workers for their
+  // status (each within probe_deadline) and names the one that does not answer; failing that, the
+  // lost-peer report stands after failure_settle.
+  absl::Duration probe_deadline = absl::Milliseconds(500);
+  absl::Duration failure_settle = absl::Seconds(1);
 };
 
 class JobManager {
@@ -89,6 +96,15 @@ class JobManager {
     std::deque<pp::v1::StepTrace> traces;  // the newest few steps
     std::deque<pp::v1::JobEvent> events;   // the newest events; events[0] has index first_event
     int64_t first_event = 0;
+    // A lost-peer failure of `attempt` waiting for its cause (ManagerOptions::failure_settle).
+    struct Suspicion {
+      int attempt = 0;
+      std::string reason;  // the lost-peer report, the reason when no cause turns up
+      std::string worker;  // that report's worker
+      absl::Time deadline;
+      int probes_left = 0;
+    };
+    std::optional<Suspicion> suspicion;
   };
   // The task a BUSY worker was given (or says it runs).
   struct Held {
@@ -97,7 +113,12 @@ class JobManager {
   };
   // An RPC to a worker, issued by the scheduler thread outside the lock.
   struct Outbound {
-    bool run = false;  // RunTask(plan) when true, else AbortTask(job_id, reason)
+    enum class Kind {
+      kRun,    // RunTask(plan)
+      kAbort,  // AbortTask(job_id, attempt, reason)
+      kProbe,  // GetStatus: is the worker of a suspected lost peer alive?
+    };
+    Kind kind = Kind::kAbort;
     std::string worker, address, job_id, reason;
     int attempt = 0;
     pp::v1::TaskPlan plan;
@@ -126,6 +147,14 @@ class JobManager {
               const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A failure of the live attempt: Requeue while max_restarts allows, else Finish FAILED.
   void Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker = "")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank of the live attempt lost a peer: probes the attempt's other busy workers and fails
+  // once the cause is known (ManagerOptions::failure_settle). Later lost-peer reports of the same
+  // attempt add nothing.
+  void Suspect(JobRecord& rec, const std::string& reason, const std::string& worker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answer of a probe sent by Suspect.
+  void ProbeAnswered(const Outbound& probe, const grpc::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the live attempt and queues the next one from the newest verified checkpoint of this
   // job's history (at most job.last_checkpoint_step); `automatic` restarts count against

@@ -24,6 +24,7 @@ using ::pp::coordinator::testing::WaitUntil;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class ServiceTest : public ::testing::Test {
  protected:
@@ -324,6 +325,37 @@ TEST_F(ServiceTest, SilentWorkerFailsTheJobAndFreesTheOthers) {
   grpc::ClientContext context;
   ASSERT_TRUE(w0.registry().ReportStep(&context, late, &response).ok());
   EXPECT_TRUE(response.abort());
+}
+
+// A rank that lost its peer is a symptom: the job's reason names the worker that does not answer.
+TEST_F(ServiceTest, ALostPeerIsTracedToTheWorkerThatDoesNotAnswer) {
+  const std::string id = RunningJob();  // w0 holds rank 0, w1 rank 1
+  FakeWorker& w1 = *workers_[0];
+  FakeWorker& w0 = *workers_[1];
+  w1.Vanish();
+  const absl::Time lost = absl::Now();
+  w0.FinishTask(false, "rank 0 recv from rank 1 (tag 5): connection closed",
+                absl::StatusCode::kUnavailable);
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == pp::v1::FAILED; }, absl::Seconds(5)));
+  const std::string reason = GetJob(id).reason();
+  EXPECT_THAT(reason, HasSubstr("worker w1 (rank 1)"));
+  EXPECT_THAT(reason, HasSubstr("does not answer"));
+  EXPECT_THAT(reason, HasSubstr("connection closed"));  // the symptom stays in the reason
+  EXPECT_LT(absl::Now() - lost, absl::Seconds(2));  // the probe is refused at once
+}
+
+// When every other worker answers, the lost-peer report is the reason, without waiting long.
+TEST_F(ServiceTest, ALostPeerWithEveryWorkerAliveFailsWithTheReport) {
+  const std::string id = RunningJob();
+  FakeWorker& w0 = *workers_[1];
+  w0.FinishTask(false, "rank 0 recv from rank 1 (tag 5): timed out after 30s",
+                absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == pp::v1::FAILED; }, absl::Seconds(5)));
+  const std::string reason = GetJob(id).reason();
+  EXPECT_THAT(reason, HasSubstr("rank 0 on worker w0"));
+  EXPECT_THAT(reason, HasSubstr("timed out"));
+  EXPECT_THAT(reason, Not(HasSubstr("does not answer")));
+  ASSERT_TRUE(WaitUntil([&] { return !workers_[0]->aborted_jobs().empty(); }, absl::Seconds(5)));
 }
 
 TEST_F(ServiceTest, FailedRankFailsTheJobAndCancelStopsAQueuedOne) {

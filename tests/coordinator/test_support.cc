@@ -60,7 +60,7 @@ FakeWorker::~FakeWorker() {
     done_ = true;
   }
   heartbeat_.join();
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (serving_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 
 void FakeWorker::Register() {
@@ -104,6 +104,12 @@ void FakeWorker::StopHeartbeats() {
   heartbeating_ = false;
 }
 
+void FakeWorker::Vanish() {
+  StopHeartbeats();
+  server_->Shutdown(std::chrono::system_clock::now());
+  serving_ = false;
+}
+
 bool FakeWorker::WaitForTask(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto arrived = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !tasks_.empty(); };
@@ -125,7 +131,7 @@ std::string FakeWorker::job() {
   return job_;
 }
 
-void FakeWorker::FinishTask(bool ok, const std::string& error) {
+void FakeWorker::FinishTask(bool ok, const std::string& error, absl::StatusCode code) {
   pp::v1::TaskReport report;
   {
     absl::MutexLock lock(&mu_);
@@ -135,6 +141,7 @@ void FakeWorker::FinishTask(bool ok, const std::string& error) {
     report.set_rank(plan.rank());
     report.set_ok(ok);
     report.set_error(error);
+    if (!ok) report.set_error_code(static_cast<int>(code));
     report.set_worker(name_);
     job_.clear();
   }

@@ -27,12 +27,15 @@ class FakeWorker final : public pp::v1::Worker::Service {
   ~FakeWorker() override;
 
   void StopHeartbeats();
+  // Gone as after SIGKILL: no heartbeats, and its server refuses connections.
+  void Vanish();
   bool WaitForTask(absl::Duration timeout);  // true once a RunTask arrived
   std::vector<pp::v1::TaskPlan> tasks();
   std::vector<std::string> aborted_jobs();
   std::string job();  // the job it holds, "" when free
-  // Says the task ended (TaskReport) and drops the job.
-  void FinishTask(bool ok, const std::string& error);
+  // Says the task ended (TaskReport, error_code = `code` when not ok) and drops the job.
+  void FinishTask(bool ok, const std::string& error,
+                  absl::StatusCode code = absl::StatusCode::kInternal);
   pp::v1::WorkerRegistry::Stub& registry() { return *registry_; }
   const std::string& name() const { return name_; }
 
@@ -56,6 +59,7 @@ class FakeWorker final : public pp::v1::Worker::Service {
   int attempt_ ABSL_GUARDED_BY(mu_) = 0;
   bool heartbeating_ ABSL_GUARDED_BY(mu_) = true;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool serving_ = true;  // touched by the test thread only
   std::thread heartbeat_;
 };
 

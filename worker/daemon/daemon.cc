@@ -275,6 +275,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     report.set_rank(task->plan().rank());
     report.set_ok(status.ok());
     report.set_error(std::string(status.message()));
+    report.set_error_code(static_cast<int>(status.code()));
     report.set_worker(name());
     report.set_drained(status.ok() && task->drained());
     {
