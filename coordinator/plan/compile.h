@@ -20,6 +20,11 @@ struct Planned {
 // refuses or for bad costs.
 absl::StatusOr<Planned> Plan(const std::string& name, int D, int V, int M, const CostModel& costs);
 
+// Validate, then Simulate, with the same results and errors, but executing the programs once: the
+// validator's deadlock check and the simulator's timing are the same run (execute.h), and on
+// large schedules that run is most of their cost.
+absl::StatusOr<Simulation> ValidateAndSimulate(const Schedule& schedule, const CostModel& costs);
+
 }  // namespace pp::plan
 
 #endif  // PP_COORDINATOR_PLAN_COMPILE_H_

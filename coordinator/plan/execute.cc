@@ -1,7 +1,6 @@
 #include "coordinator/plan/execute.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "absl/strings/str_cat.h"
 
@@ -154,16 +153,27 @@ absl::Status CheckIndices(const Schedule& schedule) {
   return absl::OkStatus();
 }
 
+Durations ZeroDurations(int stages) {
+  Durations zero;
+  zero.compute.assign(4 * static_cast<size_t>(stages), 0.0);
+  return zero;
+}
+
 Execution Execute(const Schedule& schedule, const Durations& durations, bool record_times) {
   const int D = schedule.pipeline, S = schedule.stages(), M = schedule.microbatches;
-  constexpr double kNotYet = std::numeric_limits<double>::infinity();
-  // Per message, keyed by (stage of the sender, microbatch, activation or gradient): when it was
-  // sent, and the rank blocked waiting for it (there is one receiver; -1 when none waits).
+  // Below every time (durations are >= 0), including an infinite one when costs overflow, so
+  // whether a message was sent never depends on when.
+  constexpr double kNotYet = -1;
+  // When each message was first sent, keyed by (stage of the sender, microbatch, activation or
+  // gradient).
+  std::vector<double> sent(static_cast<size_t>(S) * M * 2, kNotYet);
   auto message = [M](int stage, int microbatch, bool grad) {
     return (static_cast<size_t>(stage) * M + microbatch) * 2 + grad;
   };
-  std::vector<double> sent(static_cast<size_t>(S) * M * 2, kNotYet);
-  std::vector<int> waiter(sent.size(), -1);
+  // Per rank, the message it is blocked on (kNone: runnable or done). A message has one possible
+  // receiver, the rank of the stage it goes to, so a send need only ask that rank.
+  constexpr size_t kNone = ~size_t{0};
+  std::vector<size_t> blocked_on(D, kNone);
   Execution exec;
   exec.ran.assign(D, 0);
   if (record_times) {
@@ -182,16 +192,20 @@ Execution Execute(const Schedule& schedule, const Durations& durations, bool rec
     for (; i < program.size(); ++i) {
       const Action& a = program[i];
       if (a.kind == Kind::kSendActivation || a.kind == Kind::kSendGrad) {
-        const size_t m = message(a.stage, a.microbatch, a.kind == Kind::kSendGrad);
+        const bool grad = a.kind == Kind::kSendGrad;
+        const size_t m = message(a.stage, a.microbatch, grad);
         now += durations.send;
-        sent[m] = std::min(sent[m], now);
-        if (waiter[m] >= 0) runnable.push_back(waiter[m]);
-        waiter[m] = -1;
+        if (sent[m] == kNotYet) sent[m] = now;
+        const int receiver = schedule.stage_to_rank[grad ? a.stage - 1 : a.stage + 1];
+        if (blocked_on[receiver] == m) {
+          blocked_on[receiver] = kNone;
+          runnable.push_back(receiver);
+        }
       } else if (IsComm(a.kind)) {
         const bool grad = a.kind == Kind::kRecvGrad;
         const size_t m = message(grad ? a.stage + 1 : a.stage - 1, a.microbatch, grad);
         if (sent[m] == kNotYet) {
-          waiter[m] = r;
+          blocked_on[r] = m;
           break;
         }
         now = std::max(now, sent[m] + durations.transfer);

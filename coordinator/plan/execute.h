@@ -4,8 +4,10 @@
 // Every input of a compute or a send is produced on its own rank (an earlier compute or receive);
 // the validator checks that statically. Given that, a rank only ever waits at receives, and a
 // local input is always ready by the time the rank reaches the action. Execute therefore tracks
-// messages only: the validator runs it with zero durations (symbolic execution, to find
-// deadlocks), the simulator with the cost model.
+// messages only. Which actions run, and whether the programs deadlock, depend on the programs
+// alone, never on the durations: the validator runs it with zero durations (symbolic execution, to
+// find deadlocks), the simulator with the cost model, and ValidateAndSimulate (compile.h) once for
+// both.
 #ifndef PP_COORDINATOR_PLAN_EXECUTE_H_
 #define PP_COORDINATOR_PLAN_EXECUTE_H_
 
@@ -42,6 +44,9 @@ struct Durations {
   double transfer = 0;  // from a send to the matching receive: latency + bytes / bandwidth
   double send = 0;      // a SEND occupies its rank this long; the message leaves at its end
 };
+
+// All zero: for runs that only ask what ran.
+Durations ZeroDurations(int stages);
 
 struct Execution {
   std::vector<size_t> ran;  // per rank: how many actions of its program ran

@@ -4,8 +4,6 @@
 
 namespace pp::plan {
 
-bool IsComm(Kind kind) { return kind >= Kind::kSendActivation; }
-
 const char* KindName(Kind kind) {
   switch (kind) {
     case Kind::kForward:

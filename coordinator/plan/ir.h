@@ -46,7 +46,8 @@ struct Schedule {
   int stages() const { return static_cast<int>(stage_to_rank.size()); }
 };
 
-bool IsComm(Kind kind);
+// Inline: every pass asks it of every action.
+inline bool IsComm(Kind kind) { return kind >= Kind::kSendActivation; }
 // "FORWARD", "SEND_GRAD", ... (the proto enum names).
 const char* KindName(Kind kind);
 // "FORWARD stage 2 microbatch 0", with " to rank 3" / " from rank 1" for comm actions.

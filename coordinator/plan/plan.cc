@@ -1,5 +1,7 @@
 #include "coordinator/plan/plan.h"
 
+#include <utility>
+
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/convert.h"
 #include "coordinator/plan/generate.h"
@@ -9,13 +11,26 @@
 
 namespace pp::plan {
 
+absl::StatusOr<Simulation> ValidateAndSimulate(const Schedule& schedule, const CostModel& costs) {
+  if (absl::Status status = internal::CheckStatically(schedule); !status.ok()) return status;
+  // With bad costs the run is symbolic: a deadlock is still reported before the costs, as Validate
+  // runs before Simulate.
+  const absl::StatusOr<internal::Durations> durations =
+      internal::DurationsOf(costs, schedule.stages());
+  internal::Execution exec = internal::Execute(
+      schedule, durations.ok() ? *durations : internal::ZeroDurations(schedule.stages()),
+      /*record_times=*/durations.ok());
+  if (absl::Status status = internal::CheckDeadlock(schedule, exec); !status.ok()) return status;
+  if (!durations.ok()) return durations.status();
+  return internal::Summarize(schedule, costs, std::move(exec));
+}
+
 absl::StatusOr<Planned> Plan(const std::string& name, int D, int V, int M, const CostModel& costs) {
   absl::StatusOr<Schedule> compute = Generate(name, D, V, M);
   if (!compute.ok()) return compute.status();
   absl::StatusOr<Schedule> lowered = LowerComms(*compute);
   if (!lowered.ok()) return lowered.status();
-  if (absl::Status status = Validate(*lowered); !status.ok()) return status;
-  absl::StatusOr<Simulation> simulation = Simulate(*lowered, costs);
+  absl::StatusOr<Simulation> simulation = ValidateAndSimulate(*lowered, costs);
   if (!simulation.ok()) return simulation.status();
   return Planned{*std::move(lowered), *std::move(simulation)};
 }

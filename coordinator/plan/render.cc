@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/plan/compile.h"
 #include "coordinator/plan/convert.h"
-#include "coordinator/plan/validate.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -188,8 +188,7 @@ absl::StatusOr<std::string> RenderScheduleAscii(const pp::v1::Schedule& schedule
                                                 const pp::v1::CostModel& costs) {
   absl::StatusOr<Schedule> plain = ScheduleFromProto(schedule);
   if (!plain.ok()) return plain.status();
-  if (absl::Status status = Validate(*plain); !status.ok()) return status;
-  absl::StatusOr<Simulation> simulation = Simulate(*plain, CostsFromProto(costs));
+  absl::StatusOr<Simulation> simulation = ValidateAndSimulate(*plain, CostsFromProto(costs));
   if (!simulation.ok()) return simulation.status();
   return RenderAscii(TimelineFromSimulation(*plain, *simulation));
 }

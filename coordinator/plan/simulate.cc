@@ -59,13 +59,13 @@ absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int
   return stages;
 }
 
-absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& costs) {
-  if (absl::Status status = internal::CheckIndices(schedule); !status.ok()) return status;
-  const int S = schedule.stages(), D = schedule.pipeline;
+namespace internal {
+
+absl::StatusOr<Durations> DurationsOf(const CostModel& costs, int S) {
   absl::StatusOr<std::vector<StageCosts>> stages = ResolveCosts(costs, S);
   if (!stages.ok()) return stages.status();
-  internal::Durations durations;
-  durations.compute.resize(4 * S);
+  Durations durations;
+  durations.compute.resize(4 * static_cast<size_t>(S));
   for (int s = 0; s < S; ++s) {
     durations.compute[0 * S + s] = (*stages)[s].forward;
     durations.compute[1 * S + s] = (*stages)[s].backward;
@@ -75,13 +75,21 @@ absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& c
   durations.transfer = costs.comm_latency;
   durations.send = costs.send_overhead;
   if (costs.comm_bandwidth > 0) durations.transfer += costs.activation_bytes / costs.comm_bandwidth;
+  return durations;
+}
 
-  internal::Execution exec = internal::Execute(schedule, durations, /*record_times=*/true);
-  if (exec.deadlocked) {
-    return absl::InvalidArgumentError("schedule deadlocks; run the validator for details");
-  }
+absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& costs,
+                                     Execution exec) {
+  const int D = schedule.pipeline;
   Simulation sim;
+  for (int r = 0; r < D; ++r) {
+    if (!exec.end[r].empty()) sim.makespan = std::max(sim.makespan, exec.end[r].back());
+  }
+  if (!std::isfinite(sim.makespan)) {
+    return absl::InvalidArgumentError("costs too large: the simulated step does not end");
+  }
   sim.ranks.resize(D);
+  double busy = 0;
   for (int r = 0; r < D; ++r) {
     RankStats& stats = sim.ranks[r];
     int live = 0;
@@ -98,18 +106,25 @@ absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& c
       if (kind == Kind::kBackward || kind == Kind::kBackwardWeight) --live;
     }
     stats.peak_bytes = stats.peak_live * costs.activation_bytes;
-  }
-  for (int r = 0; r < D; ++r) {
-    if (!exec.end[r].empty()) sim.makespan = std::max(sim.makespan, exec.end[r].back());
-  }
-  double busy = 0;
-  for (RankStats& stats : sim.ranks) {
     stats.idle = sim.makespan - stats.busy;
     busy += stats.busy;
   }
   sim.bubble_fraction = sim.makespan > 0 ? 1 - busy / (D * sim.makespan) : 0;
   sim.end = std::move(exec.end);
   return sim;
+}
+
+}  // namespace internal
+
+absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& costs) {
+  if (absl::Status status = internal::CheckIndices(schedule); !status.ok()) return status;
+  absl::StatusOr<internal::Durations> durations = internal::DurationsOf(costs, schedule.stages());
+  if (!durations.ok()) return durations.status();
+  internal::Execution exec = internal::Execute(schedule, *durations, /*record_times=*/true);
+  if (exec.deadlocked) {
+    return absl::InvalidArgumentError("schedule deadlocks; run the validator for details");
+  }
+  return internal::Summarize(schedule, costs, std::move(exec));
 }
 
 }  // namespace pp::plan

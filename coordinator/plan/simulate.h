@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/plan/execute.h"
 #include "coordinator/plan/ir.h"
 
 namespace pp::plan {
@@ -58,8 +59,21 @@ inline constexpr char kBubbleDefinition[] =
     "1 - sum(busy) / (D * makespan): idle share of all ranks' time from the first action to the "
     "last (not idle over ideal compute)";
 
-// InvalidArgument for bad costs, a malformed schedule or one that deadlocks.
+// InvalidArgument for bad costs (including costs whose sum overflows), a malformed schedule or one
+// that deadlocks.
 absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& costs);
+
+namespace internal {
+
+// Simulate in two halves, for callers that execute the schedule anyway (compile.h's
+// ValidateAndSimulate). InvalidArgument for bad costs, as ResolveCosts.
+absl::StatusOr<Durations> DurationsOf(const CostModel& costs, int S);
+// The figures of an execution of `schedule` under DurationsOf(costs) that recorded its times and
+// did not deadlock. InvalidArgument when the step does not end in finite time.
+absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& costs,
+                                     Execution exec);
+
+}  // namespace internal
 
 }  // namespace pp::plan
 

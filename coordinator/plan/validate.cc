@@ -193,11 +193,19 @@ absl::Status CheckPairs(const Schedule& schedule, const Bits& census) {
   return absl::OkStatus();
 }
 
-// Check 5.
-absl::Status CheckDeadlock(const Schedule& schedule) {
-  internal::Durations zero;
-  zero.compute.assign(4 * schedule.stages(), 0.0);
-  const internal::Execution exec = internal::Execute(schedule, zero, /*record_times=*/false);
+}  // namespace
+
+namespace internal {
+
+absl::Status CheckStatically(const Schedule& schedule) {
+  if (absl::Status status = CheckIndices(schedule); !status.ok()) return status;
+  Bits census(schedule);
+  if (absl::Status status = TakeCensus(schedule, census); !status.ok()) return status;
+  if (absl::Status status = CheckComplete(schedule, census); !status.ok()) return status;
+  return CheckPairs(schedule, census);
+}
+
+absl::Status CheckDeadlock(const Schedule& schedule, const Execution& exec) {
   if (!exec.deadlocked) return absl::OkStatus();
   std::vector<std::string> stuck;
   for (int r = 0; r < schedule.pipeline; ++r) {
@@ -209,15 +217,13 @@ absl::Status CheckDeadlock(const Schedule& schedule) {
   return absl::InvalidArgumentError(absl::StrCat("deadlock: ", absl::StrJoin(stuck, "; ")));
 }
 
-}  // namespace
+}  // namespace internal
 
 absl::Status Validate(const Schedule& schedule) {
-  if (absl::Status status = internal::CheckIndices(schedule); !status.ok()) return status;
-  Bits census(schedule);
-  if (absl::Status status = TakeCensus(schedule, census); !status.ok()) return status;
-  if (absl::Status status = CheckComplete(schedule, census); !status.ok()) return status;
-  if (absl::Status status = CheckPairs(schedule, census); !status.ok()) return status;
-  return CheckDeadlock(schedule);
+  if (absl::Status status = internal::CheckStatically(schedule); !status.ok()) return status;
+  const internal::Execution exec = internal::Execute(
+      schedule, internal::ZeroDurations(schedule.stages()), /*record_times=*/false);
+  return internal::CheckDeadlock(schedule, exec);
 }
 
 }  // namespace pp::plan

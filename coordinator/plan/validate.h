@@ -14,6 +14,7 @@
 #define PP_COORDINATOR_PLAN_VALIDATE_H_
 
 #include "absl/status/status.h"
+#include "coordinator/plan/execute.h"
 #include "coordinator/plan/ir.h"
 
 namespace pp::plan {
@@ -21,6 +22,15 @@ namespace pp::plan {
 // OK, or InvalidArgument "rank R, action I (KIND stage S microbatch M): why".
 absl::Status Validate(const Schedule& schedule);
 
+namespace internal {
+
+// Validate in two halves, for callers that execute the schedule anyway (compile.h's
+// ValidateAndSimulate): checks 1 to 4, then check 5 on their execution of the schedule (under any
+// durations, see execute.h). Validate runs CheckDeadlock on a zero-duration execution.
+absl::Status CheckStatically(const Schedule& schedule);
+absl::Status CheckDeadlock(const Schedule& schedule, const Execution& exec);
+
+}  // namespace internal
 }  // namespace pp::plan
 
 #endif  // PP_COORDINATOR_PLAN_VALIDATE_H_

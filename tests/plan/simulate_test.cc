@@ -1,5 +1,10 @@
 #include "coordinator/plan/simulate.h"
 
+#include <algorithm>
+
+#include "coordinator/plan/generate.h"
+#include "coordinator/plan/lower.h"
+#include "coordinator/plan/validate.h"
 #include "gtest/gtest.h"
 #include "tests/plan/plan_test_util.h"
 
@@ -129,6 +134,82 @@ TEST(SimulateTest, RejectsBadCosts) {
   CostModel too_big_w;
   too_big_w.backward_weight = 3;  // larger than b = 2
   EXPECT_FALSE(Plan("zb-h1", 2, 1, 2, too_big_w).ok());
+}
+
+Schedule Lowered(const std::string& name, int D, int V, int M) {
+  absl::StatusOr<Schedule> compute = Generate(name, D, V, M);
+  EXPECT_TRUE(compute.ok()) << compute.status();
+  absl::StatusOr<Schedule> lowered = compute.ok() ? LowerComms(*compute) : compute;
+  EXPECT_TRUE(lowered.ok()) << lowered.status();
+  return lowered.ok() ? *std::move(lowered) : Schedule{};
+}
+
+// Plan runs one execution for validation and simulation; it must give exactly what Validate and
+// Simulate give on their own, times included.
+TEST(ValidateAndSimulateTest, SameFiguresAsValidateThenSimulate) {
+  CostModel costs;
+  costs.forward = 1.5;
+  costs.backward = 2.25;
+  costs.comm_latency = 0.3;
+  costs.send_overhead = 0.1;
+  for (const std::string& name : ScheduleNames()) {
+    for (int D = 1; D <= 4; ++D) {
+      for (int M = D; M <= 2 * D + 1; ++M) {
+        absl::StatusOr<Schedule> compute = Generate(name, D, DefaultChunks(name), M);
+        if (!compute.ok()) continue;  // an M the schedule refuses (see generate_test.cc)
+        absl::StatusOr<Schedule> lowered = LowerComms(*compute);
+        ASSERT_TRUE(lowered.ok()) << lowered.status();
+        const Schedule& schedule = *lowered;
+        const std::string what = absl::StrCat(name, " D=", D, " M=", M);
+        ASSERT_TRUE(Validate(schedule).ok()) << what;
+        absl::StatusOr<Simulation> alone = Simulate(schedule, costs);
+        absl::StatusOr<Simulation> shared = ValidateAndSimulate(schedule, costs);
+        ASSERT_TRUE(alone.ok()) << what << ": " << alone.status();
+        ASSERT_TRUE(shared.ok()) << what << ": " << shared.status();
+        EXPECT_EQ(shared->makespan, alone->makespan) << what;
+        EXPECT_EQ(shared->bubble_fraction, alone->bubble_fraction) << what;
+        EXPECT_EQ(shared->end, alone->end) << what;
+        ASSERT_EQ(shared->ranks.size(), alone->ranks.size()) << what;
+        for (size_t r = 0; r < alone->ranks.size(); ++r) {
+          EXPECT_EQ(shared->ranks[r].busy, alone->ranks[r].busy) << what << " rank " << r;
+          EXPECT_EQ(shared->ranks[r].idle, alone->ranks[r].idle) << what << " rank " << r;
+          EXPECT_EQ(shared->ranks[r].peak_live, alone->ranks[r].peak_live) << what;
+        }
+      }
+    }
+  }
+}
+
+// Errors come in Validate's order, then Simulate's: a deadlock before bad costs.
+TEST(ValidateAndSimulateTest, ReportsTheErrorValidateOrSimulateWould) {
+  Schedule deadlocked = Lowered("1f1b", 2, 1, 2);
+  // Rank 0 waits for microbatch 0's gradient before sending microbatch 0's activation.
+  std::vector<Action>& rank0 = deadlocked.programs[0];
+  std::rotate(rank0.begin() + 1, rank0.begin() + 4, rank0.begin() + 6);
+  const absl::Status deadlock = Validate(deadlocked);
+  ASSERT_NE(deadlock.message().find("deadlock: rank 0 waits forever"), std::string::npos)
+      << deadlock;
+  CostModel negative;
+  negative.forward = -1;
+  EXPECT_EQ(ValidateAndSimulate(deadlocked, UnitCosts()).status(), deadlock);
+  EXPECT_EQ(ValidateAndSimulate(deadlocked, negative).status(), deadlock);
+
+  const Schedule fine = Lowered("1f1b", 2, 1, 2);
+  const absl::Status bad_costs = Simulate(fine, negative).status();
+  EXPECT_EQ(bad_costs.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateAndSimulate(fine, negative).status(), bad_costs);
+}
+
+// Each cost is finite but their sum is not: an error, not a deadlock nor an infinite makespan.
+TEST(ValidateAndSimulateTest, RejectsCostsWhoseSumOverflows) {
+  CostModel huge;
+  huge.forward = 1e308;
+  const Schedule schedule = Lowered("1f1b", 2, 1, 2);
+  for (const absl::Status& status :
+       {Simulate(schedule, huge).status(), ValidateAndSimulate(schedule, huge).status()}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("costs too large"), std::string::npos) << status;
+  }
 }
 
 }  // namespace
