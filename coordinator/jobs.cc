@@ -61,6 +61,14 @@ bool EndsWatch(pp::v1::JobEventKind kind) {
          kind == pp::v1::EVENT_CANCELLED;
 }
 
+// Only an ended job can be resumed.
+absl::Status CheckResumable(const pp::v1::Job& job) {
+  if (IsTerminal(job.state())) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("job \"", job.id(), "\" is ", pp::v1::JobState_Name(job.state()),
+                   ": only an ended job can be resumed (cancel it first)"));
+}
+
 int RankOfWorker(const pp::v1::Job& job, const std::string& worker) {
   for (const pp::v1::RankPlacement& p : job.placement()) {
     if (p.worker() == worker) return p.rank();
@@ -163,7 +171,61 @@ void JobManager::SchedulerLoop() {
       rpcs.swap(outbound_);
     }
     for (Outbound& rpc : rpcs) Issue(std::move(rpc));
+    VerifyQueued();
   }
+}
+
+void JobManager::VerifyQueued() {
+  struct Pending {
+    std::string job_id;
+    int attempt = 0;
+    int max_step = 0;
+    absl::StatusOr<pp::common::LatestManifest> latest;
+  };
+  std::vector<Pending> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, rec] : jobs_) {
+      if (rec.verify_pending && rec.job.state() == pp::v1::QUEUED) {
+        pending.push_back({id, rec.job.attempt(), rec.job.start_step(),
+                           absl::UnknownError("not verified yet")});
+      }
+    }
+  }
+  if (pending.empty()) return;
+  for (Pending& p : pending) {
+    p.latest = pp::common::LatestVerifiedCheckpoint(checkpoint_root(), p.job_id, p.max_step);
+  }
+  absl::MutexLock lock(&mu_);
+  for (Pending& p : pending) {
+    JobRecord* rec = FindLocked(p.job_id);
+    if (rec == nullptr || rec->job.state() != pp::v1::QUEUED || rec->job.attempt() != p.attempt ||
+        !rec->verify_pending) {
+      continue;  // cancelled or requeued meanwhile
+    }
+    rec->verify_pending = false;
+    pp::v1::Job& job = rec->job;
+    int from_step = 0;
+    if (p.latest.ok()) {
+      from_step = p.latest->manifest.step();
+      for (const std::string& why : p.latest->skipped) {
+        Log(absl::StrCat("job ", job.id(), ": skipped a checkpoint: ", why));
+      }
+    } else {
+      Log(absl::StrCat("job ", job.id(), ": restarting from scratch: ",
+                       p.latest.status().message()));
+    }
+    if (from_step != job.start_step()) {
+      job.set_start_step(from_step);
+      job.set_step(from_step);
+      if (job.restart_log_size() > 0) {
+        job.mutable_restart_log(job.restart_log_size() - 1)->set_from_step(from_step);
+      }
+      Persist(*rec);
+    }
+  }
+  PlaceQueued();
+  UpdateGauges();
 }
 
 void JobManager::Tick() {
@@ -202,6 +264,7 @@ void JobManager::PlaceQueued() {
   for (const std::string& id : order_) {
     JobRecord& rec = jobs_.at(id);
     if (rec.job.state() != pp::v1::QUEUED) continue;
+    if (rec.verify_pending) return;  // its start step is known once VerifyQueued ran
     const std::vector<int> stage_to_rank(rec.schedule.stage_to_rank().begin(),
                                          rec.schedule.stage_to_rank().end());
     absl::StatusOr<std::vector<pp::v1::RankPlacement>> placement =
@@ -436,22 +499,12 @@ void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automat
     return;
   }
   StopAttempt(rec, reason, skip_worker);
-  // The newest checkpoint of this job's history: a resume to an older step left newer folders of
-  // the abandoned history behind, which last_checkpoint_step excludes.
-  int from_step = 0;
-  if (job.last_checkpoint_step() > 0) {
-    absl::StatusOr<pp::common::LatestManifest> latest = pp::common::LatestVerifiedCheckpoint(
-        checkpoint_root(), job.id(), job.last_checkpoint_step());
-    if (latest.ok()) {
-      from_step = latest->manifest.step();
-      for (const std::string& why : latest->skipped) {
-        Log(absl::StrCat("job ", job.id(), ": skipped a checkpoint: ", why));
-      }
-    } else {
-      Log(absl::StrCat("job ", job.id(), ": restarting from scratch: ",
-                       latest.status().message()));
-    }
-  }
+  // From the newest checkpoint this job committed (a resume to an older step left newer folders of
+  // the abandoned history behind, which last_checkpoint_step excludes). Hashing its shards takes
+  // long for a large model, so the scheduler verifies it outside the lock before placing the job
+  // (VerifyQueued) and falls back to an older one when it is damaged.
+  const int from_step = job.last_checkpoint_step();
+  rec.verify_pending = from_step > 0;
   if (automatic) {
     job.set_restarts(job.restarts() + 1);
     metrics_->JobRestarted(job.id());
@@ -594,52 +647,66 @@ absl::StatusOr<pp::v1::Job> JobManager::Cancel(const std::string& job_id) {
 
 absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& request) {
   const std::string& id = request.job_id();
-  absl::MutexLock lock(&mu_);
-  JobRecord* rec = FindLocked(id);
-  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
-  if (!IsTerminal(rec->job.state())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job \"", id, "\" is ", pp::v1::JobState_Name(rec->job.state()),
-                     ": only an ended job can be resumed (cancel it first)"));
-  }
   if (request.step() < 0 || request.steps() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("step (", request.step(), ") and steps (",
                                                    request.steps(), ") must be >= 0"));
   }
-  pp::v1::JobSpec spec = rec->job.spec();
-  if (request.has_parallel()) {
-    // A new layout must not change the optimisation: the step's global batch (data x M
-    // microbatches) stays, split over the new number of replicas.
-    const int global = spec.train().microbatches() * std::max(1, spec.parallel().data());
-    const int replicas = std::max(1, request.parallel().data());
-    if (global % replicas != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parallel.data ", replicas, " does not divide the job's ", global,
-          " microbatches per step (train.microbatches x parallel.data): a resume keeps the "
-          "global batch"));
+  // Checked under the lock, the checkpoint verified outside it (hashing every shard of a large
+  // model takes long), then applied under the lock if the job did not change meanwhile.
+  int attempt = 0;
+  absl::StatusOr<PlannedJob> planned = absl::UnknownError("unset");
+  {
+    absl::MutexLock lock(&mu_);
+    JobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
+    if (absl::Status ended = CheckResumable(rec->job); !ended.ok()) return ended;
+    attempt = rec->job.attempt();
+    pp::v1::JobSpec spec = rec->job.spec();
+    if (request.has_parallel()) {
+      // A new layout must not change the optimisation: the step's global batch (data x M
+      // microbatches) stays, split over the new number of replicas.
+      const int global = spec.train().microbatches() * std::max(1, spec.parallel().data());
+      const int replicas = std::max(1, request.parallel().data());
+      if (global % replicas != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parallel.data ", replicas, " does not divide the job's ", global,
+            " microbatches per step (train.microbatches x parallel.data): a resume keeps the "
+            "global batch"));
+      }
+      *spec.mutable_parallel() = request.parallel();
+      spec.mutable_train()->set_microbatches(global / replicas);
     }
-    *spec.mutable_parallel() = request.parallel();
-    spec.mutable_train()->set_microbatches(global / replicas);
+    if (request.steps() > 0) spec.mutable_train()->set_steps(request.steps());
+    planned = PlanJobSpec(spec);
+    if (!planned.ok()) return planned.status();
   }
-  if (request.steps() > 0) spec.mutable_train()->set_steps(request.steps());
-  absl::StatusOr<PlannedJob> planned = PlanJobSpec(spec);
-  if (!planned.ok()) return planned.status();
 
   const std::string root = checkpoint_root();
   absl::StatusOr<pp::v1::CheckpointManifest> manifest;
+  std::vector<std::string> skipped;
   if (request.step() > 0) {
     manifest = pp::common::VerifyCheckpoint(pp::common::StepDir(root, id, request.step()));
   } else {
     absl::StatusOr<pp::common::LatestManifest> latest =
         pp::common::LatestVerifiedCheckpoint(root, id);
     if (latest.ok()) {
-      for (const std::string& why : latest->skipped) {
-        Log(absl::StrCat("job ", id, ": resume skipped a checkpoint: ", why));
-      }
+      skipped = std::move(latest->skipped);
       manifest = std::move(latest->manifest);
     } else {
       manifest = latest.status();
     }
+  }
+
+  absl::MutexLock lock(&mu_);
+  JobRecord* rec = FindLocked(id);
+  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
+  if (absl::Status ended = CheckResumable(rec->job); !ended.ok()) return ended;
+  if (rec->job.attempt() != attempt) {
+    return absl::AbortedError(absl::StrCat("job \"", id,
+                                           "\" was resumed by another request meanwhile"));
+  }
+  for (const std::string& why : skipped) {
+    Log(absl::StrCat("job ", id, ": resume skipped a checkpoint: ", why));
   }
   if (!manifest.ok()) {
     return absl::FailedPreconditionError(
@@ -658,6 +725,7 @@ absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& r
   job.set_state(pp::v1::QUEUED);
   job.clear_placement();
   job.set_last_checkpoint_step(from_step);
+  rec->verify_pending = false;  // verified above
   const pp::v1::ParallelSpec& p = job.spec().parallel();
   StartNextAttempt(*rec, from_step,
                    absl::StrCat("resumed by the user from checkpoint step ", from_step, " on ",

@@ -105,6 +105,8 @@ class JobManager {
       int probes_left = 0;
     };
     std::optional<Suspicion> suspicion;
+    // QUEUED with start_step = the newest committed checkpoint, not verified yet (VerifyQueued).
+    bool verify_pending = false;
   };
   // The task a BUSY worker was given (or says it runs).
   struct Held {
@@ -130,6 +132,10 @@ class JobManager {
   void SchedulerLoop();
   void Tick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlaceQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Verifies the checkpoint each requeued job will start from, outside the lock (hashing every
+  // shard), then settles its start step (an older checkpoint when that one is damaged, step 0
+  // when none verifies) and places what can run.
+  void VerifyQueued() ABSL_LOCKS_EXCLUDED(mu_);
   void Issue(Outbound rpc);
   pp::v1::Worker::Stub* StubFor(const std::string& address);
 

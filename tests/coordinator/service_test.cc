@@ -425,6 +425,35 @@ TEST_F(ServiceTest, FailedRankRestartsFromTheNewestCheckpointUntilTheBudgetEnds)
   EXPECT_THAT(GetJob(id).reason(), HasSubstr("after 1 automatic restarts"));
 }
 
+// The scheduler verifies a restart's checkpoint (outside the coordinator's lock) before it places
+// the job, and falls back to an older one when the newest is damaged.
+TEST_F(ServiceTest, ARestartSkipsADamagedCheckpoint) {
+  pp::v1::JobSpec spec = ValidSpec();
+  spec.set_max_restarts(1);
+  std::string id;
+  ASSERT_TRUE(Submit(spec, &id).ok());
+  FakeWorker& w1 = AddWorker("w1");
+  FakeWorker& w0 = AddWorker("w0");
+  ASSERT_TRUE(w0.WaitForTask(absl::Seconds(10)) && w1.WaitForTask(absl::Seconds(10)));
+  Checkpoint(id, /*attempt=*/0, /*step=*/2, /*ranks=*/2);
+  Checkpoint(id, /*attempt=*/0, /*step=*/3, /*ranks=*/2);
+  {
+    const std::string shard = common::StepDir((dir_ / "data" / "checkpoints").string(), id, 3) +
+                              "/" + common::ShardFileName(1);
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x7f');  // the last byte of the data: sizes still match, the sha256 does not
+  }
+  w1.FinishTask(false, "out of memory");
+  ASSERT_TRUE(WaitUntil([&] { return w0.tasks().size() == 2 && w1.tasks().size() == 2; },
+                        absl::Seconds(10)));
+  EXPECT_EQ(w0.tasks().back().start_step(), 2);
+  const pp::v1::Job job = GetJob(id);
+  EXPECT_EQ(job.start_step(), 2);
+  ASSERT_EQ(job.restart_log_size(), 1);
+  EXPECT_EQ(job.restart_log(0).from_step(), 2);
+}
+
 TEST_F(ServiceTest, ResumeQueuesAnEndedJobFromACheckpointOnANewLayout) {
   const std::string id = RunningJob();
   Checkpoint(id, /*attempt=*/0, /*step=*/2, /*ranks=*/2);
