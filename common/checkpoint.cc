@@ -244,6 +244,7 @@ absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
   shard.set_bytes(static_cast<int64_t>(bytes->size()));
   shard.set_sha256(Sha256Hex(*bytes));
   for (const auto& [name, slice] : *slices) *shard.add_slices() = SliceProto(name, slice);
+  for (const Tensor& tensor : tensors) shard.add_tensors(tensor.name);
   return shard;
 }
 
@@ -330,13 +331,19 @@ absl::StatusOr<Tensor> AssembleShardSlices(const std::string& step_dir, const st
 
 }  // namespace
 
-absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir) {
+absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir,
+                                          const TensorFilter& wanted) {
   absl::StatusOr<pp::v1::CheckpointManifest> manifest = ReadManifest(step_dir);
   if (!manifest.ok()) return manifest.status();
   Checkpoint checkpoint;
   std::map<std::string, std::string> owner;  // tensor name -> shard file
   std::map<std::string, std::vector<SlicePiece>> sliced;
   for (const pp::v1::CheckpointShard& shard : manifest->shards()) {
+    if (wanted && !shard.tensors().empty() &&
+        std::none_of(shard.tensors().begin(), shard.tensors().end(), wanted)) {
+      if (absl::Status checked = CheckShard(step_dir, shard); !checked.ok()) return checked;
+      continue;  // holds nothing wanted: not read
+    }
     absl::StatusOr<MappedFile> file = OpenVerifiedShard(step_dir, shard);
     if (!file.ok()) return file.status();
     absl::StatusOr<SafetensorsFile> parsed =
@@ -345,7 +352,17 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir) {
     absl::StatusOr<std::map<std::string, ShardSlice>> slices =
         ManifestAgreedSlices(shard, parsed->metadata, ShardPath(step_dir, shard));
     if (!slices.ok()) return slices.status();
+    if (!shard.tensors().empty()) {
+      std::set<std::string> listed(shard.tensors().begin(), shard.tensors().end()), held;
+      for (const Tensor& tensor : parsed->tensors) held.insert(tensor.name);
+      if (listed != held) {
+        return absl::DataLossError(absl::StrCat(ShardPath(step_dir, shard), ": holds ", held.size(),
+                                                " tensors, the manifest lists ", listed.size(),
+                                                " others"));
+      }
+    }
     for (Tensor& tensor : parsed->tensors) {
+      if (wanted && !wanted(tensor.name)) continue;
       if (auto it = slices->find(tensor.name); it != slices->end()) {
         const std::string name = tensor.name;
         sliced[name].push_back({it->second, std::move(tensor), shard.file()});

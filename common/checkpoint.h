@@ -13,6 +13,7 @@
 #ifndef PP_COMMON_CHECKPOINT_H_
 #define PP_COMMON_CHECKPOINT_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -71,11 +72,17 @@ struct Checkpoint {
   std::map<std::string, Tensor> tensors;  // every tensor of every shard, by name, whole
 };
 
+// Which tensors (by name) a reader wants; null: all.
+using TensorFilter = std::function<bool(const std::string&)>;
+
 // Reads and verifies one step folder (manifest, each shard's bytes + sha256, safetensors parse,
-// no whole tensor in two shards, the manifest's slices equal to the shard's). Slices of a tensor
-// are assembled into the whole tensor; slices that overlap, leave gaps or disagree on the whole
-// shape are an error naming the tensor.
-absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir);
+// no whole tensor in two shards, the manifest's tensor names and slices equal to the shard's).
+// Slices of a tensor are assembled into the whole tensor; slices that overlap, leave gaps or
+// disagree on the whole shape are an error naming the tensor. With `wanted`, only the wanted
+// tensors are returned, and a shard whose manifest entry lists none of them is neither read nor
+// hashed (its size is still checked): a rank reads only the shards that hold its tensors.
+absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir,
+                                          const TensorFilter& wanted = nullptr);
 
 // The manifest of one step folder once every shard's bytes and sha256 match it; reads each shard
 // once without keeping its tensors (the coordinator's check before it resumes from a step).

@@ -1004,6 +1004,7 @@ void JobManager::CommitCheckpoint(JobRecord& rec,
     shard->set_sha256(r.sha256());
     shard->set_rank(r.rank());
     *shard->mutable_slices() = r.slices();
+    *shard->mutable_tensors() = r.tensors();
   }
   manifest.set_created_unix(NowUnix());
   const std::string root = checkpoint_root();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/file_io.h"
+#include "common/proto_io.h"
 #include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -198,6 +199,39 @@ TEST_F(CheckpointTest, TamperedShardIsRefusedNamingTheFile) {
   ASSERT_FALSE(checkpoint.ok());
   EXPECT_THAT(std::string(checkpoint.status().message()), HasSubstr(ShardFileName(1)));
   EXPECT_THAT(std::string(checkpoint.status().message()), HasSubstr("sha256"));
+}
+
+// A reader that wants rank 0's tensors reads only rank 0's shard: the manifest lists each shard's
+// tensors, so the other shard is neither read nor hashed (damage there does not stop it).
+TEST_F(CheckpointTest, AFilteredLoadReadsOnlyTheShardsItNeeds) {
+  const std::string dir = Save(6);
+  absl::StatusOr<std::string> json = ReadFile(dir + "/" + kManifestFile);
+  ASSERT_TRUE(json.ok());
+  EXPECT_THAT(*json, HasSubstr("\"optim.exp_avg_sq.lm_head.weight\""));
+  const std::string other = dir + "/" + ShardFileName(1);
+  FlipByte(other, fs::file_size(other) - 2);
+  const TensorFilter rank0 = [](const std::string& name) {
+    return name == "wte.weight" || name == ExpAvgName("wte.weight");
+  };
+  absl::StatusOr<Checkpoint> loaded = LoadCheckpoint(dir, rank0);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->tensors.size(), 2u);
+  EXPECT_EQ(loaded->tensors.at("wte.weight").data, (std::vector<float>{6, 1, 2, 3}));
+  // Wanting one of its tensors reads (and verifies) the damaged shard.
+  EXPECT_THAT(
+      std::string(LoadCheckpoint(dir, [](const std::string& name) {
+                    return name == "lm_head.weight";
+                  }).status().message()),
+      HasSubstr("sha256"));
+  // A shard that holds other tensors than the manifest lists is refused.
+  absl::StatusOr<std::string> text = ReadFile(dir + "/" + kManifestFile);
+  ASSERT_TRUE(text.ok());
+  pp::v1::CheckpointManifest manifest;
+  ASSERT_TRUE(JsonToMessage(*text, &manifest).ok());
+  manifest.mutable_shards(0)->set_tensors(0, "wpe.weight");
+  ASSERT_TRUE(CommitManifest(dir, manifest).ok());
+  EXPECT_THAT(std::string(LoadCheckpoint(dir, rank0).status().message()),
+              HasSubstr("the manifest lists"));
 }
 
 TEST_F(CheckpointTest, MissingOrTornShardIsRefusedNamingTheFile) {

@@ -136,6 +136,7 @@ class TaskTest : public ::testing::Test {
         shard->set_bytes(r.bytes());
         shard->set_sha256(r.sha256());
         *shard->mutable_slices() = r.slices();
+        *shard->mutable_tensors() = r.tensors();
       }
     }
     const std::string dir = common::StepDir((dir_ / "checkpoints").string(), job, step);

@@ -400,6 +400,16 @@ std::vector<common::Tensor> ModelCompute::HeldTensors() {
   return tensors;
 }
 
+std::set<std::string> ModelCompute::CheckpointTensorNames() const {
+  std::set<std::string> names;
+  for (const auto& [s, stage] : stages_) {
+    for (const model::ModelTensor& t : stage->tensors()) {
+      names.insert({t.name, common::ExpAvgName(t.name), common::ExpAvgSqName(t.name)});
+    }
+  }
+  return names;
+}
+
 absl::Status ModelCompute::LoadCheckpointTensors(
     const std::map<std::string, common::Tensor>& tensors) {
   // Checkpoints hold whole tensors; a tensor-parallel rank cuts out the slice it holds.

@@ -13,6 +13,7 @@
 #define PP_WORKER_DAEMON_MODEL_COMPUTE_H_
 
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,8 @@ class ModelCompute : public executor::StageCompute {
   // Loads values and moments of the held stages from a checkpoint's whole tensors (found by name;
   // a tensor-parallel rank cuts out its slice).
   absl::Status LoadCheckpointTensors(const std::map<std::string, common::Tensor>& tensors);
+  // The names LoadCheckpointTensors looks up: every held tensor and its two moments.
+  std::set<std::string> CheckpointTensorNames() const;
 
   size_t InputSize(int stage) const override;
   size_t OutputSize(int stage) const override;

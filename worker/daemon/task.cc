@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -134,6 +135,7 @@ class ShardWriter {
       report.set_bytes(shard->bytes());
       report.set_sha256(shard->sha256());
       *report.mutable_slices() = shard->slices();
+      *report.mutable_tensors() = shard->tensors();
     } else {
       report.set_error(std::string(shard.status().message()));
     }
@@ -251,7 +253,10 @@ absl::Status Task::Run(TaskReporter& reporter) {
       ModelCompute::Create(plan_, env_.device, data_group.get(), tensor_group.get());
   if (!compute.ok()) return fail(compute.status());
   if (!plan_.resume_from().empty()) {
-    absl::StatusOr<common::Checkpoint> checkpoint = common::LoadCheckpoint(plan_.resume_from());
+    // Only the shards holding this rank's tensors are read.
+    const std::set<std::string> needed = (*compute)->CheckpointTensorNames();
+    absl::StatusOr<common::Checkpoint> checkpoint = common::LoadCheckpoint(
+        plan_.resume_from(), [&](const std::string& name) { return needed.count(name) > 0; });
     if (!checkpoint.ok()) return fail(checkpoint.status());
     if (checkpoint->manifest.step() != plan_.start_step()) {
       return fail(absl::InvalidArgumentError(
