@@ -19,6 +19,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <string>
@@ -36,7 +37,8 @@
 #include "coordinator/plan/plan.h"
 #include "google/protobuf/util/json_util.h"
 #include "pp/v1/schedule.pb.h"
-#include "tests/integration/cluster.h"
+#include "tests/support/cluster.h"
+#include "tests/support/process.h"
 
 ABSL_FLAG(std::string, bin_dir, "", "folder of ppcoord, ppworker, ppctl; default: this binary's");
 ABSL_FLAG(std::string, part, "all", "bubble | speedup | all");
@@ -46,9 +48,9 @@ ABSL_FLAG(std::string, dir, "", "work folder (removed at the end); default: a fr
 namespace pp::bench {
 namespace {
 
-using integration::Cluster;
-using integration::CommandResult;
-using integration::RunCommand;
+using testing_support::Cluster;
+using testing_support::CommandResult;
+using testing_support::RunCommand;
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -66,7 +68,7 @@ double Mean(const std::vector<double>& v) {
 // The 1-minute load average: the machine is shared, so every figure says how busy it was.
 std::string LoadAverage() {
   const std::vector<std::string> fields =
-      absl::StrSplit(integration::ReadFile("/proc/loadavg"), ' ');
+      absl::StrSplit(testing_support::ReadFile("/proc/loadavg"), ' ');
   return fields.empty() ? "?" : fields[0];
 }
 
@@ -98,7 +100,7 @@ pp::v1::JobSpec Spec(const std::string& name, int d_model, int layers, int seq_l
 }
 
 absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(const std::string& dir, int workers) {
-  integration::ClusterOptions options;
+  testing_support::ClusterOptions options;
   options.bin_dir = absl::GetFlag(FLAGS_bin_dir);
   options.dir = dir;
   absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(options);
@@ -110,11 +112,11 @@ absl::StatusOr<std::unique_ptr<Cluster>> StartCluster(const std::string& dir, in
 // Runs `spec` on the cluster to its end; every event from submission on.
 absl::StatusOr<std::vector<pp::v1::JobEvent>> RunJob(Cluster& cluster, const pp::v1::JobSpec& spec,
                                                      std::string* job_id) {
-  absl::StatusOr<std::string> id = integration::SubmitJob(cluster.stub(), spec);
+  absl::StatusOr<std::string> id = testing_support::SubmitJob(cluster.stub(), spec);
   if (!id.ok()) return id.status();
   *job_id = *id;
-  absl::StatusOr<std::unique_ptr<integration::JobWatch>> watch =
-      integration::JobWatch::Open(cluster.stub(), *id, absl::Minutes(10));
+  absl::StatusOr<std::unique_ptr<testing_support::JobWatch>> watch =
+      testing_support::JobWatch::Open(cluster.stub(), *id, absl::Minutes(10));
   if (!watch.ok()) return watch.status();
   absl::StatusOr<std::vector<pp::v1::JobEvent>> events = (*watch)->Rest();
   if (!events.ok()) return events.status();
@@ -329,6 +331,32 @@ absl::StatusOr<SpeedupFigures> SpeedupOnce(const std::string& dir, int repeat) {
   return out;
 }
 
+// The figures of runs 1..repeats of `once` (in <root>/<part>-<run>); a failed run is printed and
+// counted in `failed`.
+template <typename Figures>
+std::vector<Figures> Runs(const std::string& part, const std::string& root, int repeats,
+                          absl::StatusOr<Figures> (*once)(const std::string&, int), int* failed) {
+  std::vector<Figures> runs;
+  for (int r = 1; r <= repeats; ++r) {
+    absl::StatusOr<Figures> f = once(absl::StrCat(root, "/", part, "-", r), r);
+    if (f.ok()) {
+      runs.push_back(*f);
+    } else {
+      std::cerr << part << " run " << r << ": " << f.status() << "\n";
+      ++*failed;
+    }
+  }
+  return runs;
+}
+
+// The median over `runs` of `figure` (a member or a function of one run's figures).
+template <typename Figures, typename Figure>
+double MedianOf(const std::vector<Figures>& runs, Figure figure) {
+  std::vector<double> values;
+  for (const Figures& run : runs) values.push_back(std::invoke(figure, run));
+  return Median(values);
+}
+
 int Main() {
   if (absl::GetFlag(FLAGS_bin_dir).empty()) {
     absl::SetFlag(&FLAGS_bin_dir,
@@ -345,44 +373,27 @@ int Main() {
   int failed = 0;
   if (part != "speedup") {
     std::cout << "(a) 1f1b D=4 M=8, C=128 6 layers T=64 B=2, 4 ppworker processes:\n";
-    std::vector<double> measured, simulated, in_sends;
-    for (int r = 1; r <= repeats; ++r) {
-      absl::StatusOr<BubbleFigures> f = BubbleOnce(absl::StrCat(root, "/bubble-", r), r);
-      if (!f.ok()) {
-        std::cerr << "bubble run " << r << ": " << f.status() << "\n";
-        ++failed;
-        continue;
-      }
-      measured.push_back(f->measured);
-      simulated.push_back(f->simulated);
-      in_sends.push_back(f->in_sends);
-    }
+    const std::vector<BubbleFigures> runs =
+        Runs<BubbleFigures>("bubble", root, repeats, BubbleOnce, &failed);
+    const double measured = MedianOf(runs, &BubbleFigures::measured);
+    const double simulated = MedianOf(runs, &BubbleFigures::simulated);
     std::cout << absl::StrFormat(
         "  median: measured idle %.1f%%, simulated %.1f%%, gap %.1f points (target <= 3); "
         "in SEND actions %.1f points\n",
-        100 * Median(measured), 100 * Median(simulated),
-        100 * std::abs(Median(measured) - Median(simulated)), 100 * Median(in_sends));
+        100 * measured, 100 * simulated, 100 * std::abs(measured - simulated),
+        100 * MedianOf(runs, &BubbleFigures::in_sends));
   }
   if (part != "bubble") {
     std::cout << "(b) 1f1b D=2 M=16, C=256 6 layers T=128 B=1: 2 ppworker processes vs "
                  "ppctl train --threads=1:\n";
-    std::vector<double> pipeline, single, ratio, capacity;
-    for (int r = 1; r <= repeats; ++r) {
-      absl::StatusOr<SpeedupFigures> f = SpeedupOnce(absl::StrCat(root, "/speedup-", r), r);
-      if (!f.ok()) {
-        std::cerr << "speedup run " << r << ": " << f.status() << "\n";
-        ++failed;
-        continue;
-      }
-      pipeline.push_back(f->pipeline);
-      single.push_back(f->single);
-      ratio.push_back(f->pipeline / f->single);
-      capacity.push_back(f->capacity);
-    }
+    const std::vector<SpeedupFigures> runs =
+        Runs<SpeedupFigures>("speedup", root, repeats, SpeedupOnce, &failed);
     std::cout << absl::StrFormat(
         "  median: pipeline %.0f tok/s, single process %.0f tok/s, speedup %.2fx (target >= "
         "1.8x, bubble bound %.2fx); two single processes at once %.2fx\n",
-        Median(pipeline), Median(single), Median(ratio), 2.0 * 16 / (16 + 2 - 1), Median(capacity));
+        MedianOf(runs, &SpeedupFigures::pipeline), MedianOf(runs, &SpeedupFigures::single),
+        MedianOf(runs, [](const SpeedupFigures& f) { return f.pipeline / f.single; }),
+        2.0 * 16 / (16 + 2 - 1), MedianOf(runs, &SpeedupFigures::capacity));
   }
   std::filesystem::remove_all(root);
   return failed == 0 ? 0 : 1;

@@ -110,10 +110,13 @@ class ServiceTest : public ::testing::Test {
     return *workers_.emplace_back(std::make_unique<FakeWorker>(name, server_->grpc_address()));
   }
 
-  // Submits a valid 2-rank job, brings up workers w1 and w0, and waits until both hold a task.
-  std::string RunningJob() {
+  // Submits a valid 2-rank job, brings up workers w1 and w0 (workers_[0] and [1]), and waits
+  // until both hold a task.
+  std::string RunningJob(int max_restarts = 0) {
+    pp::v1::JobSpec spec = ValidSpec();
+    spec.set_max_restarts(max_restarts);
     std::string id;
-    EXPECT_TRUE(Submit(ValidSpec(), &id).ok());
+    EXPECT_TRUE(Submit(spec, &id).ok());
     AddWorker("w1");
     AddWorker("w0");
     EXPECT_TRUE(workers_[0]->WaitForTask(absl::Seconds(10)));
@@ -382,13 +385,9 @@ TEST_F(ServiceTest, FailedRankFailsTheJobAndCancelStopsAQueuedOne) {
 }
 
 TEST_F(ServiceTest, FailedRankRestartsFromTheNewestCheckpointUntilTheBudgetEnds) {
-  pp::v1::JobSpec spec = ValidSpec();
-  spec.set_max_restarts(1);
-  std::string id;
-  ASSERT_TRUE(Submit(spec, &id).ok());
-  FakeWorker& w1 = AddWorker("w1");
-  FakeWorker& w0 = AddWorker("w0");
-  ASSERT_TRUE(w0.WaitForTask(absl::Seconds(10)) && w1.WaitForTask(absl::Seconds(10)));
+  const std::string id = RunningJob(/*max_restarts=*/1);
+  FakeWorker& w1 = *workers_[0];
+  FakeWorker& w0 = *workers_[1];
   Checkpoint(id, /*attempt=*/0, /*step=*/2, /*ranks=*/2);
 
   w1.FinishTask(false, "out of memory");
@@ -428,13 +427,9 @@ TEST_F(ServiceTest, FailedRankRestartsFromTheNewestCheckpointUntilTheBudgetEnds)
 // The scheduler verifies a restart's checkpoint (outside the coordinator's lock) before it places
 // the job, and falls back to an older one when the newest is damaged.
 TEST_F(ServiceTest, ARestartSkipsADamagedCheckpoint) {
-  pp::v1::JobSpec spec = ValidSpec();
-  spec.set_max_restarts(1);
-  std::string id;
-  ASSERT_TRUE(Submit(spec, &id).ok());
-  FakeWorker& w1 = AddWorker("w1");
-  FakeWorker& w0 = AddWorker("w0");
-  ASSERT_TRUE(w0.WaitForTask(absl::Seconds(10)) && w1.WaitForTask(absl::Seconds(10)));
+  const std::string id = RunningJob(/*max_restarts=*/1);
+  FakeWorker& w1 = *workers_[0];
+  FakeWorker& w0 = *workers_[1];
   Checkpoint(id, /*attempt=*/0, /*step=*/2, /*ranks=*/2);
   Checkpoint(id, /*attempt=*/0, /*step=*/3, /*ranks=*/2);
   {

@@ -13,10 +13,14 @@
 #include "gtest/gtest.h"
 #include "tests/coordinator/test_support.h"
 #include "tests/integration/fixture.h"
+#include "tests/support/cluster.h"
+#include "tests/support/process.h"
 
 namespace pp::integration {
 namespace {
 
+using ::pp::testing_support::CommandResult;
+using ::pp::testing_support::RunCommand;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsSupersetOf;
@@ -30,16 +34,12 @@ class DaemonsTest : public IntegrationTest {
     ASSERT_NO_FATAL_FAILURE(StartCluster(2));
     pp::v1::JobSpec spec = TinySpec("1f1b", 1, kSteps);
     spec.mutable_parallel()->set_pipeline(2);
-    absl::StatusOr<std::string> id = SubmitJob(cluster_->stub(), spec);
+    absl::StatusOr<std::string> id = testing_support::SubmitJob(cluster_->stub(), spec);
     ASSERT_TRUE(id.ok()) << id.status();
     job_id_ = *id;
-    ASSERT_TRUE(coordinator::testing::WaitUntil(
-        [&] {
-          absl::StatusOr<pp::v1::Job> job = GetJob(cluster_->stub(), job_id_);
-          return job.ok() && job->state() == pp::v1::SUCCEEDED;
-        },
-        absl::Seconds(30)))
-        << cluster_->Logs();
+    absl::StatusOr<pp::v1::Job> job =
+        testing_support::WaitSucceeded(cluster_->stub(), job_id_, absl::Seconds(30));
+    ASSERT_TRUE(job.ok()) << job.status() << "\n" << cluster_->Logs();
   }
 
   // (name, gRPC address, metrics address) of ppcoord and each worker.
@@ -49,9 +49,9 @@ class DaemonsTest : public IntegrationTest {
   std::vector<Daemon> Daemons() const {
     std::vector<Daemon> daemons = {
         {"ppcoord", cluster_->coordinator().grpc, cluster_->coordinator().metrics}};
-    for (int i = 0; i < cluster_->num_workers(); ++i) {
-      daemons.push_back(
-          {absl::StrCat("w", i), cluster_->worker(i).grpc, cluster_->worker(i).metrics});
+    for (const std::string& name : cluster_->worker_names()) {
+      const testing_support::Addresses& worker = cluster_->worker_addresses(name);
+      daemons.push_back({name, worker.grpc, worker.metrics});
     }
     return daemons;
   }

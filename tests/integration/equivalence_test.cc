@@ -11,10 +11,15 @@
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 #include "tests/integration/fixture.h"
+#include "tests/support/cluster.h"
 #include "worker/trainer/trainer.h"
 
 namespace pp::integration {
 namespace {
+
+using ::pp::testing_support::GetJob;
+using ::pp::testing_support::JobWatch;
+using ::pp::testing_support::SubmitJob;
 
 constexpr int kSteps = 10;
 

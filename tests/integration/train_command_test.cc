@@ -14,11 +14,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/fixture.h"
+#include "tests/support/process.h"
 #include "worker/trainer/trainer.h"
 
 namespace pp::integration {
 namespace {
 
+using ::pp::testing_support::CommandResult;
+using ::pp::testing_support::RunCommand;
 using ::testing::HasSubstr;
 
 class TrainCommandTest : public IntegrationTest {

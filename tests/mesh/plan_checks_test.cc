@@ -12,6 +12,7 @@
 
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/plugin.h"
 #include "worker/comm/transport.h"
@@ -55,21 +56,14 @@ pp::v1::TaskPlan MeshPlan() {
   plan.set_tp_rank(1);
   plan.add_stage_to_rank(1);
   plan.add_stages()->set_stage(0);
-  pp::v1::JobSpec* spec = plan.mutable_spec();
-  spec->mutable_model()->set_vocab_size(256);
-  spec->mutable_model()->set_seq_len(8);
-  spec->mutable_model()->set_d_model(16);
-  spec->mutable_model()->set_n_heads(2);
-  spec->mutable_model()->set_n_layers(1);
-  spec->mutable_parallel()->set_pipeline(1);
-  spec->mutable_parallel()->set_data(2);
-  spec->mutable_parallel()->set_tensor(2);
-  spec->mutable_parallel()->set_chunks(1);
-  spec->mutable_parallel()->set_schedule("gpipe");
-  spec->mutable_train()->set_steps(1);
-  spec->mutable_train()->set_microbatches(2);
-  spec->mutable_train()->set_microbatch_size(1);
-  spec->mutable_data()->set_path(Corpus());
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(
+        model { vocab_size: 256 seq_len: 8 d_model: 16 n_heads: 2 n_layers: 1 }
+        parallel { pipeline: 1 data: 2 tensor: 2 chunks: 1 schedule: "gpipe" }
+        train { steps: 1 microbatches: 2 microbatch_size: 1 }
+      )pb",
+      plan.mutable_spec()));
+  plan.mutable_spec()->mutable_data()->set_path(Corpus());
   return plan;
 }
 

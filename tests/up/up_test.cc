@@ -2,12 +2,17 @@
 // and leaves no process; SIGINT (a Ctrl-C to ppctl's process group), SIGTERM and SIGKILL midway
 // leave none either; Debian's Prometheus scrapes the cluster and answers PromQL for the job's loss
 // and the per-rank bubble.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <memory>
 #include <regex>
 
 #include "absl/strings/str_cat.h"
@@ -16,10 +21,17 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "tests/up/process.h"
+#include "tests/coordinator/test_support.h"
+#include "tests/support/fixture.h"
+#include "tests/support/process.h"
+#include "tests/support/process_tree.h"
 
 namespace pp::testing_up {
 namespace {
+
+using ::pp::testing_support::Launcher;
+using ::pp::testing_support::Process;
+using ::pp::testing_support::ReadFile;
 
 // A small job on two CPU workers (generated text-like data: no file needed), a few seconds for
 // 40 steps; checkpoints every 20 steps in short jobs, only at the end in long ones.
@@ -42,25 +54,38 @@ constexpr char kFirstStep[] = "  step      1/100000 [";
 class UpTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    BecomeSubreaper();
-    dir_ = MakeTempDir();
+    testing_support::BecomeSubreaper();
+    dir_ = testing_support::FreshTestDir().string();
   }
-  void TearDown() override { RemoveTree(dir_); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  std::string Spec(int steps) {
-    const std::string path = dir_ + "/job.json";
-    WriteText(path, TinySpec(steps));
+  std::string Spec(int steps) { return Write("job.json", TinySpec(steps)); }
+
+  // dir_/<file> holding `text`.
+  std::string Write(const std::string& file, const std::string& text) {
+    const std::string path = dir_ + "/" + file;
+    std::ofstream(path) << text;
     return path;
+  }
+
+  // `ppctl up args...`, output to dir_/<output>, as a shell starts it (a job of its own).
+  std::unique_ptr<Launcher> StartPpctl(const std::vector<std::string>& args,
+                                       const std::string& output = "out.txt") {
+    std::vector<std::string> argv = {PPCTL_PATH, "up"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<std::unique_ptr<Launcher>> ppctl = Launcher::Start(argv, dir_ + "/" + output);
+    EXPECT_TRUE(ppctl.ok()) << ppctl.status();
+    return ppctl.ok() ? *std::move(ppctl) : nullptr;
   }
 
   // Every process ppctl was seen starting is gone, and none was left to this process (a
   // subreaper: orphans would have been re-parented here).
-  void ExpectNothingLeft(const Launched& ppctl, size_t at_least) {
+  void ExpectNothingLeft(const Launcher& ppctl, size_t at_least) {
     EXPECT_GE(ppctl.children_seen().size(), at_least) << "the daemons were never seen";
-    const std::vector<pid_t> ours = ChildrenOf(getpid());
+    const std::vector<pid_t> ours = testing_support::ChildrenOf(getpid());
     for (pid_t pid : ppctl.children_seen()) {
       EXPECT_EQ(std::count(ours.begin(), ours.end(), pid), 0) << "pid " << pid << " was orphaned";
-      EXPECT_FALSE(Exists(pid)) << "pid " << pid << " is still there";
+      EXPECT_FALSE(testing_support::Exists(pid)) << "pid " << pid << " is still there";
     }
   }
 
@@ -68,15 +93,15 @@ class UpTest : public ::testing::Test {
 };
 
 TEST_F(UpTest, TinyJobCompletesWithFallingLossAndLeavesNoProcess) {
-  Launched ppctl(PPCTL_PATH,
-                 {"up", "--workers=2", "--job=" + Spec(40), "--data_dir=" + dir_ + "/data",
-                  "--chrome_trace=" + dir_ + "/trace.json"},
-                 dir_ + "/out.txt");
-  const std::optional<int> status = ppctl.WaitExit(absl::Seconds(90));
-  ASSERT_TRUE(status.has_value()) << "ppctl up did not end within 90 s:\n" << ppctl.Output();
-  const std::string out = ppctl.Output();
-  ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << out;
-  ExpectNothingLeft(ppctl, 3);
+  std::unique_ptr<Launcher> ppctl =
+      StartPpctl({"--workers=2", "--job=" + Spec(40), "--data_dir=" + dir_ + "/data",
+                  "--chrome_trace=" + dir_ + "/trace.json"});
+  ASSERT_NE(ppctl, nullptr);
+  const absl::StatusOr<int> code = ppctl->Wait(absl::Seconds(90));
+  ASSERT_TRUE(code.ok()) << "ppctl up did not end within 90 s:\n" << ppctl->Output();
+  const std::string out = ppctl->Output();
+  ASSERT_EQ(*code, 0) << out;
+  ExpectNothingLeft(*ppctl, 3);
 
   std::smatch loss;
   ASSERT_TRUE(std::regex_search(out, loss,
@@ -93,7 +118,7 @@ TEST_F(UpTest, TinyJobCompletesWithFallingLossAndLeavesNoProcess) {
 
   google::protobuf::Struct trace;
   ASSERT_TRUE(
-      google::protobuf::util::JsonStringToMessage(ReadText(dir_ + "/trace.json"), &trace).ok());
+      google::protobuf::util::JsonStringToMessage(ReadFile(dir_ + "/trace.json"), &trace).ok());
   EXPECT_GT(trace.fields().at("traceEvents").list_value().values_size(), 8 * 2);
   // --data_dir keeps the store and the checkpoints; the job's id is the spec name numbered.
   EXPECT_TRUE(std::filesystem::exists(dir_ + "/data/ppcoord.db"));
@@ -107,23 +132,25 @@ class UpSignalTest : public UpTest, public ::testing::WithParamInterface<int> {}
 // (the daemons have one of their own). SIGTERM goes to ppctl alone, as `kill` would send it.
 TEST_P(UpSignalTest, StopsEveryProcessPromptlyAndExitsNonZero) {
   const int sig = GetParam();
-  Launched ppctl(PPCTL_PATH, {"up", "--workers=2", "--job=" + Spec(kLong)}, dir_ + "/out.txt");
-  ASSERT_TRUE(ppctl.WaitForOutput(kFirstStep, absl::Seconds(40))) << ppctl.Output();
+  std::unique_ptr<Launcher> ppctl = StartPpctl({"--workers=2", "--job=" + Spec(kLong)});
+  ASSERT_NE(ppctl, nullptr);
+  ASSERT_TRUE(ppctl->WaitForOutput(kFirstStep, absl::Seconds(40))) << ppctl->Output();
   const std::string temp_dir = std::regex_replace(
-      ppctl.Output(), std::regex(R"([\s\S]*logs and address files in ([^\n]*)/ppctl-up\n[\s\S]*)"),
+      ppctl->Output(), std::regex(R"([\s\S]*logs and address files in ([^\n]*)/ppctl-up\n[\s\S]*)"),
       "$1");
   ASSERT_TRUE(std::filesystem::exists(temp_dir)) << temp_dir;
-  ASSERT_EQ(kill(sig == SIGINT ? -ppctl.pid() : ppctl.pid(), sig), 0);
+  ASSERT_EQ(kill(sig == SIGINT ? -ppctl->pid() : ppctl->pid(), sig), 0);
   const absl::Time sent = absl::Now();
-  const std::optional<int> status = ppctl.WaitExit(absl::Seconds(20));
-  ASSERT_TRUE(status.has_value()) << "still running 20 s after the signal:\n" << ppctl.Output();
+  const absl::StatusOr<int> code = ppctl->Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok()) << "still running 20 s after the signal:\n" << ppctl->Output();
   EXPECT_LT(absl::Now() - sent, absl::Seconds(10));
-  ASSERT_TRUE(WIFEXITED(*status)) << ppctl.Output();
-  EXPECT_EQ(WEXITSTATUS(*status), 128 + sig) << ppctl.Output();
-  EXPECT_NE(ppctl.Output().find(sig == SIGINT ? "interrupted by SIGINT" : "interrupted by SIGTERM"),
-            std::string::npos)
-      << ppctl.Output();
-  ExpectNothingLeft(ppctl, 3);
+  ASSERT_FALSE(ppctl->signaled()) << ppctl->Output();  // it exits with 128 + sig itself
+  EXPECT_EQ(*code, 128 + sig) << ppctl->Output();
+  EXPECT_NE(
+      ppctl->Output().find(sig == SIGINT ? "interrupted by SIGINT" : "interrupted by SIGTERM"),
+      std::string::npos)
+      << ppctl->Output();
+  ExpectNothingLeft(*ppctl, 3);
   EXPECT_FALSE(std::filesystem::exists(temp_dir)) << "the temporary data folder was left";
 }
 
@@ -136,15 +163,15 @@ INSTANTIATE_TEST_SUITE_P(Signals, UpSignalTest, ::testing::Values(SIGINT, SIGTER
 // to this test (a subreaper) and die of SIGKILL.
 TEST_F(UpTest, KilledPpctlTakesItsDaemonsAlong) {
   // --data_dir: a killed ppctl cannot remove its temporary folder; the test's own goes instead.
-  Launched ppctl(PPCTL_PATH,
-                 {"up", "--workers=2", "--job=" + Spec(kLong), "--data_dir=" + dir_ + "/data"},
-                 dir_ + "/out.txt");
-  ASSERT_TRUE(ppctl.WaitForOutput(kFirstStep, absl::Seconds(40))) << ppctl.Output();
-  ASSERT_EQ(kill(ppctl.pid(), SIGKILL), 0);
-  ASSERT_TRUE(ppctl.WaitExit(absl::Seconds(5)).has_value());
-  ASSERT_GE(ppctl.children_seen().size(), 3u);
+  std::unique_ptr<Launcher> ppctl =
+      StartPpctl({"--workers=2", "--job=" + Spec(kLong), "--data_dir=" + dir_ + "/data"});
+  ASSERT_NE(ppctl, nullptr);
+  ASSERT_TRUE(ppctl->WaitForOutput(kFirstStep, absl::Seconds(40))) << ppctl->Output();
+  ASSERT_EQ(kill(ppctl->pid(), SIGKILL), 0);
+  ASSERT_TRUE(ppctl->Wait(absl::Seconds(5)).ok());
+  ASSERT_GE(ppctl->children_seen().size(), 3u);
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  for (pid_t pid : ppctl.children_seen()) {
+  for (pid_t pid : ppctl->children_seen()) {
     int status = 0;
     while (waitpid(pid, &status, WNOHANG) != pid && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(10));
@@ -157,24 +184,25 @@ TEST_F(UpTest, KilledPpctlTakesItsDaemonsAlong) {
 // A daemon that dies midway ends `ppctl up` at once with exit 1 and a line naming it; the rest of
 // the cluster is stopped.
 TEST_F(UpTest, ADaemonDyingMidwayFailsPromptlyAndLeavesNoProcess) {
-  Launched ppctl(PPCTL_PATH, {"up", "--workers=2", "--job=" + Spec(kLong)}, dir_ + "/out.txt");
-  ASSERT_TRUE(ppctl.WaitForOutput(kFirstStep, absl::Seconds(40))) << ppctl.Output();
+  std::unique_ptr<Launcher> ppctl = StartPpctl({"--workers=2", "--job=" + Spec(kLong)});
+  ASSERT_NE(ppctl, nullptr);
+  ASSERT_TRUE(ppctl->WaitForOutput(kFirstStep, absl::Seconds(40))) << ppctl->Output();
   pid_t worker = 0;
-  for (pid_t pid : ppctl.children_seen()) {
-    if (ReadText(absl::StrCat("/proc/", pid, "/cmdline")).find("--name=w1") != std::string::npos) {
+  for (pid_t pid : ppctl->children_seen()) {
+    if (ReadFile(absl::StrCat("/proc/", pid, "/cmdline")).find("--name=w1") != std::string::npos) {
       worker = pid;
     }
   }
   ASSERT_NE(worker, 0) << "worker w1 was not seen";
   ASSERT_EQ(kill(worker, SIGKILL), 0);
-  const std::optional<int> status = ppctl.WaitExit(absl::Seconds(15));
-  ASSERT_TRUE(status.has_value()) << ppctl.Output();
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << ppctl.Output();
+  const absl::StatusOr<int> code = ppctl->Wait(absl::Seconds(15));
+  ASSERT_TRUE(code.ok()) << ppctl->Output();
+  EXPECT_EQ(*code, 1) << ppctl->Output();
   // Either ppctl sees w1 exit first, or ppcoord fails the job first (a rank lost its peer).
   EXPECT_TRUE(
-      std::regex_search(ppctl.Output(), std::regex("w1 was killed by signal 9|did not succeed")))
-      << ppctl.Output();
-  ExpectNothingLeft(ppctl, 3);
+      std::regex_search(ppctl->Output(), std::regex("w1 was killed by signal 9|did not succeed")))
+      << ppctl->Output();
+  ExpectNothingLeft(*ppctl, 3);
 }
 
 TEST_F(UpTest, BadInputIsOneLineAndStartsNothing) {
@@ -182,29 +210,47 @@ TEST_F(UpTest, BadInputIsOneLineAndStartsNothing) {
     std::vector<std::string> args;
     std::string message;
   };
-  WriteText(dir_ + "/bad.json", R"({"name": "bad", "model": {"nHeads": 3}})");
-  WriteText(dir_ + "/four.json",
+  const std::string bad = Write("bad.json", R"({"name": "bad", "model": {"nHeads": 3}})");
+  const std::string four =
+      Write("four.json",
             std::regex_replace(TinySpec(5), std::regex(R"("pipeline": 2)"), R"("pipeline": 4)"));
   const Case cases[] = {
       {{"--workers=0"}, "--workers must be 1..64, got 0"},
       {{"--job=" + dir_ + "/missing.json"}, "missing.json"},
-      {{"--job=" + dir_ + "/bad.json"}, "model."},
-      {{"--workers=2", "--job=" + dir_ + "/four.json"}, "needs 4 workers"},
+      {{"--job=" + bad}, "model."},
+      {{"--workers=2", "--job=" + four}, "needs 4 workers"},
       {{"stray"}, "unexpected argument 'stray'"},
   };
-  for (const Case& c : cases) {
-    std::vector<std::string> args = {"up"};
-    args.insert(args.end(), c.args.begin(), c.args.end());
-    Launched ppctl(PPCTL_PATH, args, dir_ + "/out.txt");
-    const std::optional<int> status = ppctl.WaitExit(absl::Seconds(10));
-    ASSERT_TRUE(status.has_value());
-    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << ppctl.Output();
-    const std::string out = ppctl.Output();
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    const Case& c = cases[i];
+    std::unique_ptr<Launcher> ppctl = StartPpctl(c.args, absl::StrCat("out", i, ".txt"));
+    ASSERT_NE(ppctl, nullptr);
+    const absl::StatusOr<int> code = ppctl->Wait(absl::Seconds(10));
+    ASSERT_TRUE(code.ok());
+    const std::string out = ppctl->Output();
+    EXPECT_EQ(*code, 2) << out;
     EXPECT_EQ(out.rfind("ppctl up: ", 0), 0u) << out;
     EXPECT_NE(out.find(c.message), std::string::npos) << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
-    EXPECT_TRUE(ppctl.children_seen().empty()) << out;
+    EXPECT_TRUE(ppctl->children_seen().empty()) << out;
   }
+}
+
+// A free TCP port on 127.0.0.1 (bound to port 0 and released): Prometheus cannot announce the
+// port it bound.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 // The value of every series a PromQL instant query returns, by the value of `label`.
@@ -218,9 +264,10 @@ std::map<std::string, double> Query(int port, const std::string& promql, const s
     }
   }
   std::map<std::string, double> values;
-  std::optional<std::string> body = HttpGet(port, path);
+  absl::StatusOr<std::string> body =
+      coordinator::testing::HttpGet(absl::StrCat("127.0.0.1:", port), path);
   google::protobuf::Struct answer;
-  if (!body.has_value() || !google::protobuf::util::JsonStringToMessage(*body, &answer).ok()) {
+  if (!body.ok() || !google::protobuf::util::JsonStringToMessage(*body, &answer).ok()) {
     return values;
   }
   const auto& data = answer.fields().at("data").struct_value().fields();
@@ -236,7 +283,7 @@ std::map<std::string, double> Query(int port, const std::string& promql, const s
 
 std::string AddressField(const std::string& file, const std::string& field) {
   google::protobuf::Struct parsed;
-  if (!google::protobuf::util::JsonStringToMessage(ReadText(file), &parsed).ok()) return "";
+  if (!google::protobuf::util::JsonStringToMessage(ReadFile(file), &parsed).ok()) return "";
   return parsed.fields().at(field).string_value();
 }
 
@@ -248,9 +295,10 @@ TEST_F(UpTest, PrometheusScrapesTheJobsLossAndPerRankBubble) {
   ASSERT_EQ(access(prometheus.c_str(), X_OK), 0)
       << prometheus << " is missing: run scripts/setup.sh (Debian package prometheus)";
   const std::string data = dir_ + "/data";
-  Launched ppctl(PPCTL_PATH, {"up", "--workers=2", "--job=" + Spec(kLong), "--data_dir=" + data},
-                 dir_ + "/out.txt");
-  ASSERT_TRUE(ppctl.WaitForOutput(kFirstStep, absl::Seconds(40))) << ppctl.Output();
+  std::unique_ptr<Launcher> ppctl =
+      StartPpctl({"--workers=2", "--job=" + Spec(kLong), "--data_dir=" + data});
+  ASSERT_NE(ppctl, nullptr);
+  ASSERT_TRUE(ppctl->WaitForOutput(kFirstStep, absl::Seconds(40))) << ppctl->Output();
   const std::string run = data + "/ppctl-up/";
   const std::string coordinator = AddressField(run + "ppcoord.json", "metrics");
   const std::string w0 = AddressField(run + "w0.json", "metrics");
@@ -258,25 +306,27 @@ TEST_F(UpTest, PrometheusScrapesTheJobsLossAndPerRankBubble) {
   ASSERT_FALSE(coordinator.empty() || w0.empty() || w1.empty());
 
   const int port = FreePort();
-  const std::string config = dir_ + "/prometheus.yml";
-  WriteText(config, absl::StrCat(R"(global: {scrape_interval: 1s, evaluation_interval: 1s}
+  const std::string config = Write(
+      "prometheus.yml", absl::StrCat(R"(global: {scrape_interval: 1s, evaluation_interval: 1s}
 rule_files: [")",
-                                 PP_SOURCE_DIR, R"(/deploy/prometheus/recording-rules.yml"]
+                                     PP_SOURCE_DIR, R"(/deploy/prometheus/recording-rules.yml"]
 scrape_configs:
   - job_name: pipeline-local
     honor_labels: true
     static_configs:
       - targets: [")",
-                                 coordinator, R"("]
+                                     coordinator, R"("]
         labels: {component: coordinator}
       - targets: [")",
-                                 w0, R"(", ")", w1, R"("]
+                                     w0, R"(", ")", w1, R"("]
         labels: {component: worker}
 )"));
-  Launched server(prometheus,
-                  {"--config.file=" + config, "--storage.tsdb.path=" + dir_ + "/tsdb",
-                   absl::StrCat("--web.listen-address=127.0.0.1:", port), "--log.level=warn"},
-                  dir_ + "/prometheus.txt");
+  absl::StatusOr<std::unique_ptr<Process>> started = Process::Start(
+      {prometheus, "--config.file=" + config, "--storage.tsdb.path=" + dir_ + "/tsdb",
+       absl::StrCat("--web.listen-address=127.0.0.1:", port), "--log.level=warn"},
+      dir_ + "/prometheus.txt");
+  ASSERT_TRUE(started.ok()) << started.status();
+  Process& server = **started;
 
   const std::string job = "tiny-1";
   std::map<std::string, double> loss, bubble, workers_loss, up;
@@ -289,10 +339,10 @@ scrape_configs:
     if (loss.size() == 1 && bubble.size() == 2 && workers_loss.size() == 1 && up.size() == 3) {
       break;
     }
-    ASSERT_FALSE(server.WaitExit(absl::Milliseconds(250)).has_value()) << "prometheus exited:\n"
-                                                                       << server.Output();
+    ASSERT_FALSE(server.Wait(absl::Milliseconds(250)).ok()) << "prometheus exited:\n"
+                                                            << server.Log();
   }
-  ASSERT_EQ(loss.size(), 1u) << server.Output();
+  ASSERT_EQ(loss.size(), 1u) << server.Log();
   EXPECT_GT(loss[job], 0.0);
   EXPECT_LT(loss[job], 6.0);
   EXPECT_EQ(workers_loss.size(), 1u);
@@ -312,13 +362,14 @@ scrape_configs:
   }
   EXPECT_EQ(excess.size(), 1u);
 
-  kill(server.pid(), SIGTERM);
-  EXPECT_TRUE(server.WaitExit(absl::Seconds(10)).has_value());
-  kill(-ppctl.pid(), SIGINT);
-  const std::optional<int> status = ppctl.WaitExit(absl::Seconds(20));
-  ASSERT_TRUE(status.has_value());
-  EXPECT_EQ(WEXITSTATUS(*status), 128 + SIGINT);
-  ExpectNothingLeft(ppctl, 3);
+  server.Signal(SIGTERM);
+  EXPECT_TRUE(server.Wait(absl::Seconds(10)).ok());
+  kill(-ppctl->pid(), SIGINT);
+  const absl::StatusOr<int> code = ppctl->Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok());
+  EXPECT_FALSE(ppctl->signaled());
+  EXPECT_EQ(*code, 128 + SIGINT);
+  ExpectNothingLeft(*ppctl, 3);
 }
 
 }  // namespace

@@ -1,0 +1,40 @@
+#include "tests/support/results.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
+#include "coordinator/store.h"
+
+namespace pp::testing_support {
+
+absl::StatusOr<std::map<std::string, std::vector<float>>> CheckpointValues(const std::string& root,
+                                                                           const std::string& job,
+                                                                           int step) {
+  absl::StatusOr<common::Checkpoint> checkpoint =
+      common::LoadCheckpoint(common::StepDir(root, job, step));
+  if (!checkpoint.ok()) return checkpoint.status();
+  std::map<std::string, std::vector<float>> values;
+  for (auto& [name, tensor] : checkpoint->tensors) values[name] = std::move(tensor.data);
+  return values;
+}
+
+absl::StatusOr<std::vector<double>> StoredLosses(const std::string& data_dir,
+                                                 const std::string& job) {
+  absl::StatusOr<std::unique_ptr<coordinator::JobStore>> store =
+      coordinator::JobStore::Open(data_dir + "/ppcoord.db");
+  if (!store.ok()) return store.status();
+  absl::StatusOr<std::vector<coordinator::StepRecord>> steps = (*store)->Steps(job);
+  if (!steps.ok()) return steps.status();
+  std::vector<double> losses;
+  for (const coordinator::StepRecord& s : *steps) {
+    if (s.step != static_cast<int>(losses.size()) + 1) {
+      return absl::DataLossError(
+          absl::StrCat("job ", job, ": step ", s.step, " stored after ", losses.size(), " steps"));
+    }
+    losses.push_back(s.loss);
+  }
+  return losses;
+}
+
+}  // namespace pp::testing_support

@@ -1,0 +1,27 @@
+// What a job left behind, read the way the tests compare it with the reference trainer: its
+// per-step losses from ppcoord's store, and the tensors of one of its committed checkpoints.
+#ifndef PP_TESTS_SUPPORT_RESULTS_H_
+#define PP_TESTS_SUPPORT_RESULTS_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pp::testing_support {
+
+// Every tensor's values (weights and AdamW moments) in the committed checkpoint
+// <root>/<job>/step-<step>, whatever layout wrote it.
+absl::StatusOr<std::map<std::string, std::vector<float>>> CheckpointValues(const std::string& root,
+                                                                           const std::string& job,
+                                                                           int step);
+
+// Per-step losses of `job` from ppcoord's store (<data_dir>/ppcoord.db), step 1 first; DataLoss
+// when a step is missing.
+absl::StatusOr<std::vector<double>> StoredLosses(const std::string& data_dir,
+                                                 const std::string& job);
+
+}  // namespace pp::testing_support
+
+#endif  // PP_TESTS_SUPPORT_RESULTS_H_
