@@ -440,30 +440,34 @@ void JobManager::Fail(JobRecord& rec, const std::string& reason, const std::stri
 
 void JobManager::Suspect(JobRecord& rec, const std::string& reason, const std::string& worker) {
   const pp::v1::Job& job = rec.job;
-  if (rec.suspicion && rec.suspicion->attempt == job.attempt()) return;
-  rec.suspicion = JobRecord::Suspicion{.attempt = job.attempt(),
-                                       .reason = reason,
-                                       .worker = worker,
-                                       .deadline = absl::Now() + options_.failure_settle,
-                                       .probes_left = 0};
+  // The workers still running this attempt: each may be the cause, or report its own error.
+  std::vector<const pp::v1::RankPlacement*> busy;
   for (const pp::v1::RankPlacement& p : job.placement()) {
     auto held = held_.find(p.worker());
-    if (p.worker() == worker || held == held_.end() || held->second.job_id != job.id() ||
-        held->second.attempt != job.attempt()) {
-      continue;  // ended its task, so it is alive
+    if (held != held_.end() && held->second.job_id == job.id() &&
+        held->second.attempt == job.attempt()) {
+      busy.push_back(&p);
     }
-    outbound_.push_back(Outbound{.kind = Outbound::Kind::kProbe,
-                                 .worker = p.worker(),
-                                 .address = p.address(),
-                                 .job_id = job.id(),
-                                 .reason = "",
-                                 .attempt = job.attempt(),
-                                 .plan = {}});
-    ++rec.suspicion->probes_left;
   }
-  if (rec.suspicion->probes_left == 0) {
-    rec.suspicion.reset();
-    Fail(rec, reason, worker);
+  const bool first = !rec.suspicion || rec.suspicion->attempt != job.attempt();
+  if (first) {
+    rec.suspicion = JobRecord::Suspicion{.attempt = job.attempt(),
+                                         .reason = reason,
+                                         .worker = worker,
+                                         .deadline = absl::Now() + options_.failure_settle};
+    for (const pp::v1::RankPlacement* p : busy) {
+      outbound_.push_back(Outbound{.kind = Outbound::Kind::kProbe,
+                                   .worker = p->worker(),
+                                   .address = p->address(),
+                                   .job_id = job.id(),
+                                   .reason = "",
+                                   .attempt = job.attempt(),
+                                   .plan = {}});
+    }
+  }
+  if (busy.empty()) {  // every rank has spoken, each only of a lost peer: the first report stands
+    const JobRecord::Suspicion suspicion = *std::exchange(rec.suspicion, std::nullopt);
+    Fail(rec, suspicion.reason, suspicion.worker);
   }
 }
 
@@ -473,22 +477,18 @@ void JobManager::ProbeAnswered(const Outbound& probe, const grpc::Status& status
       !rec->suspicion || rec->suspicion->attempt != probe.attempt) {
     return;
   }
-  JobRecord::Suspicion& suspicion = *rec->suspicion;
-  // Any answer, even an error, comes from a live process; no connection or no answer in time
-  // from a worker whose peers lost it is the cause.
-  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    const std::string reason =
-        absl::StrCat("worker ", probe.worker, " (rank ", RankOfWorker(rec->job, probe.worker),
-                     ") at ", probe.address, " does not answer (", status.error_message(),
-                     "); its peer reported: ", suspicion.reason);
-    rec->suspicion.reset();
-    Fail(*rec, reason, probe.worker);
-  } else if (--suspicion.probes_left == 0) {
-    const std::string reason = suspicion.reason, worker = suspicion.worker;
-    rec->suspicion.reset();
-    Fail(*rec, reason, worker);
+  // Any answer, even an error, comes from a live process, which may still report an error of its
+  // own before the deadline; no connection or no answer in time means this worker is the cause.
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
+      status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return;
   }
+  const std::string reason = absl::StrCat(
+      "worker ", probe.worker, " (rank ", RankOfWorker(rec->job, probe.worker), ") at ",
+      probe.address, " does not answer (", status.error_message(),
+      "); its peer reported: ", rec->suspicion->reason);
+  rec->suspicion.reset();
+  Fail(*rec, reason, probe.worker);
 }
 
 void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automatic,

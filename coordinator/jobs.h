@@ -35,9 +35,9 @@ struct ManagerOptions {
   absl::Duration worker_rpc_deadline = absl::Seconds(5);  // RunTask / AbortTask
   absl::Duration tick = absl::Milliseconds(100);          // scheduler period
   // A rank that lost a peer (its report's error_code is UNAVAILABLE or DEADLINE_EXCEEDED) does
-  // not fail the attempt at once: the coordinator asks the attempt's other workers for their
-  // status (each within probe_deadline) and names the one that does not answer; failing that, the
-  // lost-peer report stands after failure_settle.
+  // not fail the attempt at once: the coordinator asks the attempt's busy workers for their
+  // status (each within probe_deadline) and names the one that does not answer, or a rank's own
+  // error reported meanwhile; failing that, the lost-peer report stands after failure_settle.
   absl::Duration probe_deadline = absl::Milliseconds(500);
   absl::Duration failure_settle = absl::Seconds(1);
 };
@@ -102,7 +102,6 @@ class JobManager {
       std::string reason;  // the lost-peer report, the reason when no cause turns up
       std::string worker;  // that report's worker
       absl::Time deadline;
-      int probes_left = 0;
     };
     std::optional<Suspicion> suspicion;
     // QUEUED with start_step = the newest committed checkpoint, not verified yet (VerifyQueued).
@@ -154,9 +153,10 @@ class JobManager {
   // A failure of the live attempt: Requeue while max_restarts allows, else Finish FAILED.
   void Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker = "")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A rank of the live attempt lost a peer: probes the attempt's other busy workers and fails
-  // once the cause is known (ManagerOptions::failure_settle). Later lost-peer reports of the same
-  // attempt add nothing.
+  // A rank of the live attempt lost a peer: probes the attempt's busy workers once and fails when
+  // the cause is known: a worker that does not answer, a rank's own error (ReportTask fails at
+  // once), or, when every rank only lost a peer or ManagerOptions::failure_settle passed, the
+  // first lost-peer report.
   void Suspect(JobRecord& rec, const std::string& reason, const std::string& worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The answer of a probe sent by Suspect.

@@ -347,7 +347,20 @@ TEST_F(ServiceTest, ALostPeerIsTracedToTheWorkerThatDoesNotAnswer) {
   EXPECT_LT(absl::Now() - lost, absl::Seconds(2));  // the probe is refused at once
 }
 
-// When every other worker answers, the lost-peer report is the reason, without waiting long.
+// A rank's own error reported soon after its peer lost it is the reason.
+TEST_F(ServiceTest, ALostPeerGivesWayToTheRanksOwnError) {
+  const std::string id = RunningJob();
+  workers_[1]->FinishTask(false, "rank 0 recv from rank 1 (tag 5): connection closed",
+                          absl::StatusCode::kUnavailable);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(GetJob(id).state(), pp::v1::RUNNING);  // w1 answers its probe: waiting for it
+  workers_[0]->FinishTask(false, "CUDA out of memory", absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(WaitUntil([&] { return GetJob(id).state() == pp::v1::FAILED; }, absl::Seconds(5)));
+  EXPECT_THAT(GetJob(id).reason(), HasSubstr("rank 1 on worker w1: CUDA out of memory"));
+}
+
+// When every other worker answers and says nothing more, the lost-peer report is the reason
+// once the settle time (1 s) passed.
 TEST_F(ServiceTest, ALostPeerWithEveryWorkerAliveFailsWithTheReport) {
   const std::string id = RunningJob();
   FakeWorker& w0 = *workers_[1];
