@@ -131,7 +131,7 @@ class Nccl {
       return absl::InvalidArgumentError(
           absl::StrCat("rank ", rank_, ": bad peer ", peer, " (world size ", size_, ")"));
     }
-    if (absl::Status s = CheckAborted(); !s.ok()) return s;
+    if (absl::Status s = Enter(); !s.ok()) return s;
     std::map<int, Channel>& channels = send ? send_ : recv_;
     auto found = channels.find(peer);
     if (found == channels.end()) {
@@ -163,6 +163,9 @@ class Nccl {
   }
 
   absl::Status Wait(int64_t handle) {
+    if (cudaError_t error = cudaSetDevice(device_); error != cudaSuccess) {
+      return CudaError(absl::StrCat("cuda:", device_), error);
+    }
     Pending op;
     {
       absl::MutexLock lock(&mu_);
@@ -183,7 +186,7 @@ class Nccl {
 
   // All-gather of `bytes` host bytes per rank into `out` (size_*bytes), via scratch memory.
   absl::Status Gather(const void* mine, size_t bytes, void* out) {
-    if (absl::Status s = CheckAborted(); !s.ok()) return s;
+    if (absl::Status s = Enter(); !s.ok()) return s;
     if (bytes * (size_ + 1) > kScratchBytes) {
       return absl::InvalidArgumentError(absl::StrCat("NCCL all-gather of ", bytes,
                                                      " bytes per rank exceeds the scratch"));
@@ -206,7 +209,7 @@ class Nccl {
   }
 
   absl::Status AllReduceSum(float* data, size_t n) {
-    if (absl::Status s = CheckAborted(); !s.ok()) return s;
+    if (absl::Status s = Enter(); !s.ok()) return s;
     ncclResult_t result =
         ncclAllReduce(data, data, n, ncclFloat, ncclSum, world_.comm, world_.stream);
     if (result != ncclSuccess && result != ncclInProgress) {
@@ -236,6 +239,16 @@ class Nccl {
     ncclResult_t result = ncclCommInitRankConfig(&channel->comm, nranks, id, rank, &config);
     if (result != ncclSuccess && result != ncclInProgress) {
       return NcclError(absl::StrCat("ncclCommInitRank ", name), result);
+    }
+    return absl::OkStatus();
+  }
+
+  // Calls come from any thread (a data-parallel bucket all-reduce runs on one of its own): each
+  // makes the communicator's device current before touching streams or memory.
+  absl::Status Enter() {
+    if (absl::Status s = CheckAborted(); !s.ok()) return s;
+    if (cudaError_t error = cudaSetDevice(device_); error != cudaSuccess) {
+      return CudaError(absl::StrCat("cuda:", device_), error);
     }
     return absl::OkStatus();
   }
