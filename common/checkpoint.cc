@@ -248,6 +248,17 @@ absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
   return shard;
 }
 
+pp::v1::CheckpointShard ManifestShard(const pp::v1::CheckpointReport& report) {
+  pp::v1::CheckpointShard shard;
+  shard.set_file(report.shard());
+  shard.set_bytes(report.bytes());
+  shard.set_sha256(report.sha256());
+  shard.set_rank(report.rank());
+  *shard.mutable_slices() = report.slices();
+  *shard.mutable_tensors() = report.tensors();
+  return shard;
+}
+
 absl::Status CommitManifest(const std::string& step_dir,
                             const pp::v1::CheckpointManifest& manifest) {
   if (manifest.shards().empty()) {

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "common/safetensors.h"
 #include "pp/v1/checkpoint.pb.h"
+#include "pp/v1/coordinator.pb.h"
 
 namespace pp::common {
 
@@ -42,6 +43,9 @@ std::string ExpAvgSqName(const std::string& name);
 absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
     const std::string& step_dir, const std::string& file, const std::vector<Tensor>& tensors,
     const std::map<std::string, std::string>& metadata = {});
+
+// The manifest entry of a shard as its rank reported it to the coordinator.
+pp::v1::CheckpointShard ManifestShard(const pp::v1::CheckpointReport& report);
 
 // Commits the checkpoint in `step_dir`: checks that every shard in `manifest` exists with the
 // reported size (sha256 is checked on load), that shard names are distinct, then writes

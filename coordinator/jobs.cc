@@ -998,13 +998,7 @@ void JobManager::CommitCheckpoint(JobRecord& rec,
   layout->set_schedule(spec.parallel().schedule());
   layout->mutable_stage_layers()->Assign(rec.stage_units.begin(), rec.stage_units.end());
   for (const pp::v1::CheckpointReport& r : shards) {
-    pp::v1::CheckpointShard* shard = manifest.add_shards();
-    shard->set_file(r.shard());
-    shard->set_bytes(r.bytes());
-    shard->set_sha256(r.sha256());
-    shard->set_rank(r.rank());
-    *shard->mutable_slices() = r.slices();
-    *shard->mutable_tensors() = r.tensors();
+    *manifest.add_shards() = pp::common::ManifestShard(r);
   }
   manifest.set_created_unix(NowUnix());
   const std::string root = checkpoint_root();

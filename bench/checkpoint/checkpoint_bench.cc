@@ -179,15 +179,7 @@ std::string Commit(const std::string& root, const std::string& job,
   pp::v1::CheckpointManifest manifest;
   manifest.set_job_id(job);
   manifest.set_step(shards.front().step());
-  for (const pp::v1::CheckpointReport& r : shards) {
-    pp::v1::CheckpointShard* shard = manifest.add_shards();
-    shard->set_file(r.shard());
-    shard->set_bytes(r.bytes());
-    shard->set_sha256(r.sha256());
-    shard->set_rank(r.rank());
-    *shard->mutable_tensors() = r.tensors();
-    *shard->mutable_slices() = r.slices();
-  }
+  for (const pp::v1::CheckpointReport& r : shards) *manifest.add_shards() = common::ManifestShard(r);
   const std::string dir = common::StepDir(root, job, manifest.step());
   if (absl::Status s = common::CommitManifest(dir, manifest); !s.ok()) {
     std::fprintf(stderr, "commit: %s\n", std::string(s.message()).c_str());

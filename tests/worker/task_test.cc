@@ -131,12 +131,7 @@ class TaskTest : public ::testing::Test {
       for (const pp::v1::CheckpointReport& r : o.reporter.checkpoints) {
         if (r.step() != step) continue;
         EXPECT_TRUE(r.ok()) << r.error();
-        pp::v1::CheckpointShard* shard = manifest.add_shards();
-        shard->set_file(r.shard());
-        shard->set_bytes(r.bytes());
-        shard->set_sha256(r.sha256());
-        *shard->mutable_slices() = r.slices();
-        *shard->mutable_tensors() = r.tensors();
+        *manifest.add_shards() = common::ManifestShard(r);
       }
     }
     const std::string dir = common::StepDir((dir_ / "checkpoints").string(), job, step);
