@@ -13,6 +13,19 @@
 namespace pp::plan {
 namespace {
 
+// The fitting candidate with the shortest step other than `chosen` among those `eligible` takes,
+// -1 when there is none: the alternative a plan's reason quotes.
+template <typename C, typename Eligible>
+int RunnerUp(const std::vector<C>& candidates, int chosen, Eligible eligible) {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
+    const C& c = candidates[i];
+    if (i == chosen || !c.fits || !eligible(c)) continue;
+    if (best < 0 || c.step < candidates[best].step) best = i;
+  }
+  return best;
+}
+
 CostModel Scaled(const CostModel& costs, double factor) {
   CostModel scaled = costs;
   scaled.forward *= factor;
@@ -191,12 +204,9 @@ absl::StatusOr<AutoPlan> ChooseSchedule(const AutoPlanRequest& request) {
   const Candidate& best = plan.candidates[plan.chosen];
   plan.reason = absl::StrCat("chose ", Name(best), ": the shortest simulated step (", best.step,
                              ") of the ", fitting, " candidates within the budget");
-  int runner_up = -1;
-  for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
-    const Candidate& c = plan.candidates[i];
-    if (i == plan.chosen || !c.fits || c.schedule == best.schedule) continue;
-    if (runner_up < 0 || c.step < plan.candidates[runner_up].step) runner_up = i;
-  }
+  const int runner_up = RunnerUp(plan.candidates, plan.chosen, [&](const Candidate& c) {
+    return c.schedule != best.schedule;
+  });
   if (runner_up >= 0) {
     const Candidate& next = plan.candidates[runner_up];
     absl::StrAppend(&plan.reason, "; best other schedule ", Name(next), " takes ", next.step,
@@ -302,12 +312,8 @@ absl::StatusOr<MeshPlan> ChooseMesh(const MeshPlanRequest& request) {
                              " = pipeline ", best.pipeline, " incl. TP all-reduces ", best.tp_comm,
                              " + DP all-reduce ", best.dp_comm, ") of the ", fitting,
                              " splits within memory");
-  int runner_up = -1;
-  for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
-    const MeshCandidate& c = plan.candidates[i];
-    if (i == plan.chosen || !c.fits) continue;
-    if (runner_up < 0 || c.step < plan.candidates[runner_up].step) runner_up = i;
-  }
+  const int runner_up =
+      RunnerUp(plan.candidates, plan.chosen, [](const MeshCandidate&) { return true; });
   if (runner_up >= 0) {
     const MeshCandidate& next = plan.candidates[runner_up];
     absl::StrAppend(&plan.reason, "; next best ", MeshName(next), " takes ", next.step,
