@@ -211,9 +211,15 @@ class TaskTest : public ::testing::Test {
       for (common::Tensor& t : shard->tensors) weights[t.name] = std::move(t.data);
     }
     EXPECT_EQ(loss_reports, kSteps);  // exactly one rank holds the loss
-    for (const auto& [name, values] : reference->weights) {
-      auto it = weights.find(name);
-      ASSERT_NE(it, weights.end()) << name;
+    ExpectBitwiseEqual(weights, reference->weights);
+  }
+
+  // Every tensor of `want` is in `got` with the same bits.
+  static void ExpectBitwiseEqual(const std::map<std::string, std::vector<float>>& got,
+                                 const std::map<std::string, std::vector<float>>& want) {
+    for (const auto& [name, values] : want) {
+      auto it = got.find(name);
+      ASSERT_NE(it, got.end()) << name;
       ASSERT_EQ(it->second.size(), values.size()) << name;
       EXPECT_EQ(std::memcmp(it->second.data(), values.data(), values.size() * sizeof(float)), 0)
           << name;
@@ -300,15 +306,7 @@ TEST_F(TaskTest, StopAtACommonStepThenResumeOnAnotherLayoutIsBitwiseEqual) {
   ASSERT_EQ(losses.size(), reference->losses.size());
   EXPECT_EQ(std::memcmp(losses.data(), reference->losses.data(), losses.size() * sizeof(double)),
             0);
-  const std::map<std::string, std::vector<float>> weights =
-      FinalWeights("job-interleaved-1f1b", resumed);
-  for (const auto& [name, values] : reference->weights) {
-    auto it = weights.find(name);
-    ASSERT_NE(it, weights.end()) << name;
-    ASSERT_EQ(it->second.size(), values.size()) << name;
-    EXPECT_EQ(std::memcmp(it->second.data(), values.data(), values.size() * sizeof(float)), 0)
-        << name;
-  }
+  ExpectBitwiseEqual(FinalWeights("job-interleaved-1f1b", resumed), reference->weights);
 }
 
 TEST_F(TaskTest, ResumeRefusesAStepOtherThanTheCheckpoints) {
