@@ -2,8 +2,10 @@
 # GPU check of the CUDA plugin: compares every CUDA op with the CPU op on random data and prints
 # a table (max relative error per output), then cuBLAS sgemm throughput and the tokens/s of a
 # GPT-2 small shaped forward + backward made of the ops; then the NCCL transport test (one rank
-# per visible GPU, two at most). Exit status 0 when every op is within tolerance and the NCCL test
-# passed (or was skipped). Extra arguments go to gpu_ops_compare (see its --help).
+# per visible GPU, two at most) and, with two GPUs, the mesh test (DP2 and TP2 tasks over NCCL
+# groups against the single-GPU trainer). Exit status 0 when every op is within tolerance and the
+# NCCL and mesh tests passed (or were skipped). Extra arguments go to gpu_ops_compare (see its
+# --help).
 #
 #   bash tests/gpu/run.sh
 #
@@ -29,11 +31,12 @@ have_deps() { [ -x /usr/bin/grpc_cpp_plugin ]; }
 build_and_pack() {
   if ! have_gpu; then bash "$root/scripts/setup.sh"; fi
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target gpu_ops_compare worker_nccl_transport_test pp_cuda -j "$(nproc)"
+  cmake --build "$build" --target gpu_ops_compare worker_nccl_transport_test gpu_mesh_test pp_cuda \
+    -j "$(nproc)"
   rm -rf "$bundle"
   # the C and C++ runtimes and CUDA's libraries come from the machine that runs the bundle
   bash "$root/deploy/docker/bundle-libs.sh" "$bundle" "$build/bin/gpu_ops_compare" \
-    "$build/bin/worker_nccl_transport_test" "$build/lib/libpp_cuda.so"
+    "$build/bin/worker_nccl_transport_test" "$build/bin/gpu_mesh_test" "$build/lib/libpp_cuda.so"
   echo "run.sh: packed $bundle ($(du -sh "$bundle" | cut -f1))"
 }
 
@@ -76,6 +79,8 @@ status=0
 "$bin/gpu_ops_compare" --bench "$@" || status=$?
 nccl=0
 "$bin/worker_nccl_transport_test" || nccl=$?
+mesh=0
+"$bin/gpu_mesh_test" || mesh=$?
 if [ "$status" -eq 77 ]; then
   echo "run.sh: no GPU here; the checks were skipped. $bundle is ready to carry to a GPU machine."
   exit 0
@@ -83,5 +88,9 @@ fi
 if [ "$nccl" -ne 0 ]; then
   echo "run.sh: the NCCL transport test failed (exit $nccl)" >&2
   [ "$status" -ne 0 ] || status="$nccl"
+fi
+if [ "$mesh" -ne 0 ] && [ "$mesh" -ne 77 ]; then
+  echo "run.sh: the GPU mesh test (DP2, TP2 over NCCL) failed (exit $mesh)" >&2
+  [ "$status" -ne 0 ] || status="$mesh"
 fi
 exit "$status"
