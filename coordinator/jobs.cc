@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(const ManagerOpti
   std::unique_ptr<JobManager> manager(new JobManager(options, *std::move(store), metrics));
   if (absl::Status reloaded = manager->Reload(); !reloaded.ok()) return reloaded;
   manager->scheduler_ = std::thread([m = manager.get()] { m->SchedulerLoop(); });
+  manager->verifier_ = std::thread([m = manager.get()] { m->VerifierLoop(); });
   return manager;
 }
 
@@ -115,6 +116,7 @@ void JobManager::Stop() {
   }
   kv_.Close();
   if (scheduler_.joinable()) scheduler_.join();
+  if (verifier_.joinable()) verifier_.join();
   // Worker RPCs carry deadlines, so their callbacks come back in bounded time.
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
@@ -171,6 +173,16 @@ void JobManager::SchedulerLoop() {
       rpcs.swap(outbound_);
     }
     for (Outbound& rpc : rpcs) Issue(std::move(rpc));
+  }
+}
+
+void JobManager::VerifierLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.tick);
+      if (stopping_) return;
+    }
     VerifyQueued();
   }
 }

@@ -135,6 +135,8 @@ class JobManager {
   // shard), then settles its start step (an older checkpoint when that one is damaged, step 0
   // when none verifies) and places what can run.
   void VerifyQueued() ABSL_LOCKS_EXCLUDED(mu_);
+  // VerifyQueued every tick, on a thread of its own, until Stop.
+  void VerifierLoop() ABSL_LOCKS_EXCLUDED(mu_);
   void Issue(Outbound rpc);
   pp::v1::Worker::Stub* StubFor(const std::string& address);
 
@@ -194,6 +196,7 @@ class JobManager {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread scheduler_;
+  std::thread verifier_;  // VerifierLoop: checkpoint hashing never holds up the scheduler
 };
 
 }  // namespace pp::coordinator
