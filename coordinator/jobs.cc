@@ -199,8 +199,10 @@ void JobManager::VerifyQueued() {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, rec] : jobs_) {
       if (rec.verify_pending && rec.job.state() == pp::v1::QUEUED) {
-        pending.push_back({id, rec.job.attempt(), rec.job.start_step(),
-                           absl::UnknownError("not verified yet")});
+        Pending& p = pending.emplace_back();
+        p.job_id = id;
+        p.attempt = rec.job.attempt();
+        p.max_step = rec.job.start_step();
       }
     }
   }
@@ -666,7 +668,7 @@ absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& r
   // Checked under the lock, the checkpoint verified outside it (hashing every shard of a large
   // model takes long), then applied under the lock if the job did not change meanwhile.
   int attempt = 0;
-  absl::StatusOr<PlannedJob> planned = absl::UnknownError("unset");
+  absl::StatusOr<PlannedJob> planned;
   {
     absl::MutexLock lock(&mu_);
     JobRecord* rec = FindLocked(id);

@@ -14,17 +14,21 @@ int WorldSize(const pp::v1::JobSpec& spec) {
   return p.pipeline() * std::max(1, p.tensor()) * std::max(1, p.data());
 }
 
-std::vector<pp::v1::RankPlacement> MeshRanks(const pp::v1::JobSpec& spec,
+absl::StatusOr<parallel::Mesh> MeshOf(const pp::v1::JobSpec& spec) {
+  const pp::v1::ParallelSpec& p = spec.parallel();
+  return parallel::Mesh::Create(std::max(1, p.data()), p.pipeline(), std::max(1, p.tensor()));
+}
+
+std::vector<pp::v1::RankPlacement> MeshRanks(const parallel::Mesh& mesh,
                                              const std::vector<int>& stage_to_rank) {
-  const int pipeline = spec.parallel().pipeline();
-  const int tensor = std::max(1, spec.parallel().tensor());
   std::vector<pp::v1::RankPlacement> ranks;
-  for (int rank = 0; rank < WorldSize(spec); ++rank) {
+  for (int rank = 0; rank < mesh.size(); ++rank) {
+    const parallel::MeshCoord coord = *mesh.Coord(rank);  // in range
     pp::v1::RankPlacement& p = ranks.emplace_back();
     p.set_rank(rank);
-    p.set_tp(rank % tensor);
-    p.set_pp((rank / tensor) % pipeline);
-    p.set_dp(rank / (tensor * pipeline));
+    p.set_tp(coord.tp);
+    p.set_pp(coord.pp);
+    p.set_dp(coord.dp);
     for (int s = 0; s < static_cast<int>(stage_to_rank.size()); ++s) {
       if (stage_to_rank[s] == p.pp()) p.add_stages(s);
     }
@@ -42,15 +46,13 @@ absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
   }
   // The first `world` idle workers (in name order), arranged so that a TP group shares a host
   // where hosts are known: the chattiest group gets the fastest links.
-  absl::StatusOr<parallel::Mesh> mesh =
-      parallel::Mesh::Create(std::max(1, spec.parallel().data()), spec.parallel().pipeline(),
-                             std::max(1, spec.parallel().tensor()));
+  absl::StatusOr<parallel::Mesh> mesh = MeshOf(spec);
   if (!mesh.ok()) return mesh.status();
   std::vector<std::string> hosts;
   for (int w = 0; w < world; ++w) hosts.push_back(idle[w].host());
   absl::StatusOr<std::vector<int>> worker_of_rank = parallel::PlaceRanks(*mesh, hosts);
   if (!worker_of_rank.ok()) return worker_of_rank.status();
-  std::vector<pp::v1::RankPlacement> placement = MeshRanks(spec, stage_to_rank);
+  std::vector<pp::v1::RankPlacement> placement = MeshRanks(*mesh, stage_to_rank);
   for (pp::v1::RankPlacement& p : placement) {
     const pp::v1::WorkerInfo& worker = idle[(*worker_of_rank)[p.rank()]];
     p.set_worker(worker.name());

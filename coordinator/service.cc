@@ -15,7 +15,6 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "pp/v1/coordinator.grpc.pb.h"
-#include "worker/parallel/parallel.h"
 
 namespace pp::coordinator {
 namespace {
@@ -101,13 +100,13 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
                                                planned->stage_units.end());
       const std::vector<int> stage_to_rank(response->schedule().stage_to_rank().begin(),
                                            response->schedule().stage_to_rank().end());
-      for (pp::v1::RankPlacement& rank : MeshRanks(planned->spec, stage_to_rank)) {
-        *response->add_ranks() = std::move(rank);
+      absl::StatusOr<parallel::Mesh> mesh = MeshOf(planned->spec);
+      if (mesh.ok()) {
+        for (pp::v1::RankPlacement& rank : MeshRanks(*mesh, stage_to_rank)) {
+          *response->add_ranks() = std::move(rank);
+        }
+        response->set_mesh(mesh->ToString());
       }
-      const pp::v1::ParallelSpec& p = planned->spec.parallel();
-      absl::StatusOr<parallel::Mesh> mesh =
-          parallel::Mesh::Create(std::max(1, p.data()), p.pipeline(), std::max(1, p.tensor()));
-      if (mesh.ok()) response->set_mesh(mesh->ToString());
     }
     return Answer("PlanJob", planned.status());
   }

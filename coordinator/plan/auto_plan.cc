@@ -13,17 +13,27 @@
 namespace pp::plan {
 namespace {
 
-// The fitting candidate with the shortest step other than `chosen` among those `eligible` takes,
-// -1 when there is none: the alternative a plan's reason quotes.
-template <typename C, typename Eligible>
-int RunnerUp(const std::vector<C>& candidates, int chosen, Eligible eligible) {
-  int best = -1;
+// The end of a plan's reason: the fitting candidate with the shortest step other than `chosen`
+// among the `eligible`, "; <runner_label> <name> takes <step> (+x%)", then how many candidates
+// do not fit, "; <n> <over_label>".
+template <typename C, typename Eligible, typename NameOf>
+void AppendAlternatives(const std::vector<C>& candidates, int chosen, int fitting,
+                        Eligible eligible, NameOf name, const char* runner_label,
+                        const char* over_label, std::string& reason) {
+  int next = -1;
   for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
     const C& c = candidates[i];
     if (i == chosen || !c.fits || !eligible(c)) continue;
-    if (best < 0 || c.step < candidates[best].step) best = i;
+    if (next < 0 || c.step < candidates[next].step) next = i;
   }
-  return best;
+  const C& best = candidates[chosen];
+  if (next >= 0) {
+    const C& c = candidates[next];
+    absl::StrAppend(&reason, "; ", runner_label, " ", name(c), " takes ", c.step,
+                    absl::StrFormat(" (%+.1f%%)", 100 * (c.step / best.step - 1)));
+  }
+  const int over = static_cast<int>(candidates.size()) - fitting;
+  if (over > 0) absl::StrAppend(&reason, "; ", over, " ", over_label);
 }
 
 CostModel Scaled(const CostModel& costs, double factor) {
@@ -204,16 +214,10 @@ absl::StatusOr<AutoPlan> ChooseSchedule(const AutoPlanRequest& request) {
   const Candidate& best = plan.candidates[plan.chosen];
   plan.reason = absl::StrCat("chose ", Name(best), ": the shortest simulated step (", best.step,
                              ") of the ", fitting, " candidates within the budget");
-  const int runner_up = RunnerUp(plan.candidates, plan.chosen, [&](const Candidate& c) {
-    return c.schedule != best.schedule;
-  });
-  if (runner_up >= 0) {
-    const Candidate& next = plan.candidates[runner_up];
-    absl::StrAppend(&plan.reason, "; best other schedule ", Name(next), " takes ", next.step,
-                    absl::StrFormat(" (%+.1f%%)", 100 * (next.step / best.step - 1)));
-  }
-  const int over = static_cast<int>(plan.candidates.size()) - fitting;
-  if (over > 0) absl::StrAppend(&plan.reason, "; ", over, " candidates exceed the budget");
+  AppendAlternatives(
+      plan.candidates, plan.chosen, fitting,
+      [&](const Candidate& c) { return c.schedule != best.schedule; }, Name,
+      "best other schedule", "candidates exceed the budget", plan.reason);
   return plan;
 }
 
@@ -312,15 +316,9 @@ absl::StatusOr<MeshPlan> ChooseMesh(const MeshPlanRequest& request) {
                              " = pipeline ", best.pipeline, " incl. TP all-reduces ", best.tp_comm,
                              " + DP all-reduce ", best.dp_comm, ") of the ", fitting,
                              " splits within memory");
-  const int runner_up =
-      RunnerUp(plan.candidates, plan.chosen, [](const MeshCandidate&) { return true; });
-  if (runner_up >= 0) {
-    const MeshCandidate& next = plan.candidates[runner_up];
-    absl::StrAppend(&plan.reason, "; next best ", MeshName(next), " takes ", next.step,
-                    absl::StrFormat(" (%+.1f%%)", 100 * (next.step / best.step - 1)));
-  }
-  const int over = static_cast<int>(plan.candidates.size()) - fitting;
-  if (over > 0) absl::StrAppend(&plan.reason, "; ", over, " splits exceed memory");
+  AppendAlternatives(
+      plan.candidates, plan.chosen, fitting, [](const MeshCandidate&) { return true; }, MeshName,
+      "next best", "splits exceed memory", plan.reason);
   return plan;
 }
 

@@ -99,7 +99,8 @@ bool RunMesh(const std::string& corpus, const fs::path& dir, int data, int tenso
   *job.mutable_spec() = spec;
   const std::vector<int> stage_to_rank(schedule->stage_to_rank().begin(),
                                        schedule->stage_to_rank().end());
-  for (pp::v1::RankPlacement& p : coordinator::MeshRanks(spec, stage_to_rank)) {
+  const parallel::Mesh mesh = *coordinator::MeshOf(spec);  // the spec is valid
+  for (pp::v1::RankPlacement& p : coordinator::MeshRanks(mesh, stage_to_rank)) {
     p.set_worker(absl::StrCat("gpu", p.rank()));
     *job.add_placement() = std::move(p);
   }

@@ -90,8 +90,7 @@ class Nccl {
   }
 
   absl::Status Connect(const PpNcclConfig& config) {
-    cudaError_t error = cudaSetDevice(device_);
-    if (error != cudaSuccess) return CudaError(absl::StrCat("cuda:", device_), error);
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
     const absl::Time deadline = absl::Now() + timeout_;
     if (absl::Status s = InitComm("world", ToId(config.world_id), rank_, size_, &world_); !s.ok()) {
       return s;
@@ -121,7 +120,7 @@ class Nccl {
     for (auto& [peer, c] : recv_) {
       if (absl::Status s = await(c, absl::StrCat("from rank ", peer)); !s.ok()) return s;
     }
-    error = cudaMalloc(&scratch_, kScratchBytes);
+    cudaError_t error = cudaMalloc(&scratch_, kScratchBytes);
     if (error != cudaSuccess) return CudaError("NCCL scratch buffer", error);
     return absl::OkStatus();
   }
@@ -163,9 +162,7 @@ class Nccl {
   }
 
   absl::Status Wait(int64_t handle) {
-    if (cudaError_t error = cudaSetDevice(device_); error != cudaSuccess) {
-      return CudaError(absl::StrCat("cuda:", device_), error);
-    }
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
     Pending op;
     {
       absl::MutexLock lock(&mu_);
@@ -247,9 +244,12 @@ class Nccl {
   // makes the communicator's device current before touching streams or memory.
   absl::Status Enter() {
     if (absl::Status s = CheckAborted(); !s.ok()) return s;
-    if (cudaError_t error = cudaSetDevice(device_); error != cudaSuccess) {
-      return CudaError(absl::StrCat("cuda:", device_), error);
-    }
+    return UseDevice();
+  }
+
+  absl::Status UseDevice() {
+    cudaError_t error = cudaSetDevice(device_);
+    if (error != cudaSuccess) return CudaError(absl::StrCat("cuda:", device_), error);
     return absl::OkStatus();
   }
 
