@@ -1,8 +1,8 @@
 """Checks deploy/grafana and the parts of deploy/prometheus that promtool alone cannot.
 
 - The dashboard JSON parses, has unique panel ids, every panel queries the provisioned datasource.
-- Every metric the dashboard and the rules name is in README.md's metrics table, and every recorded
-  series (name with a colon) they use is defined in recording-rules.yml.
+- Every metric the dashboard and the rules name is in docs/monitoring.md's metrics table, and every
+  recorded series (name with a colon) they use is defined in recording-rules.yml.
 - prometheus-kubernetes.yml passes `promtool check config` once its Kubernetes discovery (which
   Debian's Prometheus is built without) is swapped for a static target, and that discovery block
   uses only the fields and roles Prometheus documents.
@@ -62,7 +62,7 @@ def check_names(problems, where, expr, known, recorded):
         if ":" in word and word not in recorded:
             problems.add(where, f"{word} is not recorded in {PROM}/recording-rules.yml")
         elif word.startswith("pp_") and word not in known:
-            problems.add(where, f"{word} is not in README.md's metrics table")
+            problems.add(where, f"{word} is not in the metrics table of {deploylib.METRICS_PAGE}")
 
 
 def rules(repo):
@@ -160,9 +160,9 @@ def main():
         raise SystemExit(
             "check_monitoring: promtool not found: run scripts/setup.sh (Debian package prometheus)"
         )
-    metrics = deploylib.readme_metrics(a.repo)
+    metrics = deploylib.documented_metrics(a.repo)
     if not metrics:
-        raise SystemExit("check_monitoring: no metrics table found in README.md")
+        raise SystemExit(f"check_monitoring: no metrics table found in {deploylib.METRICS_PAGE}")
     known = deploylib.series_names(metrics)
     all_rules = rules(a.repo)
     recorded = {rule["record"] for _, rule in all_rules if "record" in rule}
@@ -176,7 +176,7 @@ def main():
         )
     check_dashboard(problems, a.repo, known, recorded)
     check_kubernetes_config(problems, a.repo)
-    problems.finish(f"{len(all_rules)} rules, dashboard, {len(metrics)} README metrics")
+    problems.finish(f"{len(all_rules)} rules, dashboard, {len(metrics)} documented metrics")
 
 
 if __name__ == "__main__":

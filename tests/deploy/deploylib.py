@@ -1,4 +1,5 @@
-"""Helpers shared by the deploy checks: rendering deploy/k8s, reading README.md's metrics table.
+"""Helpers shared by the deploy checks: rendering deploy/k8s, reading the metrics table of
+docs/monitoring.md.
 
 Every check prints one line per problem and exits 1 if it found any, 0 if none, 77 to skip.
 """
@@ -57,9 +58,12 @@ def pod_templates(objects):
             yield obj["metadata"]["name"], template["spec"], template["metadata"]
 
 
-def readme_metrics(repo):
-    """{name: type} from README.md's metrics table (rows like | `pp_x` | counter | ...)."""
-    with open(os.path.join(repo, "README.md"), encoding="utf-8") as f:
+METRICS_PAGE = os.path.join("docs", "monitoring.md")
+
+
+def documented_metrics(repo):
+    """{name: type} from the metrics table of METRICS_PAGE (rows like | `pp_x` | counter | ...)."""
+    with open(os.path.join(repo, METRICS_PAGE), encoding="utf-8") as f:
         rows = re.findall(r"^\|\s*`(pp_[a-z0-9_]+)`\s*\|\s*(\w+)\s*\|", f.read(), re.M)
     return dict(rows)
 
