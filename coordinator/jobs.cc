@@ -11,12 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint.h"
+#include "common/manifest.h"
+#include "common/mesh.h"
+#include "common/step_math.h"
 #include "coordinator/placement.h"
 #include "coordinator/planning.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
-#include "worker/data/data.h"
 
 namespace pp::coordinator {
 namespace {
@@ -74,12 +76,6 @@ int RankOfWorker(const pp::v1::Job& job, const std::string& worker) {
     if (p.worker() == worker) return p.rank();
   }
   return -1;
-}
-
-// Tokens one step trains on: M microbatches of B sequences of T tokens per data replica.
-double TokensPerStep(const pp::v1::JobSpec& spec) {
-  return static_cast<double>(spec.train().microbatches()) * spec.train().microbatch_size() *
-         spec.model().seq_len() * std::max(1, spec.parallel().data());
 }
 
 }  // namespace
@@ -627,7 +623,7 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec) {
   Persist(rec);
   metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
   Emit(rec, pp::v1::EVENT_QUEUED,
-       absl::StrCat("waiting for ", WorldSize(rec.job.spec()), " idle workers"));
+       absl::StrCat("waiting for ", common::WorldSize(rec.job.spec()), " idle workers"));
   PlaceQueued();
   UpdateGauges();
   return id;
@@ -679,7 +675,7 @@ absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& r
     if (request.has_parallel()) {
       // A new layout must not change the optimisation: the step's global batch (data x M
       // microbatches) stays, split over the new number of replicas.
-      const int global = spec.train().microbatches() * std::max(1, spec.parallel().data());
+      const int global = pp::common::GlobalMicrobatches(spec);
       const int replicas = std::max(1, request.parallel().data());
       if (global % replicas != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -896,7 +892,8 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   job.set_loss(summary->loss);
   job.set_bubble_ratio(summary->bubble_ratio);
   job.set_tokens_per_second(
-      summary->step_seconds > 0 ? TokensPerStep(job.spec()) / summary->step_seconds : 0);
+      summary->step_seconds > 0 ? static_cast<double>(pp::common::GlobalTokensPerStep(job.spec())) /
+                                      summary->step_seconds : 0);
   job.set_updated_unix(NowUnix());
   rec->traces.push_back(std::move(summary->trace));
   if (rec->traces.size() > kTracedSteps) rec->traces.pop_front();
@@ -994,27 +991,13 @@ void JobManager::CommitCheckpoint(JobRecord& rec,
   pp::v1::Job& job = rec.job;
   const pp::v1::JobSpec& spec = job.spec();
   const int step = shards.front().step();
-  pp::v1::CheckpointManifest manifest;
-  manifest.set_job_id(job.id());
-  manifest.set_step(step);
-  // Every replica's microbatches count: a step consumes data * M * B sequences.
-  manifest.set_data_position(data::DataPositionAtStep(
-      step, static_cast<int64_t>(spec.train().microbatches()) * std::max(1, spec.parallel().data()),
-      spec.train().microbatch_size()));
-  // Randomness is only drawn at initialisation, from the seed.
-  manifest.mutable_rng()->set_seed(spec.train().seed());
-  *manifest.mutable_spec() = spec;
-  pp::v1::CheckpointLayout* layout = manifest.mutable_layout();
-  layout->set_pipeline(spec.parallel().pipeline());
-  layout->set_chunks(spec.parallel().chunks());
-  layout->set_tensor(spec.parallel().tensor());
-  layout->set_data(spec.parallel().data());
-  layout->set_schedule(spec.parallel().schedule());
-  layout->mutable_stage_layers()->Assign(rec.stage_units.begin(), rec.stage_units.end());
+  std::vector<pp::v1::CheckpointShard> manifest_shards;
   for (const pp::v1::CheckpointReport& r : shards) {
-    *manifest.add_shards() = pp::common::ManifestShard(r);
+    manifest_shards.push_back(pp::common::ManifestShard(r));
   }
-  manifest.set_created_unix(NowUnix());
+  const pp::v1::CheckpointManifest manifest =
+      pp::common::BuildManifest(job.id(), step, spec, pp::common::MeshLayout(spec, rec.stage_units),
+                                manifest_shards, NowUnix());
   const std::string root = checkpoint_root();
   absl::Status committed =
       pp::common::CommitManifest(pp::common::StepDir(root, job.id(), step), manifest);
