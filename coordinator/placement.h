@@ -21,8 +21,8 @@ namespace pp::coordinator {
 std::vector<pp::v1::RankPlacement> MeshRanks(const common::Mesh& mesh,
                                              const std::vector<int>& stage_to_rank);
 
-// MeshRanks, each rank put on one of `idle` (sorted by name; the first common::WorldSize are used), TP
-// groups on one host where hosts are known. FailedPrecondition when too few workers.
+// MeshRanks, each rank put on one of `idle` (sorted by name; the first common::WorldSize are
+// used), TP groups on one host where hosts are known. FailedPrecondition when too few workers.
 absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
     const pp::v1::JobSpec& spec, const std::vector<int>& stage_to_rank,
     const std::vector<pp::v1::WorkerInfo>& idle);
