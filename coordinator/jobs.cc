@@ -110,7 +110,7 @@ void JobManager::Stop() {
     if (stopping_) return;
     stopping_ = true;
   }
-  kv_.Close();
+  rendezvous_.Close();
   if (scheduler_.joinable()) scheduler_.join();
   if (verifier_.joinable()) verifier_.join();
   // Worker RPCs carry deadlines, so their callbacks come back in bounded time.
@@ -416,7 +416,7 @@ void JobManager::StopAttempt(JobRecord& rec, const std::string& reason,
                                  .attempt = job.attempt(),
                                  .plan = {}});
   }
-  kv_.EraseWithPrefix(absl::StrCat(job.id(), "/", job.attempt(), "/"));
+  rendezvous_.EraseWithPrefix(absl::StrCat(job.id(), "/", job.attempt(), "/"));
 }
 
 void JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
@@ -430,7 +430,7 @@ void JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::strin
   job.set_state(state);
   job.set_reason(reason);
   job.set_updated_unix(NowUnix());
-  kv_.EraseWithPrefix(job.id() + "/");
+  rendezvous_.EraseWithPrefix(job.id() + "/");
   Persist(rec);
   Emit(rec, FinalEventKind(state),
        reason.empty() ? absl::StrCat("finished after ", job.step(), " steps") : reason);

@@ -18,7 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/job_logic.h"
-#include "coordinator/kv.h"
+#include "coordinator/rendezvous.h"
 #include "coordinator/metrics.h"
 #include "coordinator/registry.h"
 #include "coordinator/store.h"
@@ -76,7 +76,7 @@ class JobManager {
   pp::v1::ReportResponse ReportStep(const pp::v1::StepReport& report);
   pp::v1::ReportResponse ReportTask(const pp::v1::TaskReport& report);
   pp::v1::ReportResponse ReportCheckpoint(const pp::v1::CheckpointReport& report);
-  KvStore& kv() { return kv_; }
+  RendezvousStore& rendezvous() { return rendezvous_; }
 
   std::string checkpoint_root() const;
 
@@ -182,7 +182,7 @@ class JobManager {
 
   const ManagerOptions options_;
   CoordinatorMetrics* const metrics_;
-  KvStore kv_;
+  RendezvousStore rendezvous_;
 
   absl::Mutex mu_;
   std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);

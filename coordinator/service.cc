@@ -169,7 +169,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
     if (request->key().empty()) {
       return Answer("KvSet", absl::InvalidArgumentError("key: must not be empty"));
     }
-    jobs_->kv().Set(request->key(), request->value());
+    jobs_->rendezvous().Set(request->key(), request->value());
     return grpc::Status::OK;
   }
 
@@ -181,7 +181,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
                                                             request->timeout_seconds())));
     }
     const std::vector<std::string> keys(request->keys().begin(), request->keys().end());
-    absl::StatusOr<std::vector<std::string>> values = jobs_->kv().Get(
+    absl::StatusOr<std::vector<std::string>> values = jobs_->rendezvous().Get(
         keys, absl::Seconds(std::min(request->timeout_seconds(), kMaxKvWaitSeconds)),
         [context] { return context->IsCancelled(); });
     if (values.ok()) {
