@@ -1,6 +1,7 @@
 #include "coordinator/job_logic.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "absl/strings/str_cat.h"
 
@@ -20,6 +21,83 @@ absl::Status CheckTransition(pp::v1::JobState from, pp::v1::JobState to) {
   if (ok) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat("job is ", pp::v1::JobState_Name(from),
                                                     ", cannot become ", pp::v1::JobState_Name(to)));
+}
+
+std::string MakeJobId(const std::string& name, int64_t sequence) {
+  std::string clean;
+  for (char c : name) {
+    if (clean.size() >= 40) break;
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (std::isalnum(u)) {
+      clean.push_back(static_cast<char>(std::tolower(u)));
+    } else if (!clean.empty() && clean.back() != '-') {
+      clean.push_back('-');
+    }
+  }
+  while (!clean.empty() && clean.back() == '-') clean.pop_back();
+  return absl::StrCat(clean.empty() ? "job" : clean, "-", sequence);
+}
+
+pp::v1::JobEventKind FinalEventKind(pp::v1::JobState state) {
+  switch (state) {
+    case pp::v1::SUCCEEDED:
+      return pp::v1::EVENT_FINISHED;
+    case pp::v1::CANCELLED:
+      return pp::v1::EVENT_CANCELLED;
+    default:
+      return pp::v1::EVENT_FAILED;
+  }
+}
+
+bool EndsWatch(pp::v1::JobEventKind kind) {
+  return kind == pp::v1::EVENT_FINISHED || kind == pp::v1::EVENT_FAILED ||
+         kind == pp::v1::EVENT_CANCELLED;
+}
+
+int RankOfWorker(const pp::v1::Job& job, const std::string& worker) {
+  for (const pp::v1::RankPlacement& p : job.placement()) {
+    if (p.worker() == worker) return p.rank();
+  }
+  return -1;
+}
+
+pp::v1::JobEvent SnapshotEvent(const pp::v1::Job& job, double now_unix) {
+  pp::v1::JobEvent event;
+  switch (job.state()) {
+    case pp::v1::QUEUED:
+      event.set_kind(pp::v1::EVENT_QUEUED);
+      break;
+    case pp::v1::RUNNING:
+      event.set_kind(job.step() > 0 ? pp::v1::EVENT_STEP : pp::v1::EVENT_PLACED);
+      break;
+    default:
+      event.set_kind(FinalEventKind(job.state()));
+      break;
+  }
+  event.set_job_id(job.id());
+  event.set_step(job.step());
+  event.set_total_steps(job.spec().train().steps());
+  event.set_loss(job.loss());
+  event.set_tokens_per_second(job.tokens_per_second());
+  event.set_bubble_ratio(job.bubble_ratio());
+  event.set_message(job.reason());
+  event.set_time_unix(now_unix);
+  return event;
+}
+
+void StartNextAttempt(pp::v1::Job& job, int from_step, const std::string& reason, bool automatic,
+                      double now_unix) {
+  job.set_attempt(job.attempt() + 1);
+  job.set_start_step(from_step);
+  job.set_step(from_step);
+  job.set_reason(reason);
+  job.set_updated_unix(now_unix);
+  pp::v1::JobRestart* entry = job.add_restart_log();
+  entry->set_attempt(job.attempt());
+  entry->set_reason(reason);
+  entry->set_from_step(from_step);
+  entry->set_time_unix(job.updated_unix());
+  entry->set_automatic(automatic);
 }
 
 double MeasuredBubble(const std::vector<pp::v1::StepReport>& reports) {

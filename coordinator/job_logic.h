@@ -1,10 +1,13 @@
-// Pure job bookkeeping of ppcoord (internal): the state machine, aggregation of per-rank step and
-// checkpoint reports, and the measured bubble ratio. No locks, no RPC, no clock.
+// Pure job bookkeeping of ppcoord (internal): the state machine, job ids, attempts, events,
+// aggregation of per-rank step and checkpoint reports, and the measured bubble ratio. No locks, no
+// RPC, no clock (callers pass the time).
 #ifndef PP_COORDINATOR_JOB_LOGIC_H_
 #define PP_COORDINATOR_JOB_LOGIC_H_
 
+#include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,6 +24,28 @@ bool IsTerminal(pp::v1::JobState state);
 // (a restart); SUCCEEDED | FAILED | CANCELLED -> QUEUED (a resume). Anything else is
 // FailedPrecondition naming both states.
 absl::Status CheckTransition(pp::v1::JobState from, pp::v1::JobState to);
+
+// "<name>-<sequence>" with the name reduced to [a-z0-9-] (at most 40 characters; "job" when
+// nothing is left) so ids are safe in paths, keys and labels.
+std::string MakeJobId(const std::string& name, int64_t sequence);
+
+// The event a job emits when it ends in `state`: FINISHED, CANCELLED, else FAILED.
+pp::v1::JobEventKind FinalEventKind(pp::v1::JobState state);
+
+// Whether a watch ends after an event of `kind` (the job ended).
+bool EndsWatch(pp::v1::JobEventKind kind);
+
+// The rank `worker` holds in job.placement; -1 when none.
+int RankOfWorker(const pp::v1::Job& job, const std::string& worker);
+
+// The job's current state as an event stamped `now_unix`: its kind says the state (QUEUED; PLACED
+// or STEP while running; the final kind once ended), its message is job.reason.
+pp::v1::JobEvent SnapshotEvent(const pp::v1::Job& job, double now_unix);
+
+// The next attempt of `job` starts at `from_step` for `reason`: bumps job.attempt, sets start_step,
+// step, reason and updated_unix, and appends the attempt to job.restart_log.
+void StartNextAttempt(pp::v1::Job& job, int from_step, const std::string& reason, bool automatic,
+                      double now_unix);
 
 // Idle share of the step over all ranks: 1 - sum(busy) / (ranks * max(step seconds)).
 // 0 when no time was measured.

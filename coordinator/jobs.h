@@ -1,10 +1,22 @@
 // The coordinator's state (internal): jobs, workers, rendezvous keys and event streams, behind one
 // lock, plus a scheduler thread that detects silent workers, places queued jobs and pushes tasks.
 // The gRPC services (service.cc) are thin adapters over these methods.
+//
+// JobManager owns the lock and wires its parts together: the pure bookkeeping (job_logic.h,
+// resume_logic.h, placement.h, common/manifest.h), the worker table (registry.h), the job store
+// (store.h), the calls to workers (worker_rpc.h) and the event stream (event_log.h); the last two
+// share the lock. Its implementation is in three files: jobs.cc (lifecycle, scheduling, the client
+// side), job_transitions.cc (how an attempt ends, fails or is queued again) and worker_reports.cc
+// (the worker side: registration, heartbeats, step, task and checkpoint reports).
+//
+// Threading: every public method is thread-safe and takes mu_ itself (none may be called with it
+// held). mu_ guards every member marked ABSL_GUARDED_BY(mu_) and the state of rpc_ and events_.
+// Outside mu_ run only the worker RPCs' start (WorkerRpc::Issue, on the scheduler thread), the
+// hashing of checkpoints (VerifyQueued, on the verifier thread, and Resume) and the wait of a
+// watcher (EventLog::Follow).
 #ifndef PP_COORDINATOR_JOBS_H_
 #define PP_COORDINATOR_JOBS_H_
 
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,14 +29,18 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/checkpoint.h"
+#include "coordinator/event_log.h"
 #include "coordinator/job_logic.h"
-#include "coordinator/kv.h"
 #include "coordinator/metrics.h"
+#include "coordinator/planning.h"
 #include "coordinator/registry.h"
+#include "coordinator/rendezvous.h"
 #include "coordinator/store.h"
-#include "grpcpp/channel.h"
+#include "coordinator/worker_rpc.h"
+#include "grpcpp/support/status.h"
+#include "pp/v1/checkpoint.pb.h"
 #include "pp/v1/coordinator.pb.h"
-#include "pp/v1/worker.grpc.pb.h"
 
 namespace pp::coordinator {
 
@@ -76,7 +92,7 @@ class JobManager {
   pp::v1::ReportResponse ReportStep(const pp::v1::StepReport& report);
   pp::v1::ReportResponse ReportTask(const pp::v1::TaskReport& report);
   pp::v1::ReportResponse ReportCheckpoint(const pp::v1::CheckpointReport& report);
-  KvStore& kv() { return kv_; }
+  RendezvousStore& rendezvous() { return rendezvous_; }
 
   std::string checkpoint_root() const;
 
@@ -89,13 +105,10 @@ class JobManager {
     std::unique_ptr<StepAggregator> steps;
     std::unique_ptr<CheckpointCollector> checkpoints;
     std::set<int> ranks_done;
-    bool drained = false;                   // a rank stopped at stop_step (a worker drains)
-    int stop_step = 0;                      // >0: every rank checkpoints and stops after it
+    bool drained = false;  // a rank stopped at stop_step (a worker drains)
+    int stop_step = 0;     // >0: every rank checkpoints and stops after it
     int newest_reported_step = 0;
     std::set<std::string> leaving_workers;  // asked to drain: not placed again
-    std::deque<pp::v1::StepTrace> traces;  // the newest few steps
-    std::deque<pp::v1::JobEvent> events;   // the newest events; events[0] has index first_event
-    int64_t first_event = 0;
     // A lost-peer failure of `attempt` waiting for its cause (ManagerOptions::failure_settle).
     struct Suspicion {
       int attempt = 0;
@@ -112,17 +125,10 @@ class JobManager {
     std::string job_id;
     int attempt = 0;
   };
-  // An RPC to a worker, issued by the scheduler thread outside the lock.
-  struct Outbound {
-    enum class Kind {
-      kRun,    // RunTask(plan)
-      kAbort,  // AbortTask(job_id, attempt, reason)
-      kProbe,  // GetStatus: is the worker of a suspected lost peer alive?
-    };
-    Kind kind = Kind::kAbort;
-    std::string worker, address, job_id, reason;
-    int attempt = 0;
-    pp::v1::TaskPlan plan;
+  // The checkpoint a resume starts from, found and verified outside the lock.
+  struct ResumeCheckpoint {
+    absl::StatusOr<pp::v1::CheckpointManifest> manifest;
+    std::vector<std::string> skipped;  // why each newer committed step was refused
   };
 
   JobManager(const ManagerOptions& options, std::unique_ptr<JobStore> store,
@@ -137,8 +143,27 @@ class JobManager {
   void VerifyQueued() ABSL_LOCKS_EXCLUDED(mu_);
   // VerifyQueued every tick, on a thread of its own, until Stop.
   void VerifierLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  void Issue(Outbound rpc);
-  pp::v1::Worker::Stub* StubFor(const std::string& address);
+  // What PlaceQueued does for one job that fits on `placement`: RUNNING, its workers BUSY, a
+  // RunTask to each.
+  void Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Settles the start step of a requeued job once VerifyQueued checked its checkpoint.
+  void SettleStartStep(JobRecord& rec, const absl::StatusOr<pp::common::LatestManifest>& latest)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Resume, under the lock: the checks on the job and the request, and the plan of the next
+  // attempt; `attempt` is the ended attempt (Resume applies only if it is still the job's).
+  absl::StatusOr<PlannedJob> PlanResume(const pp::v1::ResumeJobRequest& request, int* attempt)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Resume, under the lock again: queues the job from `checkpoint` unless it changed meanwhile.
+  absl::StatusOr<pp::v1::Job> ApplyResume(const std::string& job_id, int attempt,
+                                          PlannedJob planned, const ResumeCheckpoint& checkpoint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker RPC came back (WorkerRpc's completion): probes go to ProbeAnswered; a failed RunTask
+  // of the live attempt frees its worker and fails the attempt.
+  void RpcDone(const Outbound& rpc, const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues AbortTask(job_id, attempt, reason) to `worker` at `address`.
+  void QueueAbort(const std::string& worker, const std::string& address, const std::string& job_id,
+                  int attempt, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   JobRecord* FindLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether `held` is the running attempt of a RUNNING job.
@@ -169,31 +194,28 @@ class JobManager {
   // max_restarts. Emits EVENT_RESTARTED.
   void Requeue(JobRecord& rec, const std::string& reason, bool automatic,
                const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next attempt starts at `from_step`: bumps the attempt and logs why.
-  void StartNextAttempt(JobRecord& rec, int from_step, const std::string& reason, bool automatic)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Emit(JobRecord& rec, pp::v1::JobEventKind kind, const std::string& message)
+  // Appends the job's current state as an event of `kind` with `message`; returns it, for the
+  // caller to complete.
+  pp::v1::JobEvent& Emit(JobRecord& rec, pp::v1::JobEventKind kind, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Persist(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitCheckpoint(JobRecord& rec, const std::vector<pp::v1::CheckpointReport>& shards)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  pp::v1::JobEvent Snapshot(const JobRecord& rec) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const ManagerOptions options_;
   CoordinatorMetrics* const metrics_;
-  KvStore kv_;
+  RendezvousStore rendezvous_;  // thread-safe on its own
 
   absl::Mutex mu_;
+  WorkerRpc rpc_;    // guarded by mu_ (see worker_rpc.h)
+  EventLog events_;  // guarded by mu_ (see event_log.h)
   std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   WorkerTable workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Held> held_ ABSL_GUARDED_BY(mu_);  // BUSY workers' tasks
-  std::deque<Outbound> outbound_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<pp::v1::Worker::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread scheduler_;
   std::thread verifier_;  // VerifierLoop: checkpoint hashing never holds up the scheduler

@@ -5,25 +5,14 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
-#include "worker/parallel/parallel.h"
 
 namespace pp::coordinator {
 
-int WorldSize(const pp::v1::JobSpec& spec) {
-  const pp::v1::ParallelSpec& p = spec.parallel();
-  return p.pipeline() * std::max(1, p.tensor()) * std::max(1, p.data());
-}
-
-absl::StatusOr<parallel::Mesh> MeshOf(const pp::v1::JobSpec& spec) {
-  const pp::v1::ParallelSpec& p = spec.parallel();
-  return parallel::Mesh::Create(std::max(1, p.data()), p.pipeline(), std::max(1, p.tensor()));
-}
-
-std::vector<pp::v1::RankPlacement> MeshRanks(const parallel::Mesh& mesh,
+std::vector<pp::v1::RankPlacement> MeshRanks(const common::Mesh& mesh,
                                              const std::vector<int>& stage_to_rank) {
   std::vector<pp::v1::RankPlacement> ranks;
   for (int rank = 0; rank < mesh.size(); ++rank) {
-    const parallel::MeshCoord coord = *mesh.Coord(rank);  // in range
+    const common::MeshCoord coord = *mesh.Coord(rank);  // in range
     pp::v1::RankPlacement& p = ranks.emplace_back();
     p.set_rank(rank);
     p.set_tp(coord.tp);
@@ -39,18 +28,18 @@ std::vector<pp::v1::RankPlacement> MeshRanks(const parallel::Mesh& mesh,
 absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
     const pp::v1::JobSpec& spec, const std::vector<int>& stage_to_rank,
     const std::vector<pp::v1::WorkerInfo>& idle) {
-  const int world = WorldSize(spec);
+  const int world = common::WorldSize(spec);
   if (static_cast<int>(idle.size()) < world) {
     return absl::FailedPreconditionError(
         absl::StrCat("job needs ", world, " idle workers, ", idle.size(), " available"));
   }
   // The first `world` idle workers (in name order), arranged so that a TP group shares a host
   // where hosts are known: the chattiest group gets the fastest links.
-  absl::StatusOr<parallel::Mesh> mesh = MeshOf(spec);
+  absl::StatusOr<common::Mesh> mesh = common::MeshOf(spec);
   if (!mesh.ok()) return mesh.status();
   std::vector<std::string> hosts;
   for (int w = 0; w < world; ++w) hosts.push_back(idle[w].host());
-  absl::StatusOr<std::vector<int>> worker_of_rank = parallel::PlaceRanks(*mesh, hosts);
+  absl::StatusOr<std::vector<int>> worker_of_rank = common::PlaceRanks(*mesh, hosts);
   if (!worker_of_rank.ok()) return worker_of_rank.status();
   std::vector<pp::v1::RankPlacement> placement = MeshRanks(*mesh, stage_to_rank);
   for (pp::v1::RankPlacement& p : placement) {

@@ -8,27 +8,21 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mesh.h"
 #include "pp/v1/coordinator.pb.h"
 #include "pp/v1/job.pb.h"
 #include "pp/v1/schedule.pb.h"
 #include "pp/v1/worker.pb.h"
-#include "worker/parallel/parallel.h"
 
 namespace pp::coordinator {
 
-// pipeline * tensor * data of a spec whose defaults are applied.
-int WorldSize(const pp::v1::JobSpec& spec);
-
-// The (data, pipeline, tensor) mesh of a spec whose defaults are applied.
-absl::StatusOr<parallel::Mesh> MeshOf(const pp::v1::JobSpec& spec);
-
 // Every global rank's (dp, pp, tp) coordinates on `mesh` and the stages that `stage_to_rank` gives
 // its pipeline rank, in rank order; no worker yet.
-std::vector<pp::v1::RankPlacement> MeshRanks(const parallel::Mesh& mesh,
+std::vector<pp::v1::RankPlacement> MeshRanks(const common::Mesh& mesh,
                                              const std::vector<int>& stage_to_rank);
 
-// MeshRanks, each rank put on one of `idle` (sorted by name; the first WorldSize are used), TP
-// groups on one host where hosts are known. FailedPrecondition when too few workers.
+// MeshRanks, each rank put on one of `idle` (sorted by name; the first common::WorldSize are
+// used), TP groups on one host where hosts are known. FailedPrecondition when too few workers.
 absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
     const pp::v1::JobSpec& spec, const std::vector<int>& stage_to_rank,
     const std::vector<pp::v1::WorkerInfo>& idle);

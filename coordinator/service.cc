@@ -4,6 +4,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
+#include "common/mesh.h"
 #include "coordinator/jobs.h"
 #include "coordinator/metrics.h"
 #include "coordinator/plan/render.h"
@@ -100,7 +101,7 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
                                                planned->stage_units.end());
       const std::vector<int> stage_to_rank(response->schedule().stage_to_rank().begin(),
                                            response->schedule().stage_to_rank().end());
-      absl::StatusOr<parallel::Mesh> mesh = MeshOf(planned->spec);
+      absl::StatusOr<common::Mesh> mesh = common::MeshOf(planned->spec);
       if (mesh.ok()) {
         for (pp::v1::RankPlacement& rank : MeshRanks(*mesh, stage_to_rank)) {
           *response->add_ranks() = std::move(rank);
@@ -168,7 +169,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
     if (request->key().empty()) {
       return Answer("KvSet", absl::InvalidArgumentError("key: must not be empty"));
     }
-    jobs_->kv().Set(request->key(), request->value());
+    jobs_->rendezvous().Set(request->key(), request->value());
     return grpc::Status::OK;
   }
 
@@ -180,7 +181,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
                                                             request->timeout_seconds())));
     }
     const std::vector<std::string> keys(request->keys().begin(), request->keys().end());
-    absl::StatusOr<std::vector<std::string>> values = jobs_->kv().Get(
+    absl::StatusOr<std::vector<std::string>> values = jobs_->rendezvous().Get(
         keys, absl::Seconds(std::min(request->timeout_seconds(), kMaxKvWaitSeconds)),
         [context] { return context->IsCancelled(); });
     if (values.ok()) {

@@ -6,7 +6,7 @@
 
 #include "absl/time/clock.h"
 #include "coordinator/job_logic.h"
-#include "coordinator/kv.h"
+#include "coordinator/rendezvous.h"
 #include "coordinator/placement.h"
 #include "coordinator/registry.h"
 #include "coordinator/store.h"
@@ -19,8 +19,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-TEST(KvStore, GetWaitsForKeysSetLater) {
-  KvStore kv;
+TEST(RendezvousStore, GetWaitsForKeysSetLater) {
+  RendezvousStore kv;
   kv.Set("j/0/a", "1");
   std::thread setter([&kv] {
     absl::SleepFor(absl::Milliseconds(50));
@@ -32,8 +32,8 @@ TEST(KvStore, GetWaitsForKeysSetLater) {
   EXPECT_THAT(*values, ElementsAre("1", "2"));
 }
 
-TEST(KvStore, GetTimesOutNamingMissingKeys) {
-  KvStore kv;
+TEST(RendezvousStore, GetTimesOutNamingMissingKeys) {
+  RendezvousStore kv;
   kv.Set("present", "x");
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<std::string>> values =
@@ -44,16 +44,16 @@ TEST(KvStore, GetTimesOutNamingMissingKeys) {
   EXPECT_THAT(values.status().message(), ::testing::Not(HasSubstr("present")));
 }
 
-TEST(KvStore, ZeroTimeoutDoesNotWaitAndCancelEndsWait) {
-  KvStore kv;
+TEST(RendezvousStore, ZeroTimeoutDoesNotWaitAndCancelEndsWait) {
+  RendezvousStore kv;
   EXPECT_FALSE(kv.Get({"k"}, absl::ZeroDuration()).ok());
   const absl::Time start = absl::Now();
   EXPECT_FALSE(kv.Get({"k"}, absl::Seconds(30), [] { return true; }).ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
-TEST(KvStore, EraseWithPrefixDropsOnlyThatJob) {
-  KvStore kv;
+TEST(RendezvousStore, EraseWithPrefixDropsOnlyThatJob) {
+  RendezvousStore kv;
   kv.Set("job-1/0/a", "");
   kv.Set("job-1/0/b", "");
   kv.Set("job-10/0/a", "");
@@ -63,8 +63,8 @@ TEST(KvStore, EraseWithPrefixDropsOnlyThatJob) {
   EXPECT_TRUE(kv.Get({"job-10/0/a", "job-2/0/a"}, absl::ZeroDuration()).ok());
 }
 
-TEST(KvStore, CloseWakesWaiters) {
-  KvStore kv;
+TEST(RendezvousStore, CloseWakesWaiters) {
+  RendezvousStore kv;
   std::thread closer([&kv] {
     absl::SleepFor(absl::Milliseconds(50));
     kv.Close();

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
+#include "common/mesh.h"
 #include "coordinator/placement.h"
 #include "coordinator/plan/plan.h"
 #include "kernels/cuda/plugin.h"
@@ -99,7 +100,7 @@ bool RunMesh(const std::string& corpus, const fs::path& dir, int data, int tenso
   *job.mutable_spec() = spec;
   const std::vector<int> stage_to_rank(schedule->stage_to_rank().begin(),
                                        schedule->stage_to_rank().end());
-  const parallel::Mesh mesh = *coordinator::MeshOf(spec);  // the spec is valid
+  const common::Mesh mesh = *common::MeshOf(spec);  // the spec is valid
   for (pp::v1::RankPlacement& p : coordinator::MeshRanks(mesh, stage_to_rank)) {
     p.set_worker(absl::StrCat("gpu", p.rank()));
     *job.add_placement() = std::move(p);

@@ -1,11 +1,17 @@
 // Mesh coordinates and groups, placement on hosts, replicas' microbatch shares.
 #include <set>
 
+#include "common/mesh.h"
 #include "gtest/gtest.h"
 #include "worker/parallel/parallel.h"
 
 namespace pp::parallel {
 namespace {
+
+using common::Axis;
+using common::Mesh;
+using common::MeshCoord;
+using common::PlaceRanks;
 
 TEST(MeshTest, RanksAndCoordinatesRoundTripWithTensorFastest) {
   absl::StatusOr<Mesh> mesh = Mesh::Create(2, 3, 2);

@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/job_spec.h"
+#include "common/step_math.h"
 #include "worker/daemon/model_compute.h"
-#include "worker/data/data.h"
 
 namespace pp::daemon {
 namespace {
@@ -114,9 +114,8 @@ class ShardWriter {
         {"rank", absl::StrCat(plan_.rank())},
         {"step", absl::StrCat(step)},
         {"data_position",
-         absl::StrCat(data::DataPositionAtStep(
-             step, train.microbatches() * std::max(1, plan_.spec().parallel().data()),
-             train.microbatch_size()))},
+         absl::StrCat(common::DataPositionAtStep(step, common::GlobalMicrobatches(plan_.spec()),
+                                                 train.microbatch_size()))},
         {"rng_seed", absl::StrCat(train.seed())},
         {"rng_counter", "0"},  // randomness is only drawn at initialisation
     };
@@ -301,8 +300,7 @@ absl::Status Task::Run(TaskReporter& reporter) {
     }
   } unregister{this};
 
-  const int64_t tokens_per_step = static_cast<int64_t>(spec.train().microbatches()) *
-                                  spec.train().microbatch_size() * spec.model().seq_len();
+  const int64_t tokens_per_step = common::ReplicaTokensPerStep(spec);
   const int every = spec.checkpoint().every_steps();
   const int steps = spec.train().steps();
   ShardWriter writer(plan_, env_, reporter);
@@ -339,7 +337,7 @@ absl::Status Task::Run(TaskReporter& reporter) {
 
     // Every rank gets the same stop step, so all of them stop (and checkpoint) after it.
     const bool stop = answer.stop_after_step() == done && done < steps;
-    const bool due = stop || done == steps || (every > 0 && done % every == 0);
+    const bool due = stop || common::CheckpointDue(done, steps, every);
     if (due && !plan_.checkpoint_dir().empty()) {
       if (absl::Status s = writer.Save(done, (*compute)->CheckpointShard()); !s.ok()) {
         return fail(s);

@@ -107,10 +107,6 @@ int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len) {
   return static_cast<int64_t>(product % starts);
 }
 
-int64_t DataPositionAtStep(int64_t step, int64_t microbatches, int64_t microbatch_size) {
-  return step * microbatches * microbatch_size;
-}
-
 absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t data_position,
                                           int64_t microbatch, int64_t batch, int64_t seq_len) {
   if (batch < 1 || seq_len < 1 || data_position < 0 || microbatch < 0) {

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/file_io.h"
+#include "common/step_math.h"
 #include "pp/v1/job.pb.h"
 
 namespace pp::data {
@@ -60,8 +61,9 @@ std::string GenerateCorpus(uint64_t seed, int64_t n_bytes);
 int64_t WindowStride(int64_t n_tokens, int64_t seq_len);
 int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len);
 
-// Sequences consumed before `step` in a run that started at step 0: step * M * B.
-int64_t DataPositionAtStep(int64_t step, int64_t microbatches, int64_t microbatch_size);
+// Sequences consumed before `step` in a run that started at step 0: step * M * B. Step arithmetic
+// the coordinator needs too, so it lives in common/step_math.h.
+using pp::common::DataPositionAtStep;
 
 // inputs (B,T) and targets (B,T), int32, row-major.
 struct Microbatch {

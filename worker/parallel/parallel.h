@@ -1,11 +1,8 @@
-// The (data, pipeline, tensor) mesh, data-parallel gradient buckets, and the Collectives interface
-// the tensor- and data-parallel groups talk through.
+// Data-parallel microbatch shares and gradient buckets, and the Collectives interface the tensor-
+// and data-parallel groups talk through. The mesh itself (coordinates, groups, placement on hosts)
+// is common/mesh.h: the coordinator needs it too.
 //
 // Contract:
-// - Mesh: global rank = (dp * PP + pp) * TP + tp. TP is the fastest axis, so a TP group is TP
-//   consecutive ranks, then the stages of one pipeline, then the replicas. PlaceRanks puts whole TP
-//   groups on one host whenever a host has room, then keeps a pipeline's TP groups together, and
-//   only then spreads replicas: the chattiest group gets the fastest links.
 // - Data parallel: replica r of R runs microbatches [r*M/R, (r+1)*M/R) of the step's M (M counts
 //   every replica's microbatches; StageOptions.microbatches takes this M, so an all-reduce SUM of
 //   the replicas' gradients is the step's gradient).
@@ -37,44 +34,7 @@
 
 namespace pp::parallel {
 
-// ---- mesh ---------------------------------------------------------------------------------------
-
-struct MeshCoord {
-  int dp = 0;
-  int pp = 0;
-  int tp = 0;
-};
-
-enum class Axis { kData, kPipeline, kTensor };
-
-class Mesh {
- public:
-  // InvalidArgument unless every size is >= 1.
-  static absl::StatusOr<Mesh> Create(int dp, int pp, int tp);
-
-  int dp() const { return dp_; }
-  int pp() const { return pp_; }
-  int tp() const { return tp_; }
-  int size() const { return dp_ * pp_ * tp_; }
-
-  absl::StatusOr<int> Rank(const MeshCoord& coord) const;
-  absl::StatusOr<MeshCoord> Coord(int rank) const;
-  // The global ranks that share every coordinate of `rank` but `axis`, ascending; a rank's index
-  // in its group is its coordinate on that axis.
-  absl::StatusOr<std::vector<int>> Group(int rank, Axis axis) const;
-  // "dp2 x pp2 x tp2".
-  std::string ToString() const;
-
- private:
-  Mesh(int dp, int pp, int tp) : dp_(dp), pp_(pp), tp_(tp) {}
-  int dp_, pp_, tp_;
-};
-
-// worker_hosts[w]: the host of worker w (empty: unknown; unknown hosts count as one host each).
-// Returns the worker of each global rank. InvalidArgument unless there are exactly mesh.size()
-// workers.
-absl::StatusOr<std::vector<int>> PlaceRanks(const Mesh& mesh,
-                                            const std::vector<std::string>& worker_hosts);
+// ---- data parallel: microbatch shares, gradient buckets -----------------------------------------
 
 struct MicrobatchRange {
   int first = 0;  // [first, end)
@@ -82,8 +42,6 @@ struct MicrobatchRange {
 };
 // Replica dp_rank's share of the step's M microbatches. InvalidArgument unless dp divides M.
 absl::StatusOr<MicrobatchRange> ReplicaMicrobatches(int dp_rank, int dp, int microbatches);
-
-// ---- data-parallel gradient buckets -------------------------------------------------------------
 
 struct GradTensor {
   std::string name;

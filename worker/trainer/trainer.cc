@@ -7,6 +7,8 @@
 #include "absl/strings/str_format.h"
 #include "common/checkpoint.h"
 #include "common/job_spec.h"
+#include "common/manifest.h"
+#include "common/step_math.h"
 #include "kernels/ops.h"
 #include "worker/data/data.h"
 #include "worker/model/model.h"
@@ -37,22 +39,15 @@ absl::Status WriteCheckpoint(kernels::Ops& ops, model::StageModel& model,
   const std::string dir = common::StepDir(root, spec.name(), step);
   auto shard = common::WriteShard(dir, common::ShardFileName(0), tensors);
   if (!shard.ok()) return shard.status();
-  pp::v1::CheckpointManifest manifest;
-  manifest.set_job_id(spec.name());
-  manifest.set_step(step);
-  manifest.set_data_position(
-      data::DataPositionAtStep(step, spec.train().microbatches(), spec.train().microbatch_size()));
-  manifest.mutable_rng()->set_seed(spec.train().seed());
-  *manifest.mutable_spec() = spec;
-  pp::v1::CheckpointLayout* layout = manifest.mutable_layout();
-  layout->set_pipeline(1);
-  layout->set_chunks(1);
-  layout->set_tensor(1);
-  layout->set_data(1);
-  layout->set_schedule("single-process");
-  layout->add_stage_layers(spec.model().n_layers() + 2);
-  *manifest.add_shards() = *shard;
-  manifest.set_created_unix(
+  pp::v1::CheckpointLayout layout;
+  layout.set_pipeline(1);
+  layout.set_chunks(1);
+  layout.set_tensor(1);
+  layout.set_data(1);
+  layout.set_schedule("single-process");
+  layout.add_stage_layers(spec.model().n_layers() + 2);
+  const pp::v1::CheckpointManifest manifest = common::BuildManifest(
+      spec.name(), step, spec, layout, {*shard},
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   if (auto s = common::CommitManifest(dir, manifest); !s.ok()) return s;
   return common::PruneCheckpoints(root, spec.name(), spec.checkpoint().keep());
@@ -86,7 +81,7 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
   for (int step = 0; step < steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
     (*model)->ZeroGrads();
-    const int64_t position = data::DataPositionAtStep(step, M, B);
+    const int64_t position = common::DataPositionAtStep(step, M, B);
     double loss = 0.0;
     for (int j = 0; j < M; ++j) {
       auto batch = data::ReadMicrobatch(*source, position, j, B, T);
@@ -104,16 +99,15 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
     result.losses.push_back(loss);
     result.step_seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
-    result.tokens += static_cast<int64_t>(M) * B * T;
+    result.tokens += common::ReplicaTokensPerStep(spec);
     const double dt = result.step_seconds.back();
     if (options.log != nullptr) {
       *options.log << absl::StrFormat("step %d/%d loss %.6f grad_norm %.4f %.3f s %.0f tok/s\n",
                                       step + 1, steps, loss, norm, dt,
-                                      static_cast<double>(M) * B * T / dt);
+                                      static_cast<double>(common::ReplicaTokensPerStep(spec)) / dt);
     }
-    const int every = spec.checkpoint().every_steps();
-    const bool due = step + 1 == steps || (every > 0 && (step + 1) % every == 0);
-    if (!options.checkpoint_root.empty() && due) {
+    if (!options.checkpoint_root.empty() &&
+        common::CheckpointDue(step + 1, steps, spec.checkpoint().every_steps())) {
       if (auto s = WriteCheckpoint(**ops, **model, spec, options.checkpoint_root, step + 1);
           !s.ok()) {
         return s;

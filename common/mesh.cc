@@ -1,11 +1,12 @@
-// Mesh coordinates, groups, rank placement on hosts, and replicas' microbatch shares.
+#include "common/mesh.h"
+
 #include <algorithm>
 #include <map>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/parallel/parallel.h"
 
-namespace pp::parallel {
+namespace pp::common {
 
 absl::StatusOr<Mesh> Mesh::Create(int dp, int pp, int tp) {
   if (dp < 1 || pp < 1 || tp < 1) {
@@ -45,6 +46,16 @@ absl::StatusOr<std::vector<int>> Mesh::Group(int rank, Axis axis) const {
 }
 
 std::string Mesh::ToString() const { return absl::StrCat("dp", dp_, " x pp", pp_, " x tp", tp_); }
+
+int WorldSize(const pp::v1::JobSpec& spec) {
+  const pp::v1::ParallelSpec& p = spec.parallel();
+  return p.pipeline() * std::max(1, p.tensor()) * std::max(1, p.data());
+}
+
+absl::StatusOr<Mesh> MeshOf(const pp::v1::JobSpec& spec) {
+  const pp::v1::ParallelSpec& p = spec.parallel();
+  return Mesh::Create(std::max(1, p.data()), p.pipeline(), std::max(1, p.tensor()));
+}
 
 absl::StatusOr<std::vector<int>> PlaceRanks(const Mesh& mesh,
                                             const std::vector<std::string>& worker_hosts) {
@@ -92,19 +103,4 @@ absl::StatusOr<std::vector<int>> PlaceRanks(const Mesh& mesh,
   return worker_of_rank;
 }
 
-absl::StatusOr<MicrobatchRange> ReplicaMicrobatches(int dp_rank, int dp, int microbatches) {
-  if (dp < 1 || dp_rank < 0 || dp_rank >= dp) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("replica ", dp_rank, " is outside data parallelism ", dp));
-  }
-  if (microbatches < 1 || microbatches % dp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("microbatches (", microbatches,
-                                                   ") must be a positive multiple of data "
-                                                   "parallelism (",
-                                                   dp, ")"));
-  }
-  const int share = microbatches / dp;
-  return MicrobatchRange{dp_rank * share, (dp_rank + 1) * share};
-}
-
-}  // namespace pp::parallel
+}  // namespace pp::common

@@ -1,4 +1,4 @@
-#include "coordinator/kv.h"
+#include "coordinator/rendezvous.h"
 
 #include <algorithm>
 
@@ -8,21 +8,21 @@
 
 namespace pp::coordinator {
 
-void KvStore::Set(const std::string& key, std::string value) {
+void RendezvousStore::Set(const std::string& key, std::string value) {
   absl::MutexLock lock(&mu_);
   values_[key] = std::move(value);
 }
 
-bool KvStore::AllPresent(const std::vector<std::string>& keys) const {
+bool RendezvousStore::AllPresent(const std::vector<std::string>& keys) const {
   for (const std::string& key : keys) {
     if (!values_.contains(key)) return false;
   }
   return true;
 }
 
-absl::StatusOr<std::vector<std::string>> KvStore::Get(const std::vector<std::string>& keys,
-                                                      absl::Duration timeout,
-                                                      const std::function<bool()>& cancelled) {
+absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(
+    const std::vector<std::string>& keys, absl::Duration timeout,
+    const std::function<bool()>& cancelled) {
   // Waits in short slices so a departed caller or a shutdown ends the wait promptly.
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);
@@ -50,7 +50,7 @@ absl::StatusOr<std::vector<std::string>> KvStore::Get(const std::vector<std::str
   return out;
 }
 
-int KvStore::EraseWithPrefix(const std::string& prefix) {
+int RendezvousStore::EraseWithPrefix(const std::string& prefix) {
   absl::MutexLock lock(&mu_);
   int erased = 0;
   for (auto it = values_.lower_bound(prefix);
@@ -61,12 +61,12 @@ int KvStore::EraseWithPrefix(const std::string& prefix) {
   return erased;
 }
 
-void KvStore::Close() {
+void RendezvousStore::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
 }
 
-size_t KvStore::size() const {
+size_t RendezvousStore::size() const {
   absl::MutexLock lock(&mu_);
   return values_.size();
 }

@@ -1,7 +1,9 @@
-// Rendezvous key-value store of ppcoord (internal). Workers publish their Gloo addresses and NCCL
-// unique ids here under "<job>/<attempt>/..." and wait for their peers' keys.
-#ifndef PP_COORDINATOR_KV_H_
-#define PP_COORDINATOR_KV_H_
+// Rendezvous key-value store of ppcoord (internal), served as WorkerRegistry.KvSet / KvGet. Workers
+// publish their Gloo addresses and NCCL unique ids here under "<job>/<attempt>/..." and wait for
+// their peers' keys (their client side is worker/comm's comm::KvStore).
+// Thread-safe: one lock of its own guards the values; Get releases it while it waits.
+#ifndef PP_COORDINATOR_RENDEZVOUS_H_
+#define PP_COORDINATOR_RENDEZVOUS_H_
 
 #include <functional>
 #include <map>
@@ -14,7 +16,7 @@
 
 namespace pp::coordinator {
 
-class KvStore {
+class RendezvousStore {
  public:
   void Set(const std::string& key, std::string value);
 
@@ -42,4 +44,4 @@ class KvStore {
 
 }  // namespace pp::coordinator
 
-#endif  // PP_COORDINATOR_KV_H_
+#endif  // PP_COORDINATOR_RENDEZVOUS_H_

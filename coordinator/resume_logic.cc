@@ -1,0 +1,56 @@
+#include "coordinator/resume_logic.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/step_math.h"
+#include "coordinator/job_logic.h"
+
+namespace pp::coordinator {
+
+absl::Status CheckResumeRequest(const pp::v1::ResumeJobRequest& request) {
+  if (request.step() < 0 || request.steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step (", request.step(), ") and steps (", request.steps(), ") must be >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckResumable(const pp::v1::Job& job) {
+  if (IsTerminal(job.state())) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("job \"", job.id(), "\" is ", pp::v1::JobState_Name(job.state()),
+                   ": only an ended job can be resumed (cancel it first)"));
+}
+
+absl::StatusOr<pp::v1::JobSpec> ResumedSpec(pp::v1::JobSpec spec,
+                                            const pp::v1::ResumeJobRequest& request) {
+  if (request.has_parallel()) {
+    const int global = pp::common::GlobalMicrobatches(spec);
+    const int replicas = std::max(1, request.parallel().data());
+    if (global % replicas != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallel.data ", replicas, " does not divide the job's ", global,
+          " microbatches per step (train.microbatches x parallel.data): a resume keeps the "
+          "global batch"));
+    }
+    *spec.mutable_parallel() = request.parallel();
+    spec.mutable_train()->set_microbatches(global / replicas);
+  }
+  if (request.steps() > 0) spec.mutable_train()->set_steps(request.steps());
+  return spec;
+}
+
+absl::Status CheckStepsLeft(const std::string& job_id, int from_step, const pp::v1::JobSpec& spec) {
+  if (from_step < spec.train().steps()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job \"", job_id, "\": checkpoint step ", from_step, " already reaches train.steps ",
+      spec.train().steps(), "; ask for more steps to train further"));
+}
+
+std::string ResumeReason(int from_step, const pp::v1::ParallelSpec& parallel) {
+  return absl::StrCat("resumed by the user from checkpoint step ", from_step, " on ",
+                      parallel.schedule(), " D=", parallel.pipeline(), " V=", parallel.chunks());
+}
+
+}  // namespace pp::coordinator

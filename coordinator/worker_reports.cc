@@ -1,0 +1,221 @@
+// JobManager: the worker side: registration, heartbeats, and the step, task and checkpoint reports
+// of running attempts, with the commit of a checkpoint once every rank reported its shard.
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/checkpoint.h"
+#include "common/manifest.h"
+#include "common/step_math.h"
+#include "coordinator/jobs.h"
+#include "coordinator/log.h"
+
+namespace pp::coordinator {
+
+absl::StatusOr<pp::v1::RegisterWorkerResponse> JobManager::Register(
+    const pp::v1::WorkerInfo& worker) {
+  absl::MutexLock lock(&mu_);
+  std::optional<Held> before;
+  if (auto it = held_.find(worker.name()); it != held_.end()) before = it->second;
+  if (absl::Status ok = workers_.Register(worker, absl::Now()); !ok.ok()) return ok;
+  Log(absl::StrCat("worker ", worker.name(), " registered at ", worker.address()));
+  held_.erase(worker.name());
+  const Held now{.job_id = worker.job_id(), .attempt = worker.attempt()};
+  if (!worker.job_id().empty()) {
+    // Busy with what it says until it says the task ended; a stale attempt is told to stop.
+    held_[worker.name()] = now;
+    if (!IsLive(now)) {
+      QueueAbort(worker.name(), worker.address(), now.job_id, now.attempt,
+                 "the attempt this worker runs was replaced");
+    }
+  }
+  // A worker that comes back without the live task it held has lost that rank.
+  if (before && IsLive(*before) &&
+      (before->job_id != now.job_id || before->attempt != now.attempt)) {
+    JobRecord& rec = jobs_.at(before->job_id);
+    Fail(rec,
+         absl::StrCat("worker ", worker.name(), " (rank ", RankOfWorker(rec.job, worker.name()),
+                      ") registered again without its task (restarted?)"),
+         worker.name());
+  }
+  PlaceQueued();
+  UpdateGauges();
+  pp::v1::RegisterWorkerResponse response;
+  response.set_name(worker.name());
+  response.set_heartbeat_seconds(absl::ToDoubleSeconds(options_.heartbeat_interval));
+  return response;
+}
+
+pp::v1::HeartbeatResponse JobManager::Heartbeat(const pp::v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  pp::v1::HeartbeatResponse response;
+  response.set_known(workers_.Heartbeat(request.name(), absl::Now()));
+  if (!response.known()) return response;
+  const Held reported{.job_id = request.job_id(), .attempt = request.attempt()};
+  if (!request.job_id().empty() && !IsLive(reported)) response.add_abort_jobs(request.job_id());
+  // A worker is free once it says it no longer runs what it held, unless that is the live attempt
+  // (its RunTask may still be on the way).
+  auto held = held_.find(request.name());
+  if (held != held_.end() && !IsLive(held->second) &&
+      (held->second.job_id != reported.job_id || held->second.attempt != reported.attempt)) {
+    held_.erase(held);
+    workers_.SetIdle(request.name());
+    PlaceQueued();
+    UpdateGauges();
+  }
+  return response;
+}
+
+pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) {
+  absl::MutexLock lock(&mu_);
+  pp::v1::ReportResponse response;
+  if (!IsLive(Held{.job_id = report.job_id(), .attempt = report.attempt()})) {
+    response.set_abort(true);
+    return response;
+  }
+  JobRecord* rec = FindLocked(report.job_id());
+  pp::v1::Job& job = rec->job;
+  // Ranks finish step s before any rank finishes s + 2 (the clip norm is gathered every step),
+  // and every rank reports each step: each one still reports newest + 1 after this answer.
+  rec->newest_reported_step = std::max(rec->newest_reported_step, report.step());
+  if (report.draining() && rec->stop_step == 0 && report.rank() >= 0 &&
+      report.rank() < job.placement_size()) {
+    rec->stop_step = std::min(job.spec().train().steps(), rec->newest_reported_step + 1);
+    const std::string& worker = job.placement(report.rank()).worker();
+    rec->leaving_workers.insert(worker);
+    Log(absl::StrCat("job ", job.id(), ": worker ", worker, " drains; every rank stops after step ",
+                     rec->stop_step));
+  }
+  response.set_stop_after_step(rec->stop_step);
+  std::optional<StepSummary> summary = rec->steps->Add(report);
+  if (!summary) return response;
+  job.set_step(summary->step);
+  job.set_loss(summary->loss);
+  job.set_bubble_ratio(summary->bubble_ratio);
+  job.set_tokens_per_second(summary->step_seconds > 0
+                                ? static_cast<double>(common::GlobalTokensPerStep(job.spec())) /
+                                      summary->step_seconds
+                                : 0);
+  job.set_updated_unix(NowUnix());
+  events_.AddTrace(job.id(), std::move(summary->trace));
+  StepRecord record{.step = summary->step,
+                    .loss = summary->loss,
+                    .step_seconds = summary->step_seconds,
+                    .tokens_per_second = job.tokens_per_second(),
+                    .bubble_ratio = summary->bubble_ratio,
+                    .time_unix = job.updated_unix()};
+  if (absl::Status saved = store_->AddStep(job.id(), record); !saved.ok()) {
+    Log(absl::StrCat("step of job ", job.id(), " not saved: ", saved.message()));
+  }
+  Persist(*rec);
+  metrics_->StepCompleted(job.id(), summary->loss, summary->bubble_ratio);
+  Emit(*rec, pp::v1::EVENT_STEP, "").set_step_seconds(summary->step_seconds);
+  return response;
+}
+
+pp::v1::ReportResponse JobManager::ReportTask(const pp::v1::TaskReport& report) {
+  absl::MutexLock lock(&mu_);
+  pp::v1::ReportResponse response;
+  JobRecord* rec = FindLocked(report.job_id());
+  const Held ended{.job_id = report.job_id(), .attempt = report.attempt()};
+  std::string worker = report.worker();
+  if (worker.empty() && rec != nullptr && report.rank() >= 0 &&
+      report.rank() < rec->job.placement_size()) {
+    worker = rec->job.placement(report.rank()).worker();
+  }
+  const bool live = IsLive(ended);
+  Release(worker, ended);
+  if (!live) {
+    response.set_abort(true);
+    PlaceQueued();
+    UpdateGauges();
+    return response;
+  }
+  pp::v1::Job& job = rec->job;
+  if (!report.ok()) {
+    const std::string reason =
+        absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ", report.error());
+    const auto code = static_cast<absl::StatusCode>(report.error_code());
+    if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded) {
+      Suspect(*rec, reason, worker);
+    } else {
+      Fail(*rec, reason, worker);  // the rank's own error: the cause
+    }
+  } else if (report.rank() >= 0 && report.rank() < job.placement_size()) {
+    rec->ranks_done.insert(report.rank());
+    rec->drained = rec->drained || report.drained();
+    if (static_cast<int>(rec->ranks_done.size()) == job.placement_size()) {
+      if (rec->drained) {
+        // The workers that asked to drain are leaving: the next attempt goes elsewhere.
+        for (const std::string& w : rec->leaving_workers) workers_.SetDown(w);
+        Requeue(*rec,
+                absl::StrCat("worker(s) ", absl::StrJoin(rec->leaving_workers, ", "),
+                             " drained after step ", rec->stop_step),
+                /*automatic=*/false);
+      } else {
+        Finish(*rec, pp::v1::SUCCEEDED, "");
+      }
+    }
+  }
+  PlaceQueued();
+  UpdateGauges();
+  return response;
+}
+
+pp::v1::ReportResponse JobManager::ReportCheckpoint(const pp::v1::CheckpointReport& report) {
+  absl::MutexLock lock(&mu_);
+  pp::v1::ReportResponse response;
+  JobRecord* rec = FindLocked(report.job_id());
+  // A rank's last checkpoint may arrive after another rank ended the job.
+  const bool current =
+      rec != nullptr && rec->job.attempt() == report.attempt() && rec->checkpoints != nullptr &&
+      (rec->job.state() == pp::v1::RUNNING || rec->job.state() == pp::v1::SUCCEEDED);
+  if (!current) {
+    response.set_abort(rec == nullptr || rec->job.state() != pp::v1::SUCCEEDED);
+    return response;
+  }
+  absl::StatusOr<std::optional<std::vector<pp::v1::CheckpointReport>>> complete =
+      rec->checkpoints->Add(report);
+  if (!complete.ok()) {
+    Log(absl::StrCat("job ", rec->job.id(), ": ", complete.status().message()));
+    metrics_->CheckpointFailed(rec->job.id());
+  } else if (complete->has_value()) {
+    CommitCheckpoint(*rec, **complete);
+  }
+  return response;
+}
+
+void JobManager::CommitCheckpoint(JobRecord& rec,
+                                  const std::vector<pp::v1::CheckpointReport>& shards) {
+  pp::v1::Job& job = rec.job;
+  const pp::v1::JobSpec& spec = job.spec();
+  const int step = shards.front().step();
+  std::vector<pp::v1::CheckpointShard> manifest_shards;
+  for (const pp::v1::CheckpointReport& r : shards) {
+    manifest_shards.push_back(common::ManifestShard(r));
+  }
+  const pp::v1::CheckpointManifest manifest = common::BuildManifest(
+      job.id(), step, spec, common::MeshLayout(spec, rec.stage_units), manifest_shards, NowUnix());
+  const std::string root = checkpoint_root();
+  absl::Status committed = common::CommitManifest(common::StepDir(root, job.id(), step), manifest);
+  if (!committed.ok()) {
+    Log(absl::StrCat("job ", job.id(), ": checkpoint step ", step,
+                     " not committed: ", committed.message()));
+    metrics_->CheckpointFailed(job.id());
+    return;
+  }
+  if (absl::Status pruned = common::PruneCheckpoints(root, job.id(), spec.checkpoint().keep());
+      !pruned.ok()) {
+    Log(absl::StrCat("job ", job.id(), ": ", pruned.message()));
+  }
+  job.set_last_checkpoint_step(step);
+  Persist(rec);
+  metrics_->CheckpointCommitted(job.id(), step, manifest.created_unix());
+  Emit(rec, pp::v1::EVENT_CHECKPOINT, absl::StrCat("checkpoint step ", step, " committed"))
+      .set_step(step);
+}
+
+}  // namespace pp::coordinator

@@ -1,0 +1,92 @@
+#include "coordinator/worker_rpc.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/log.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace pp::coordinator {
+
+WorkerRpc::WorkerRpc(absl::Mutex* mu, CoordinatorMetrics* metrics, absl::Duration rpc_deadline,
+                     absl::Duration probe_deadline, DoneFn done)
+    : mu_(mu),
+      metrics_(metrics),
+      rpc_deadline_(rpc_deadline),
+      probe_deadline_(probe_deadline),
+      done_(std::move(done)) {}
+
+void WorkerRpc::Queue(Outbound rpc) { queued_.push_back(std::move(rpc)); }
+
+bool WorkerRpc::HasQueued() const { return !queued_.empty(); }
+
+std::deque<Outbound> WorkerRpc::TakeQueued() { return std::exchange(queued_, {}); }
+
+void WorkerRpc::AwaitIdle(absl::Duration timeout) {
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+  mu_->AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+pp::v1::Worker::Stub* WorkerRpc::StubFor(const std::string& address) {
+  std::unique_ptr<pp::v1::Worker::Stub>& stub = stubs_[address];
+  if (!stub) {
+    stub =
+        pp::v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+  return stub.get();
+}
+
+void WorkerRpc::Issue(Outbound rpc) {
+  // The call's state lives until its callback ran.
+  struct Call {
+    grpc::ClientContext context;
+    pp::v1::AbortTaskRequest abort;
+    pp::v1::RunTaskResponse run_response;
+    pp::v1::AbortTaskResponse abort_response;
+    pp::v1::GetStatusRequest status_request;
+    pp::v1::WorkerStatus status_response;
+    Outbound rpc;
+  };
+  auto call = std::make_shared<Call>();
+  call->rpc = std::move(rpc);
+  const Outbound::Kind kind = call->rpc.kind;
+  call->context.set_deadline(absl::ToChronoTime(
+      absl::Now() + (kind == Outbound::Kind::kProbe ? probe_deadline_ : rpc_deadline_)));
+  pp::v1::Worker::Stub* stub;
+  {
+    absl::MutexLock lock(mu_);
+    stub = StubFor(call->rpc.address);
+    ++in_flight_;
+  }
+  auto done = [this, call](grpc::Status status) { Completed(call->rpc, status); };
+  switch (kind) {
+    case Outbound::Kind::kRun:
+      stub->async()->RunTask(&call->context, &call->rpc.plan, &call->run_response, done);
+      break;
+    case Outbound::Kind::kProbe:
+      stub->async()->GetStatus(&call->context, &call->status_request, &call->status_response, done);
+      break;
+    case Outbound::Kind::kAbort:
+      call->abort.set_job_id(call->rpc.job_id);
+      call->abort.set_reason(call->rpc.reason);
+      call->abort.set_attempt(call->rpc.attempt);
+      stub->async()->AbortTask(&call->context, &call->abort, &call->abort_response, done);
+      break;
+  }
+}
+
+void WorkerRpc::Completed(const Outbound& rpc, const grpc::Status& status) {
+  absl::MutexLock lock(mu_);
+  --in_flight_;
+  if (rpc.kind != Outbound::Kind::kProbe && !status.ok()) {
+    const bool run = rpc.kind == Outbound::Kind::kRun;
+    metrics_->RpcError(run ? "pp.v1.Worker/RunTask" : "pp.v1.Worker/AbortTask");
+    Log(absl::StrCat((run ? "RunTask" : "AbortTask"), " to ", rpc.worker, " at ", rpc.address,
+                     " failed: ", status.error_message()));
+  }
+  done_(rpc, status);
+}
+
+}  // namespace pp::coordinator
