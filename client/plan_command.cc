@@ -1,7 +1,9 @@
 // `ppctl plan`: compiles a schedule locally (no server) and prints it as an ASCII timeline, the
 // proto3 JSON of pp.v1.Schedule, or a Chrome trace; `--auto` first picks schedule, V and M, and
 // with --mesh_workers also how to split the workers into data x pipeline x tensor parallelism.
+#include <algorithm>
 #include <iostream>
+#include <iterator>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
@@ -11,11 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/command.h"
-#include "coordinator/plan/auto_plan.h"
-#include "coordinator/plan/compile.h"
-#include "coordinator/plan/convert.h"
-#include "coordinator/plan/generate.h"
-#include "coordinator/plan/render.h"
+#include "coordinator/plan/plan.h"
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, schedule, "1f1b", "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v");
@@ -68,47 +66,47 @@ ABSL_FLAG(double, weight_bytes, 0,
 namespace pp::client {
 namespace {
 
+absl::StatusOr<double> ParseCost(const std::string& value, absl::string_view item) {
+  double out;
+  if (absl::SimpleAtod(value, &out)) return out;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--costs: '", value, "' is not a number (in ", std::string(item), ")"));
+}
+
+absl::Status ParseScales(const std::string& value, std::vector<double>& scales) {
+  for (absl::string_view part : absl::StrSplit(value, ':')) {
+    double scale;
+    if (!absl::SimpleAtod(part, &scale)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--costs: scale entry '", std::string(part), "' is not a number"));
+    }
+    scales.push_back(scale);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<plan::CostModel> ParseCosts(const std::string& text) {
   plan::CostModel costs;
+  const std::pair<const char*, double*> keys[] = {
+      {"f", &costs.forward},         {"b", &costs.backward},
+      {"i", &costs.backward_input},  {"w", &costs.backward_weight},
+      {"comm", &costs.comm_latency}, {"send", &costs.send_overhead},
+      {"bw", &costs.comm_bandwidth}, {"act", &costs.activation_bytes}};
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     const std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    const std::string& key = kv.first;
-    auto number = [&](double* out) -> absl::Status {
-      if (absl::SimpleAtod(kv.second, out)) return absl::OkStatus();
-      return absl::InvalidArgumentError(
-          absl::StrCat("--costs: '", kv.second, "' is not a number (in ", std::string(item), ")"));
-    };
-    absl::Status status;
-    if (key == "f") {
-      status = number(&costs.forward);
-    } else if (key == "b") {
-      status = number(&costs.backward);
-    } else if (key == "i") {
-      status = number(&costs.backward_input);
-    } else if (key == "w") {
-      status = number(&costs.backward_weight);
-    } else if (key == "comm") {
-      status = number(&costs.comm_latency);
-    } else if (key == "send") {
-      status = number(&costs.send_overhead);
-    } else if (key == "bw") {
-      status = number(&costs.comm_bandwidth);
-    } else if (key == "act") {
-      status = number(&costs.activation_bytes);
-    } else if (key == "scale") {
-      for (absl::string_view part : absl::StrSplit(kv.second, ':')) {
-        double scale;
-        if (!absl::SimpleAtod(part, &scale)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("--costs: scale entry '", std::string(part), "' is not a number"));
-        }
-        costs.stage_scale.push_back(scale);
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--costs: unknown key '", key, "' (known: f, b, i, w, comm, bw, act, scale)"));
+    if (kv.first == "scale") {
+      if (absl::Status s = ParseScales(kv.second, costs.stage_scale); !s.ok()) return s;
+      continue;
     }
-    if (!status.ok()) return status;
+    const auto key = std::find_if(std::begin(keys), std::end(keys),
+                                  [&](const auto& k) { return kv.first == k.first; });
+    if (key == std::end(keys)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--costs: unknown key '", kv.first, "' (known: f, b, i, w, comm, bw, act, scale)"));
+    }
+    absl::StatusOr<double> value = ParseCost(kv.second, item);
+    if (!value.ok()) return value.status();
+    *key->second = *value;
   }
   return costs;
 }
@@ -172,13 +170,7 @@ absl::Status RunAuto(const plan::CostModel& costs, const std::string& format) {
   (format == "ascii" ? std::cout : std::cerr) << plan::DescribeAutoPlan(*chosen);
   if (chosen->chosen < 0) return absl::FailedPreconditionError(chosen->reason);
   const plan::Candidate& best = chosen->candidates[chosen->chosen];
-  plan::CostModel scaled = costs;
-  const double factor =
-      static_cast<double>(request.min_microbatches) / best.microbatches / best.chunks;
-  for (double* cost : {&scaled.forward, &scaled.backward, &scaled.backward_input,
-                       &scaled.backward_weight, &scaled.activation_bytes}) {
-    *cost *= factor;
-  }
+  const plan::CostModel scaled = plan::CandidateCosts(request, best);
   absl::StatusOr<plan::Planned> planned =
       plan::Plan(best.schedule, request.pipeline, best.chunks, best.microbatches, scaled);
   if (!planned.ok()) return planned.status();

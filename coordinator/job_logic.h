@@ -22,8 +22,9 @@ bool IsTerminal(pp::v1::JobState state);
 // FailedPrecondition naming both states.
 absl::Status CheckTransition(pp::v1::JobState from, pp::v1::JobState to);
 
-// Idle share of the step over all ranks: 1 - sum(busy) / (ranks * max(step seconds)).
-// 0 when no time was measured.
+// Idle share of the step over all ranks, the planner's one bubble definition (IdleFraction,
+// coordinator/plan/timeline.h) with each rank's reported busy seconds over the slowest rank's
+// step: 1 - sum(busy) / (ranks * max(step seconds)). 0 when no time was measured.
 double MeasuredBubble(const std::vector<pp::v1::StepReport>& reports);
 
 // A step every rank has reported.

@@ -16,6 +16,16 @@ absl::Status CheckCost(const char* name, double value) {
       absl::StrCat("cost ", name, " must be a finite number >= 0, got ", value));
 }
 
+// Activations live at once on a rank, at most: each F adds one, its B (or W) frees it.
+int PeakLive(const std::vector<Action>& program) {
+  int live = 0, peak = 0;
+  for (const Action& a : program) {
+    if (a.kind == Kind::kForward) peak = std::max(peak, ++live);
+    if (a.kind == Kind::kBackward || a.kind == Kind::kBackwardWeight) --live;
+  }
+  return peak;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int S) {
@@ -88,29 +98,17 @@ absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& 
   if (!std::isfinite(sim.makespan)) {
     return absl::InvalidArgumentError("costs too large: the simulated step does not end");
   }
+  sim.end = std::move(exec.end);
+  const Timeline timeline = TimelineFromEnds(schedule, sim.end);
   sim.ranks.resize(D);
-  double busy = 0;
   for (int r = 0; r < D; ++r) {
     RankStats& stats = sim.ranks[r];
-    int live = 0;
-    const std::vector<Action>& program = schedule.programs[r];
-    double start = 0;
-    for (size_t k = 0; k < program.size(); ++k) {
-      const double end = exec.end[r][k];
-      const double took = end - start;
-      start = end;
-      const Kind kind = program[k].kind;
-      if (IsComm(kind)) continue;
-      stats.busy += took;
-      if (kind == Kind::kForward) stats.peak_live = std::max(stats.peak_live, ++live);
-      if (kind == Kind::kBackward || kind == Kind::kBackwardWeight) --live;
-    }
-    stats.peak_bytes = stats.peak_live * costs.activation_bytes;
+    stats.busy = BusyTime(timeline.ranks[r]);
     stats.idle = sim.makespan - stats.busy;
-    busy += stats.busy;
+    stats.peak_live = PeakLive(schedule.programs[r]);
+    stats.peak_bytes = stats.peak_live * costs.activation_bytes;
   }
-  sim.bubble_fraction = sim.makespan > 0 ? 1 - busy / (D * sim.makespan) : 0;
-  sim.end = std::move(exec.end);
+  sim.bubble_fraction = IdleFraction(timeline);
   return sim;
 }
 
@@ -125,6 +123,10 @@ absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& c
     return absl::InvalidArgumentError("schedule deadlocks; run the validator for details");
   }
   return internal::Summarize(schedule, costs, std::move(exec));
+}
+
+Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation) {
+  return TimelineFromEnds(schedule, simulation.end);
 }
 
 }  // namespace pp::plan

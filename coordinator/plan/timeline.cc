@@ -1,0 +1,70 @@
+#include "coordinator/plan/timeline.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "coordinator/plan/convert.h"
+
+namespace pp::plan {
+
+Timeline TimelineFromEnds(const Schedule& schedule, const std::vector<std::vector<double>>& end) {
+  Timeline timeline;
+  timeline.ranks.resize(schedule.programs.size());
+  for (size_t r = 0; r < schedule.programs.size(); ++r) {
+    const std::vector<Action>& program = schedule.programs[r];
+    const std::vector<double>& ends = end[r];
+    timeline.ranks[r].reserve(program.size());
+    for (size_t k = 0; k < program.size() && k < ends.size(); ++k) {
+      timeline.ranks[r].push_back({program[k], k == 0 ? 0 : ends[k - 1], ends[k]});
+    }
+  }
+  return timeline;
+}
+
+Timeline TimelineFromTrace(const pp::v1::StepTrace& trace) {
+  Timeline timeline;
+  for (const pp::v1::RankTrace& rank : trace.ranks()) {
+    if (rank.rank() < 0) continue;
+    if (rank.rank() >= static_cast<int>(timeline.ranks.size())) {
+      timeline.ranks.resize(rank.rank() + 1);
+    }
+    for (const pp::v1::TimedAction& timed : rank.actions()) {
+      const pp::v1::ActionKind kind = timed.action().kind();
+      if (kind < pp::v1::FORWARD || kind > pp::v1::RECV_GRAD) continue;
+      timeline.ranks[rank.rank()].push_back(
+          {ActionFromProto(timed.action()), timed.start(), timed.end()});
+    }
+  }
+  return timeline;
+}
+
+double IdleFraction(const std::vector<double>& busy, double span) {
+  if (busy.empty() || !(span > 0)) return 0;
+  double total = 0;
+  for (double b : busy) total += b;
+  return 1 - total / (static_cast<double>(busy.size()) * span);
+}
+
+double BusyTime(const std::vector<TimedAction>& actions) {
+  double busy = 0;
+  for (const TimedAction& t : actions) {
+    if (!IsComm(t.action.kind)) busy += t.end - t.start;
+  }
+  return busy;
+}
+
+double IdleFraction(const Timeline& timeline) {
+  std::vector<double> busy;
+  busy.reserve(timeline.ranks.size());
+  double first = std::numeric_limits<double>::infinity(), last = 0;
+  for (const std::vector<TimedAction>& rank : timeline.ranks) {
+    busy.push_back(BusyTime(rank));
+    for (const TimedAction& t : rank) {
+      first = std::min(first, t.start);
+      last = std::max(last, t.end);
+    }
+  }
+  return IdleFraction(busy, last - first);
+}
+
+}  // namespace pp::plan
