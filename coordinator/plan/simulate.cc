@@ -16,6 +16,17 @@ absl::Status CheckCost(const char* name, double value) {
       absl::StrCat("cost ", name, " must be a finite number >= 0, got ", value));
 }
 
+// A rank's compute time: each action starts when the previous one on its rank ends (the first
+// at 0), so a compute action took end[k] - end[k-1].
+double ComputeTime(const std::vector<Action>& program, const std::vector<double>& end) {
+  double busy = 0, start = 0;
+  for (size_t k = 0; k < program.size(); ++k) {
+    if (!IsComm(program[k].kind)) busy += end[k] - start;
+    start = end[k];
+  }
+  return busy;
+}
+
 // Activations live at once on a rank, at most: each F adds one, its B (or W) frees it.
 int PeakLive(const std::vector<Action>& program) {
   int live = 0, peak = 0;
@@ -99,16 +110,17 @@ absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& 
     return absl::InvalidArgumentError("costs too large: the simulated step does not end");
   }
   sim.end = std::move(exec.end);
-  const Timeline timeline = TimelineFromEnds(schedule, sim.end);
   sim.ranks.resize(D);
+  std::vector<double> busy(D);
   for (int r = 0; r < D; ++r) {
     RankStats& stats = sim.ranks[r];
-    stats.busy = BusyTime(timeline.ranks[r]);
+    stats.busy = busy[r] = ComputeTime(schedule.programs[r], sim.end[r]);
     stats.idle = sim.makespan - stats.busy;
     stats.peak_live = PeakLive(schedule.programs[r]);
     stats.peak_bytes = stats.peak_live * costs.activation_bytes;
   }
-  sim.bubble_fraction = IdleFraction(timeline);
+  // The first action starts at 0, so the span from the first action to the last is the makespan.
+  sim.bubble_fraction = IdleFraction(busy, sim.makespan);
   return sim;
 }
 

@@ -49,7 +49,7 @@ struct RankStats {
 
 struct Simulation {
   double makespan = 0;
-  double bubble_fraction = 0;  // IdleFraction of the timeline (timeline.h)
+  double bubble_fraction = 0;  // IdleFraction (timeline.h) of the busy times over the makespan
   std::vector<RankStats> ranks;
   // Per rank, per action of the program: when it ends. It starts when the previous action on its
   // rank ends (the first at 0): ranks run their programs back to back, waiting only at receives.

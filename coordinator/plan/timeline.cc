@@ -1,8 +1,5 @@
 #include "coordinator/plan/timeline.h"
 
-#include <algorithm>
-#include <limits>
-
 #include "coordinator/plan/convert.h"
 
 namespace pp::plan {
@@ -43,28 +40,6 @@ double IdleFraction(const std::vector<double>& busy, double span) {
   double total = 0;
   for (double b : busy) total += b;
   return 1 - total / (static_cast<double>(busy.size()) * span);
-}
-
-double BusyTime(const std::vector<TimedAction>& actions) {
-  double busy = 0;
-  for (const TimedAction& t : actions) {
-    if (!IsComm(t.action.kind)) busy += t.end - t.start;
-  }
-  return busy;
-}
-
-double IdleFraction(const Timeline& timeline) {
-  std::vector<double> busy;
-  busy.reserve(timeline.ranks.size());
-  double first = std::numeric_limits<double>::infinity(), last = 0;
-  for (const std::vector<TimedAction>& rank : timeline.ranks) {
-    busy.push_back(BusyTime(rank));
-    for (const TimedAction& t : rank) {
-      first = std::min(first, t.start);
-      last = std::max(last, t.end);
-    }
-  }
-  return IdleFraction(busy, last - first);
 }
 
 }  // namespace pp::plan

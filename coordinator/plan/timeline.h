@@ -1,6 +1,6 @@
 // What a step looks like, planned or measured, and the one bubble definition. The simulator's
-// output and a measured pp.v1.StepTrace both become a Timeline, so the renderers (render.h), the
-// simulator's bubble and the coordinator's measured bubble read time the same way.
+// output and a measured pp.v1.StepTrace both become a Timeline, so the renderers (render.h) draw
+// planned and measured steps alike.
 #ifndef PP_COORDINATOR_PLAN_TIMELINE_H_
 #define PP_COORDINATOR_PLAN_TIMELINE_H_
 
@@ -32,17 +32,13 @@ inline constexpr char kBubbleDefinition[] =
     "1 - sum(busy) / (D * makespan): idle share of all ranks' time from the first action to the "
     "last (not idle over ideal compute)";
 
-// The bubble (kBubbleDefinition): 1 - sum(busy) / (ranks * span), where busy[r] is rank r's
-// compute time and span the time from the first action to the last over all ranks. 0 when there
-// is no rank or span <= 0.
+// The bubble (kBubbleDefinition), the one definition the simulator, the coordinator's measured
+// bubble and ppctl share: 1 - sum(busy) / (ranks * span), where busy[r] is rank r's compute time
+// (F, B, I, W; sends and receives count as idle) and span the time from the first action to the
+// last over all ranks. 0 when there is no rank or span <= 0. It takes the totals rather than a
+// Timeline so that the simulator need not materialize one (for the largest schedules that would
+// double the planning time).
 double IdleFraction(const std::vector<double>& busy, double span);
-
-// The same read from a timeline: a rank's busy time is its compute actions' (F, B, I, W) total
-// (sends and receives count as idle), the span runs from the earliest start to the latest end.
-double IdleFraction(const Timeline& timeline);
-
-// Compute time of one rank's actions (F, B, I, W; comms excluded), summed in order.
-double BusyTime(const std::vector<TimedAction>& actions);
 
 }  // namespace pp::plan
 
