@@ -153,6 +153,27 @@ absl::Status Print(const plan::Planned& planned, const plan::CostModel& costs,
   return absl::OkStatus();
 }
 
+// An auto-planner's comparison is for people: on stdout with --format=ascii, else on stderr so
+// that machine formats keep stdout to the chosen schedule alone. FailedPrecondition (the reason)
+// when nothing fits.
+template <typename AutoPlanT>
+absl::Status ShowComparison(const AutoPlanT& chosen, const std::string& description,
+                            const std::string& format) {
+  (format == "ascii" ? std::cout : std::cerr) << description;
+  if (chosen.chosen < 0) return absl::FailedPreconditionError(chosen.reason);
+  return absl::OkStatus();
+}
+
+// Plans the chosen candidate and prints it, after `ascii_header` with --format=ascii.
+absl::Status PlanAndPrint(const std::string& schedule, int D, int V, int M,
+                          const plan::CostModel& costs, const std::string& format,
+                          const std::string& ascii_header) {
+  absl::StatusOr<plan::Planned> planned = plan::Plan(schedule, D, V, M, costs);
+  if (!planned.ok()) return planned.status();
+  if (format == "ascii") std::cout << ascii_header;
+  return Print(*planned, costs, format);
+}
+
 absl::Status RunAuto(const plan::CostModel& costs, const std::string& format) {
   plan::AutoPlanRequest request;
   request.pipeline = absl::GetFlag(FLAGS_stages);
@@ -166,16 +187,12 @@ absl::Status RunAuto(const plan::CostModel& costs, const std::string& format) {
   request.schedules = absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',', absl::SkipEmpty());
   absl::StatusOr<plan::AutoPlan> chosen = plan::ChooseSchedule(request);
   if (!chosen.ok()) return chosen.status();
-  // The comparison is for people; machine formats keep stdout to the chosen schedule alone.
-  (format == "ascii" ? std::cout : std::cerr) << plan::DescribeAutoPlan(*chosen);
-  if (chosen->chosen < 0) return absl::FailedPreconditionError(chosen->reason);
+  if (absl::Status s = ShowComparison(*chosen, plan::DescribeAutoPlan(*chosen), format); !s.ok()) {
+    return s;
+  }
   const plan::Candidate& best = chosen->candidates[chosen->chosen];
-  const plan::CostModel scaled = plan::CandidateCosts(request, best);
-  absl::StatusOr<plan::Planned> planned =
-      plan::Plan(best.schedule, request.pipeline, best.chunks, best.microbatches, scaled);
-  if (!planned.ok()) return planned.status();
-  if (format == "ascii") std::cout << "\n";
-  return Print(*planned, scaled, format);
+  return PlanAndPrint(best.schedule, request.pipeline, best.chunks, best.microbatches,
+                      plan::CandidateCosts(request, best), format, "\n");
 }
 
 absl::Status RunMesh(const plan::CostModel& costs, const std::string& format) {
@@ -201,18 +218,15 @@ absl::Status RunMesh(const plan::CostModel& costs, const std::string& format) {
   request.costs.weight_bytes = absl::GetFlag(FLAGS_weight_bytes);
   absl::StatusOr<plan::MeshPlan> chosen = plan::ChooseMesh(request);
   if (!chosen.ok()) return chosen.status();
-  (format == "ascii" ? std::cout : std::cerr) << plan::DescribeMeshPlan(*chosen);
-  if (chosen->chosen < 0) return absl::FailedPreconditionError(chosen->reason);
+  if (absl::Status s = ShowComparison(*chosen, plan::DescribeMeshPlan(*chosen), format); !s.ok()) {
+    return s;
+  }
   const plan::MeshCandidate& best = chosen->candidates[chosen->chosen];
   const plan::CostModel stage_costs = plan::MeshStageCosts(request, best);
-  absl::StatusOr<plan::Planned> planned =
-      plan::Plan(best.schedule, best.pp, best.chunks, best.microbatches, stage_costs);
-  if (!planned.ok()) return planned.status();
-  if (format == "ascii") {
-    std::cout << "\none replica's pipeline (per stage-microbatch: f=" << stage_costs.forward
-              << " b=" << stage_costs.backward << ", act = pipeline message bytes)\n";
-  }
-  return Print(*planned, stage_costs, format);
+  return PlanAndPrint(best.schedule, best.pp, best.chunks, best.microbatches, stage_costs, format,
+                      absl::StrCat("\none replica's pipeline (per stage-microbatch: f=",
+                                   stage_costs.forward, " b=", stage_costs.backward,
+                                   ", act = pipeline message bytes)\n"));
 }
 
 absl::Status RunPlan(const std::vector<std::string>& args) {
