@@ -98,12 +98,12 @@ absl::Status CheckMeshRequest(const MeshPlanRequest& r) {
   }
   // The costs a pipeline stage is made of are checked as the simulator checks its own.
   const MeshCosts& c = r.costs;
-  CostModel stage;
-  stage.forward = c.forward;
-  stage.backward = c.backward;
-  stage.activation_bytes = c.activation_bytes;
-  stage.comm_latency = c.comm_latency;
-  stage.comm_bandwidth = c.comm_bandwidth;
+  const CostModel stage{.forward = c.forward,
+                        .backward = c.backward,
+                        .comm_latency = c.comm_latency,
+                        .comm_bandwidth = c.comm_bandwidth,
+                        .activation_bytes = c.activation_bytes,
+                        .stage_scale = {}};
   if (auto resolved = ResolveCosts(stage, 1); !resolved.ok()) return resolved.status();
   const std::pair<const char*, double> sizes[] = {{"memory_per_worker", r.memory_per_worker},
                                                   {"boundary_bytes", c.boundary_bytes},
