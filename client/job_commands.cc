@@ -15,9 +15,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/clock_text.h"
 #include "common/job_spec.h"
 #include "common/proto_io.h"
-#include "coordinator/plan/render.h"
+#include "coordinator/plan/plan.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -80,13 +81,6 @@ std::string Json(const google::protobuf::Message& message) {
   return json;
 }
 
-// "1:02:03" or "2:03".
-std::string Clock(double seconds) {
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  if (s >= 3600) return absl::StrFormat("%d:%02d:%02d", s / 3600, s / 60 % 60, s % 60);
-  return absl::StrFormat("%d:%02d", s / 60, s % 60);
-}
-
 std::string ProgressLine(const pp::v1::JobEvent& e) {
   std::string line =
       absl::StrFormat("%s %s step %d/%d", e.job_id(), pp::v1::JobEventKind_Name(e.kind()).substr(6),
@@ -95,7 +89,7 @@ std::string ProgressLine(const pp::v1::JobEvent& e) {
     absl::StrAppendFormat(&line, "  loss %.4f  %.0f tok/s  bubble %.1f%%", e.loss(),
                           e.tokens_per_second(), 100 * e.bubble_ratio());
     if (e.step_seconds() > 0 && e.step() < e.total_steps()) {
-      absl::StrAppend(&line, "  ETA ", Clock(e.step_seconds() * (e.total_steps() - e.step())));
+      absl::StrAppend(&line, "  ETA ", ClockText(e.step_seconds() * (e.total_steps() - e.step())));
     }
   }
   if (!e.message().empty() && e.kind() != pp::v1::EVENT_STEP)

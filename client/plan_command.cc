@@ -1,7 +1,9 @@
 // `ppctl plan`: compiles a schedule locally (no server) and prints it as an ASCII timeline, the
 // proto3 JSON of pp.v1.Schedule, or a Chrome trace; `--auto` first picks schedule, V and M, and
 // with --mesh_workers also how to split the workers into data x pipeline x tensor parallelism.
+#include <algorithm>
 #include <iostream>
+#include <iterator>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
@@ -11,11 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/command.h"
-#include "coordinator/plan/auto_plan.h"
-#include "coordinator/plan/compile.h"
-#include "coordinator/plan/convert.h"
-#include "coordinator/plan/generate.h"
-#include "coordinator/plan/render.h"
+#include "coordinator/plan/plan.h"
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, schedule, "1f1b", "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v");
@@ -68,47 +66,47 @@ ABSL_FLAG(double, weight_bytes, 0,
 namespace pp::client {
 namespace {
 
+absl::StatusOr<double> ParseCost(const std::string& value, absl::string_view item) {
+  double out;
+  if (absl::SimpleAtod(value, &out)) return out;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--costs: '", value, "' is not a number (in ", std::string(item), ")"));
+}
+
+absl::Status ParseScales(const std::string& value, std::vector<double>& scales) {
+  for (absl::string_view part : absl::StrSplit(value, ':')) {
+    double scale;
+    if (!absl::SimpleAtod(part, &scale)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--costs: scale entry '", std::string(part), "' is not a number"));
+    }
+    scales.push_back(scale);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<plan::CostModel> ParseCosts(const std::string& text) {
   plan::CostModel costs;
+  const std::pair<const char*, double*> keys[] = {
+      {"f", &costs.forward},         {"b", &costs.backward},
+      {"i", &costs.backward_input},  {"w", &costs.backward_weight},
+      {"comm", &costs.comm_latency}, {"send", &costs.send_overhead},
+      {"bw", &costs.comm_bandwidth}, {"act", &costs.activation_bytes}};
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     const std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    const std::string& key = kv.first;
-    auto number = [&](double* out) -> absl::Status {
-      if (absl::SimpleAtod(kv.second, out)) return absl::OkStatus();
-      return absl::InvalidArgumentError(
-          absl::StrCat("--costs: '", kv.second, "' is not a number (in ", std::string(item), ")"));
-    };
-    absl::Status status;
-    if (key == "f") {
-      status = number(&costs.forward);
-    } else if (key == "b") {
-      status = number(&costs.backward);
-    } else if (key == "i") {
-      status = number(&costs.backward_input);
-    } else if (key == "w") {
-      status = number(&costs.backward_weight);
-    } else if (key == "comm") {
-      status = number(&costs.comm_latency);
-    } else if (key == "send") {
-      status = number(&costs.send_overhead);
-    } else if (key == "bw") {
-      status = number(&costs.comm_bandwidth);
-    } else if (key == "act") {
-      status = number(&costs.activation_bytes);
-    } else if (key == "scale") {
-      for (absl::string_view part : absl::StrSplit(kv.second, ':')) {
-        double scale;
-        if (!absl::SimpleAtod(part, &scale)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("--costs: scale entry '", std::string(part), "' is not a number"));
-        }
-        costs.stage_scale.push_back(scale);
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--costs: unknown key '", key, "' (known: f, b, i, w, comm, bw, act, scale)"));
+    if (kv.first == "scale") {
+      if (absl::Status s = ParseScales(kv.second, costs.stage_scale); !s.ok()) return s;
+      continue;
     }
-    if (!status.ok()) return status;
+    const auto key = std::find_if(std::begin(keys), std::end(keys),
+                                  [&](const auto& k) { return kv.first == k.first; });
+    if (key == std::end(keys)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--costs: unknown key '", kv.first, "' (known: f, b, i, w, comm, bw, act, scale)"));
+    }
+    absl::StatusOr<double> value = ParseCost(kv.second, item);
+    if (!value.ok()) return value.status();
+    *key->second = *value;
   }
   return costs;
 }
@@ -155,6 +153,27 @@ absl::Status Print(const plan::Planned& planned, const plan::CostModel& costs,
   return absl::OkStatus();
 }
 
+// An auto-planner's comparison is for people: on stdout with --format=ascii, else on stderr so
+// that machine formats keep stdout to the chosen schedule alone. FailedPrecondition (the reason)
+// when nothing fits.
+template <typename AutoPlanT>
+absl::Status ShowComparison(const AutoPlanT& chosen, const std::string& description,
+                            const std::string& format) {
+  (format == "ascii" ? std::cout : std::cerr) << description;
+  if (chosen.chosen < 0) return absl::FailedPreconditionError(chosen.reason);
+  return absl::OkStatus();
+}
+
+// Plans the chosen candidate and prints it, after `ascii_header` with --format=ascii.
+absl::Status PlanAndPrint(const std::string& schedule, int D, int V, int M,
+                          const plan::CostModel& costs, const std::string& format,
+                          const std::string& ascii_header) {
+  absl::StatusOr<plan::Planned> planned = plan::Plan(schedule, D, V, M, costs);
+  if (!planned.ok()) return planned.status();
+  if (format == "ascii") std::cout << ascii_header;
+  return Print(*planned, costs, format);
+}
+
 absl::Status RunAuto(const plan::CostModel& costs, const std::string& format) {
   plan::AutoPlanRequest request;
   request.pipeline = absl::GetFlag(FLAGS_stages);
@@ -168,22 +187,12 @@ absl::Status RunAuto(const plan::CostModel& costs, const std::string& format) {
   request.schedules = absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',', absl::SkipEmpty());
   absl::StatusOr<plan::AutoPlan> chosen = plan::ChooseSchedule(request);
   if (!chosen.ok()) return chosen.status();
-  // The comparison is for people; machine formats keep stdout to the chosen schedule alone.
-  (format == "ascii" ? std::cout : std::cerr) << plan::DescribeAutoPlan(*chosen);
-  if (chosen->chosen < 0) return absl::FailedPreconditionError(chosen->reason);
-  const plan::Candidate& best = chosen->candidates[chosen->chosen];
-  plan::CostModel scaled = costs;
-  const double factor =
-      static_cast<double>(request.min_microbatches) / best.microbatches / best.chunks;
-  for (double* cost : {&scaled.forward, &scaled.backward, &scaled.backward_input,
-                       &scaled.backward_weight, &scaled.activation_bytes}) {
-    *cost *= factor;
+  if (absl::Status s = ShowComparison(*chosen, plan::DescribeAutoPlan(*chosen), format); !s.ok()) {
+    return s;
   }
-  absl::StatusOr<plan::Planned> planned =
-      plan::Plan(best.schedule, request.pipeline, best.chunks, best.microbatches, scaled);
-  if (!planned.ok()) return planned.status();
-  if (format == "ascii") std::cout << "\n";
-  return Print(*planned, scaled, format);
+  const plan::Candidate& best = chosen->candidates[chosen->chosen];
+  return PlanAndPrint(best.schedule, request.pipeline, best.chunks, best.microbatches,
+                      plan::CandidateCosts(request, best), format, "\n");
 }
 
 absl::Status RunMesh(const plan::CostModel& costs, const std::string& format) {
@@ -209,18 +218,15 @@ absl::Status RunMesh(const plan::CostModel& costs, const std::string& format) {
   request.costs.weight_bytes = absl::GetFlag(FLAGS_weight_bytes);
   absl::StatusOr<plan::MeshPlan> chosen = plan::ChooseMesh(request);
   if (!chosen.ok()) return chosen.status();
-  (format == "ascii" ? std::cout : std::cerr) << plan::DescribeMeshPlan(*chosen);
-  if (chosen->chosen < 0) return absl::FailedPreconditionError(chosen->reason);
+  if (absl::Status s = ShowComparison(*chosen, plan::DescribeMeshPlan(*chosen), format); !s.ok()) {
+    return s;
+  }
   const plan::MeshCandidate& best = chosen->candidates[chosen->chosen];
   const plan::CostModel stage_costs = plan::MeshStageCosts(request, best);
-  absl::StatusOr<plan::Planned> planned =
-      plan::Plan(best.schedule, best.pp, best.chunks, best.microbatches, stage_costs);
-  if (!planned.ok()) return planned.status();
-  if (format == "ascii") {
-    std::cout << "\none replica's pipeline (per stage-microbatch: f=" << stage_costs.forward
-              << " b=" << stage_costs.backward << ", act = pipeline message bytes)\n";
-  }
-  return Print(*planned, stage_costs, format);
+  return PlanAndPrint(best.schedule, best.pp, best.chunks, best.microbatches, stage_costs, format,
+                      absl::StrCat("\none replica's pipeline (per stage-microbatch: f=",
+                                   stage_costs.forward, " b=", stage_costs.backward,
+                                   ", act = pipeline message bytes)\n"));
 }
 
 absl::Status RunPlan(const std::vector<std::string>& args) {

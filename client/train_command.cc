@@ -1,6 +1,6 @@
 // `ppctl train FILE`: trains the job spec FILE in this process with the single-process reference
 // trainer (worker/trainer/trainer.h), printing the loss of every step, and with --checkpoint_dir
-// writes checkpoints in the DESIGN.md layout. No server; the spec's parallel layout is ignored.
+// writes checkpoints in the layout of common/checkpoint.h. No server; the spec's parallel layout is ignored.
 #include <iostream>
 
 #include "absl/flags/flag.h"

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/plan/plan.h"
 
 namespace pp::coordinator {
 
@@ -101,13 +102,15 @@ void StartNextAttempt(pp::v1::Job& job, int from_step, const std::string& reason
 }
 
 double MeasuredBubble(const std::vector<pp::v1::StepReport>& reports) {
-  double busy = 0, longest = 0;
+  // A report's busy time includes the optimizer, which its trace does not carry, and each rank
+  // times its trace from its own step start: the span is the slowest rank's step.
+  std::vector<double> busy;
+  double longest = 0;
   for (const pp::v1::StepReport& r : reports) {
-    busy += r.busy_seconds();
+    busy.push_back(r.busy_seconds());
     longest = std::max(longest, r.step_seconds());
   }
-  if (reports.empty() || longest <= 0) return 0;
-  return 1.0 - busy / (static_cast<double>(reports.size()) * longest);
+  return pp::plan::IdleFraction(busy, longest);
 }
 
 std::optional<StepSummary> StepAggregator::Add(const pp::v1::StepReport& report) {

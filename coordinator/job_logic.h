@@ -47,8 +47,9 @@ pp::v1::JobEvent SnapshotEvent(const pp::v1::Job& job, double now_unix);
 void StartNextAttempt(pp::v1::Job& job, int from_step, const std::string& reason, bool automatic,
                       double now_unix);
 
-// Idle share of the step over all ranks: 1 - sum(busy) / (ranks * max(step seconds)).
-// 0 when no time was measured.
+// Idle share of the step over all ranks, the planner's one bubble definition (IdleFraction,
+// coordinator/plan/timeline.h) with each rank's reported busy seconds over the slowest rank's
+// step: 1 - sum(busy) / (ranks * max(step seconds)). 0 when no time was measured.
 double MeasuredBubble(const std::vector<pp::v1::StepReport>& reports);
 
 // A step every rank has reported.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -95,27 +96,125 @@ absl::Status CheckMeshRequest(const MeshPlanRequest& r) {
     if (value < 1)
       return absl::InvalidArgumentError(absl::StrCat(name, " must be >= 1, got ", value));
   }
+  // The costs a pipeline stage is made of are checked as the simulator checks its own.
   const MeshCosts& c = r.costs;
-  const std::pair<const char*, double> costs[] = {{"memory_per_worker", r.memory_per_worker},
-                                                  {"forward", c.forward},
-                                                  {"backward", c.backward},
-                                                  {"activation_bytes", c.activation_bytes},
+  const CostModel stage{.forward = c.forward,
+                        .backward = c.backward,
+                        .comm_latency = c.comm_latency,
+                        .comm_bandwidth = c.comm_bandwidth,
+                        .activation_bytes = c.activation_bytes,
+                        .stage_scale = {}};
+  if (auto resolved = ResolveCosts(stage, 1); !resolved.ok()) return resolved.status();
+  const std::pair<const char*, double> sizes[] = {{"memory_per_worker", r.memory_per_worker},
                                                   {"boundary_bytes", c.boundary_bytes},
-                                                  {"weight_bytes", c.weight_bytes},
-                                                  {"comm_latency", c.comm_latency},
-                                                  {"comm_bandwidth", c.comm_bandwidth}};
-  for (const auto& [name, value] : costs) {
+                                                  {"weight_bytes", c.weight_bytes}};
+  for (const auto& [name, value] : sizes) {
     if (!(value >= 0) || value == std::numeric_limits<double>::infinity()) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " must be finite and >= 0, got ", value));
     }
   }
-  for (const std::string& name : r.schedules) {
-    if (std::find(ScheduleNames().begin(), ScheduleNames().end(), name) == ScheduleNames().end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown schedule '", name, "'"));
+  return CheckScheduleNames(r.schedules);
+}
+
+// One (schedule, V, M) to simulate.
+struct Shape {
+  std::string schedule;
+  int chunks;
+  int microbatches;
+};
+
+// The shapes both planners compare, in the order compared: M from min_m to max_m where
+// `take_m(M)`, then the schedules in order (all of them when `schedules` is empty), then their V
+// (ChunkChoices).
+template <typename TakeM>
+std::vector<Shape> Shapes(const std::vector<std::string>& schedules, int max_chunks, int min_m,
+                          int max_m, TakeM take_m) {
+  const std::vector<std::string>& names = schedules.empty() ? ScheduleNames() : schedules;
+  std::vector<Shape> shapes;
+  for (int M = min_m; M <= max_m; ++M) {
+    if (!take_m(M)) continue;
+    for (const std::string& name : names) {
+      for (int V : ChunkChoices(*FindSchedule(name), max_chunks)) shapes.push_back({name, V, M});
     }
   }
-  return absl::OkStatus();
+  return shapes;
+}
+
+absl::Status CheckAutoRequest(const AutoPlanRequest& request) {
+  const int D = request.pipeline;
+  if (D < 1) return absl::InvalidArgumentError(absl::StrCat("pipeline depth D=", D, " < 1"));
+  if (request.min_microbatches < 1 || request.max_microbatches < request.min_microbatches) {
+    return absl::InvalidArgumentError(absl::StrCat("microbatch range [", request.min_microbatches,
+                                                   ", ", request.max_microbatches,
+                                                   "] is empty or starts below 1"));
+  }
+  if (request.memory_budget < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory budget must be >= 0, got ", request.memory_budget));
+  }
+  if (!request.costs.stage_scale.empty()) {
+    return absl::InvalidArgumentError("the auto-planner does not take per-stage cost scales");
+  }
+  if (auto costs = ResolveCosts(request.costs, 1); !costs.ok()) return costs.status();
+  return CheckScheduleNames(request.schedules);
+}
+
+// The figures of a simulated candidate; memory in the budget's unit.
+Candidate Figures(const AutoPlanRequest& request, const std::string& name, int V, int M,
+                  const Simulation& sim) {
+  const double factor = static_cast<double>(request.min_microbatches) / M / V;
+  const bool in_bytes = request.costs.activation_bytes > 0;
+  Candidate c{name, V, M, sim.makespan, sim.bubble_fraction};
+  for (const RankStats& rank : sim.ranks) {
+    c.memory = std::max(c.memory, in_bytes ? rank.peak_bytes : rank.peak_live * factor);
+  }
+  c.fits = request.memory_budget == 0 || c.memory <= request.memory_budget;
+  return c;
+}
+
+// The fitting candidate with the shortest step; ties go to less memory, then to the earlier
+// candidate. -1 when none fits.
+int Shortest(const std::vector<Candidate>& candidates) {
+  int chosen = -1;
+  for (int i = 0; i < static_cast<int>(candidates.size()); ++i) {
+    const Candidate& c = candidates[i];
+    if (!c.fits) continue;
+    if (chosen < 0) {
+      chosen = i;
+      continue;
+    }
+    const Candidate& best = candidates[chosen];
+    if (c.step < best.step || (c.step == best.step && c.memory < best.memory)) chosen = i;
+  }
+  return chosen;
+}
+
+template <typename C>
+int CountFitting(const std::vector<C>& candidates) {
+  return static_cast<int>(
+      std::count_if(candidates.begin(), candidates.end(), [](const C& c) { return c.fits; }));
+}
+
+std::string AutoReason(const AutoPlan& plan, double memory_budget) {
+  const int fitting = CountFitting(plan.candidates);
+  if (plan.chosen < 0) {
+    double least = 0;
+    for (size_t i = 0; i < plan.candidates.size(); ++i) {
+      if (i == 0 || plan.candidates[i].memory < least) least = plan.candidates[i].memory;
+    }
+    return absl::StrCat("none of the ", plan.candidates.size(),
+                        " candidates fits the memory budget ", memory_budget,
+                        " (the smallest needs ", least, ")");
+  }
+  const Candidate& best = plan.candidates[plan.chosen];
+  std::string reason = absl::StrCat("chose ", Name(best), ": the shortest simulated step (",
+                                    best.step, ") of the ", fitting, " candidates within the budget");
+  AppendAlternatives(
+      plan.candidates, plan.chosen, fitting,
+      [&](const Candidate& c) { return c.schedule != best.schedule; }, Name,
+      "best other schedule", "candidates exceed the budget", reason);
+  return reason;
 }
 
 // Simulates one candidate and fills in its figures. InvalidArgument: a D, V, M it refuses.
@@ -139,85 +238,65 @@ absl::Status Evaluate(const MeshPlanRequest& r, MeshCandidate& c) {
   return absl::OkStatus();
 }
 
+// The best schedule, V and M of one DP x PP x TP split (Better); none when no shape runs on it.
+absl::StatusOr<std::optional<MeshCandidate>> BestOfSplit(const MeshPlanRequest& request, int dp,
+                                                         int pp, int tp) {
+  const int per_replica = request.batch / dp;
+  std::optional<MeshCandidate> best;
+  for (const Shape& shape : Shapes(request.schedules, request.max_chunks, 1, per_replica,
+                                   [&](int M) { return per_replica % M == 0; })) {
+    if (pp * shape.chunks > request.n_layers) continue;
+    MeshCandidate c{dp, pp, tp, shape.schedule, shape.chunks, shape.microbatches};
+    absl::Status s = Evaluate(request, c);
+    if (absl::IsInvalidArgument(s)) continue;  // a D, V, M this schedule refuses
+    if (!s.ok()) return s;
+    if (!best.has_value() || Better(c, *best)) best = c;
+  }
+  return best;
+}
+
+std::string MeshReason(const MeshPlan& plan, double memory_per_worker) {
+  const int fitting = CountFitting(plan.candidates);
+  if (plan.chosen < 0) {
+    double least = plan.candidates[0].memory;
+    for (const MeshCandidate& c : plan.candidates) least = std::min(least, c.memory);
+    return absl::StrCat("none of the ", plan.candidates.size(), " splits fits memory_per_worker ",
+                        memory_per_worker, " bytes (the smallest needs ", least, ")");
+  }
+  const MeshCandidate& best = plan.candidates[plan.chosen];
+  std::string reason = absl::StrCat(
+      "chose ", MeshName(best), " with ", best.schedule, " V=", best.chunks, " M=",
+      best.microbatches, ": the shortest simulated step (", best.step, " = pipeline ",
+      best.pipeline, " incl. TP all-reduces ", best.tp_comm, " + DP all-reduce ", best.dp_comm,
+      ") of the ", fitting, " splits within memory");
+  AppendAlternatives(
+      plan.candidates, plan.chosen, fitting, [](const MeshCandidate&) { return true; }, MeshName,
+      "next best", "splits exceed memory", reason);
+  return reason;
+}
+
 }  // namespace
 
+CostModel CandidateCosts(const AutoPlanRequest& request, const Candidate& candidate) {
+  return Scaled(request.costs, static_cast<double>(request.min_microbatches) /
+                                   candidate.microbatches / candidate.chunks);
+}
+
 absl::StatusOr<AutoPlan> ChooseSchedule(const AutoPlanRequest& request) {
-  const int D = request.pipeline;
-  if (D < 1) return absl::InvalidArgumentError(absl::StrCat("pipeline depth D=", D, " < 1"));
-  if (request.min_microbatches < 1 || request.max_microbatches < request.min_microbatches) {
-    return absl::InvalidArgumentError(absl::StrCat("microbatch range [", request.min_microbatches,
-                                                   ", ", request.max_microbatches,
-                                                   "] is empty or starts below 1"));
-  }
-  if (request.memory_budget < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("memory budget must be >= 0, got ", request.memory_budget));
-  }
-  if (!request.costs.stage_scale.empty()) {
-    return absl::InvalidArgumentError("the auto-planner does not take per-stage cost scales");
-  }
-  if (auto costs = ResolveCosts(request.costs, 1); !costs.ok()) return costs.status();
-  std::vector<std::string> schedules = request.schedules;
-  if (schedules.empty()) schedules = ScheduleNames();
-  for (const std::string& name : schedules) {
-    if (std::find(ScheduleNames().begin(), ScheduleNames().end(), name) == ScheduleNames().end()) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown schedule '", name, "'"));
-    }
-  }
-  const bool in_bytes = request.costs.activation_bytes > 0;
+  if (absl::Status s = CheckAutoRequest(request); !s.ok()) return s;
   AutoPlan plan;
-  for (int M = request.min_microbatches; M <= request.max_microbatches; ++M) {
-    for (const std::string& name : schedules) {
-      std::vector<int> chunk_options = {DefaultChunks(name)};
-      if (name == "interleaved-1f1b") {
-        chunk_options.clear();
-        for (int V = 2; V <= request.max_chunks; ++V) chunk_options.push_back(V);
-      }
-      for (int V : chunk_options) {
-        const double factor = static_cast<double>(request.min_microbatches) / M / V;
-        absl::StatusOr<Planned> planned = Plan(name, D, V, M, Scaled(request.costs, factor));
-        // Costs were checked above, so InvalidArgument is a D, V, M this schedule refuses.
-        if (absl::IsInvalidArgument(planned.status())) continue;
-        if (!planned.ok()) return planned.status();
-        Candidate c{name, V, M, planned->simulation.makespan, planned->simulation.bubble_fraction};
-        for (const RankStats& rank : planned->simulation.ranks) {
-          c.memory = std::max(c.memory, in_bytes ? rank.peak_bytes : rank.peak_live * factor);
-        }
-        c.fits = request.memory_budget == 0 || c.memory <= request.memory_budget;
-        plan.candidates.push_back(c);
-      }
-    }
+  for (const auto& [name, V, M] : Shapes(request.schedules, request.max_chunks,
+                                         request.min_microbatches, request.max_microbatches,
+                                         [](int) { return true; })) {
+    absl::StatusOr<Planned> planned = Plan(name, request.pipeline, V, M,
+                                           CandidateCosts(request, Candidate{name, V, M}));
+    // Costs were checked above, so InvalidArgument is a D, V, M this schedule refuses.
+    if (absl::IsInvalidArgument(planned.status())) continue;
+    if (!planned.ok()) return planned.status();
+    plan.candidates.push_back(Figures(request, name, V, M, planned->simulation));
   }
-  // Shortest step; ties go to less memory, then to the earlier candidate.
-  for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
-    const Candidate& c = plan.candidates[i];
-    if (!c.fits) continue;
-    if (plan.chosen < 0) {
-      plan.chosen = i;
-      continue;
-    }
-    const Candidate& best = plan.candidates[plan.chosen];
-    if (c.step < best.step || (c.step == best.step && c.memory < best.memory)) plan.chosen = i;
-  }
-  const int fitting = static_cast<int>(std::count_if(plan.candidates.begin(), plan.candidates.end(),
-                                                     [](const Candidate& c) { return c.fits; }));
-  if (plan.chosen < 0) {
-    double least = 0;
-    for (size_t i = 0; i < plan.candidates.size(); ++i) {
-      if (i == 0 || plan.candidates[i].memory < least) least = plan.candidates[i].memory;
-    }
-    plan.reason =
-        absl::StrCat("none of the ", plan.candidates.size(), " candidates fits the memory budget ",
-                     request.memory_budget, " (the smallest needs ", least, ")");
-    return plan;
-  }
-  const Candidate& best = plan.candidates[plan.chosen];
-  plan.reason = absl::StrCat("chose ", Name(best), ": the shortest simulated step (", best.step,
-                             ") of the ", fitting, " candidates within the budget");
-  AppendAlternatives(
-      plan.candidates, plan.chosen, fitting,
-      [&](const Candidate& c) { return c.schedule != best.schedule; }, Name,
-      "best other schedule", "candidates exceed the budget", plan.reason);
+  plan.chosen = Shortest(plan.candidates);
+  plan.reason = AutoReason(plan, request.memory_budget);
   return plan;
 }
 
@@ -251,8 +330,6 @@ CostModel MeshStageCosts(const MeshPlanRequest& request, const MeshCandidate& ca
 
 absl::StatusOr<MeshPlan> ChooseMesh(const MeshPlanRequest& request) {
   if (absl::Status s = CheckMeshRequest(request); !s.ok()) return s;
-  const std::vector<std::string>& schedules =
-      request.schedules.empty() ? ScheduleNames() : request.schedules;
   const int N = request.workers;
   MeshPlan plan;
   for (int tp = 1; tp <= std::min(N, request.max_tensor); ++tp) {
@@ -261,29 +338,9 @@ absl::StatusOr<MeshPlan> ChooseMesh(const MeshPlanRequest& request) {
       if (N / tp % pp != 0) continue;
       const int dp = N / tp / pp;
       if (request.batch % dp != 0) continue;
-      const int per_replica = request.batch / dp;
-      bool any = false;
-      MeshCandidate best;
-      for (int M = 1; M <= per_replica; ++M) {
-        if (per_replica % M != 0) continue;
-        for (const std::string& name : schedules) {
-          std::vector<int> chunk_options = {DefaultChunks(name)};
-          if (name == "interleaved-1f1b") {
-            chunk_options.clear();
-            for (int V = 2; V <= request.max_chunks; ++V) chunk_options.push_back(V);
-          }
-          for (int V : chunk_options) {
-            if (pp * V > request.n_layers) continue;
-            MeshCandidate c{dp, pp, tp, name, V, M};
-            absl::Status s = Evaluate(request, c);
-            if (absl::IsInvalidArgument(s)) continue;  // a D, V, M this schedule refuses
-            if (!s.ok()) return s;
-            if (!any || Better(c, best)) best = c;
-            any = true;
-          }
-        }
-      }
-      if (any) plan.candidates.push_back(best);
+      absl::StatusOr<std::optional<MeshCandidate>> best = BestOfSplit(request, dp, pp, tp);
+      if (!best.ok()) return best.status();
+      if (best->has_value()) plan.candidates.push_back(**best);
     }
   }
   if (plan.candidates.empty()) {
@@ -299,26 +356,7 @@ absl::StatusOr<MeshPlan> ChooseMesh(const MeshPlanRequest& request) {
       plan.chosen = i;
     }
   }
-  const int fitting =
-      static_cast<int>(std::count_if(plan.candidates.begin(), plan.candidates.end(),
-                                     [](const MeshCandidate& c) { return c.fits; }));
-  if (plan.chosen < 0) {
-    double least = plan.candidates[0].memory;
-    for (const MeshCandidate& c : plan.candidates) least = std::min(least, c.memory);
-    plan.reason =
-        absl::StrCat("none of the ", plan.candidates.size(), " splits fits memory_per_worker ",
-                     request.memory_per_worker, " bytes (the smallest needs ", least, ")");
-    return plan;
-  }
-  const MeshCandidate& best = plan.candidates[plan.chosen];
-  plan.reason = absl::StrCat("chose ", MeshName(best), " with ", best.schedule, " V=", best.chunks,
-                             " M=", best.microbatches, ": the shortest simulated step (", best.step,
-                             " = pipeline ", best.pipeline, " incl. TP all-reduces ", best.tp_comm,
-                             " + DP all-reduce ", best.dp_comm, ") of the ", fitting,
-                             " splits within memory");
-  AppendAlternatives(
-      plan.candidates, plan.chosen, fitting, [](const MeshCandidate&) { return true; }, MeshName,
-      "next best", "splits exceed memory", plan.reason);
+  plan.reason = MeshReason(plan, request.memory_per_worker);
   return plan;
 }
 

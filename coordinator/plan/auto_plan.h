@@ -49,6 +49,10 @@ struct AutoPlan {
 // costs). Candidates a generator refuses (e.g. interleaved with M < D) are not listed.
 absl::StatusOr<AutoPlan> ChooseSchedule(const AutoPlanRequest& request);
 
+// The per-stage, per-microbatch costs `candidate` was simulated with, as Plan() takes them: the
+// request's costs scaled by (min M / M) / V.
+CostModel CandidateCosts(const AutoPlanRequest& request, const Candidate& candidate);
+
 // The candidates as a table, then the reason.
 std::string DescribeAutoPlan(const AutoPlan& plan);
 

@@ -20,9 +20,9 @@ struct Planned {
 // refuses or for bad costs.
 absl::StatusOr<Planned> Plan(const std::string& name, int D, int V, int M, const CostModel& costs);
 
-// Validate, then Simulate, with the same results and errors, but executing the programs once: the
-// validator's deadlock check and the simulator's timing are the same run (execute.h), and on
-// large schedules that run is most of their cost.
+// The validator (validate.h, checks 1 to 5), then Simulate, with the same results and errors, but
+// executing the programs once: the validator's deadlock check and the simulator's timing are the
+// same run (execute.h), and on large schedules that run is most of their cost.
 absl::StatusOr<Simulation> ValidateAndSimulate(const Schedule& schedule, const CostModel& costs);
 
 }  // namespace pp::plan

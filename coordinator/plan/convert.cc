@@ -96,18 +96,4 @@ CostModel CostsFromProto(const pp::v1::CostModel& proto) {
   return costs;
 }
 
-pp::v1::CostModel CostsToProto(const CostModel& costs) {
-  pp::v1::CostModel proto;
-  proto.set_forward(costs.forward);
-  proto.set_backward(costs.backward);
-  proto.set_backward_input(costs.backward_input);
-  proto.set_backward_weight(costs.backward_weight);
-  proto.set_comm_latency(costs.comm_latency);
-  proto.set_send_overhead(costs.send_overhead);
-  proto.set_comm_bandwidth(costs.comm_bandwidth);
-  proto.set_activation_bytes(costs.activation_bytes);
-  for (double scale : costs.stage_scale) proto.add_stage_scale(scale);
-  return proto;
-}
-
 }  // namespace pp::plan

@@ -17,7 +17,6 @@ absl::StatusOr<Schedule> ScheduleFromProto(const pp::v1::Schedule& proto);
 // A proto without any compute cost (all of forward, backward, I, W zero, as an unset message) is
 // the uniform default f=1, b=2 with free comms.
 CostModel CostsFromProto(const pp::v1::CostModel& proto);
-pp::v1::CostModel CostsToProto(const CostModel& costs);
 
 // Requires FORWARD <= kind <= RECV_GRAD.
 Action ActionFromProto(const pp::v1::Action& proto);

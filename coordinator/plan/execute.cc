@@ -1,6 +1,9 @@
 #include "coordinator/plan/execute.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -85,7 +88,10 @@ Deps DepsOf(const Action& a, const Schedule& schedule) {
   return deps;
 }
 
-absl::Status CheckIndices(const Schedule& schedule) {
+namespace {
+
+// D, V, M >= 1; S = D*V stages; every rank holds V of them; one program per rank.
+absl::Status CheckShape(const Schedule& schedule) {
   const int D = schedule.pipeline, V = schedule.chunks, M = schedule.microbatches;
   if (D < 1 || V < 1 || M < 1) {
     return absl::InvalidArgumentError(
@@ -115,38 +121,47 @@ absl::Status CheckIndices(const Schedule& schedule) {
     return absl::InvalidArgumentError(
         absl::StrCat("schedule has ", schedule.programs.size(), " programs, want D=", D));
   }
-  for (int r = 0; r < D; ++r) {
+  return absl::OkStatus();
+}
+
+// Action i of rank r: a known kind, stage and microbatch in range, on the rank holding its
+// stage; a comm's peer holds the neighbouring stage and is another rank. Returns why not, or
+// nothing.
+std::optional<std::string> ActionProblem(const Schedule& schedule, int r, const Action& a) {
+  const int S = schedule.stages(), M = schedule.microbatches;
+  if (a.kind > Kind::kRecvGrad) return "unknown action kind";
+  if (a.stage < 0 || a.stage >= S) return absl::StrCat("stage outside 0..", S - 1);
+  if (a.microbatch < 0 || a.microbatch >= M) return absl::StrCat("microbatch outside 0..", M - 1);
+  if (schedule.stage_to_rank[a.stage] != r) {
+    return absl::StrCat("stage ", a.stage, " is held by rank ", schedule.stage_to_rank[a.stage]);
+  }
+  if (!IsComm(a.kind)) {
+    if (a.peer != -1) return "a compute action has a peer";
+    return std::nullopt;
+  }
+  const bool to_next = a.kind == Kind::kSendActivation || a.kind == Kind::kRecvGrad;
+  const int other = to_next ? a.stage + 1 : a.stage - 1;
+  if (other < 0 || other >= S) {
+    return absl::StrCat("stage ", a.stage, " has no stage ", other, " to talk to");
+  }
+  const int want = schedule.stage_to_rank[other];
+  if (want == r) return absl::StrCat("stage ", other, " is on the same rank; no message is needed");
+  if (a.peer != want) {
+    return absl::StrCat("peer should be rank ", want, ", which holds stage ", other);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::Status CheckIndices(const Schedule& schedule) {
+  if (absl::Status status = CheckShape(schedule); !status.ok()) return status;
+  for (int r = 0; r < schedule.pipeline; ++r) {
     const std::vector<Action>& program = schedule.programs[r];
     for (size_t i = 0; i < program.size(); ++i) {
-      const Action& a = program[i];
-      auto bad = [&](const std::string& why) {
+      if (std::optional<std::string> why = ActionProblem(schedule, r, program[i])) {
         return absl::InvalidArgumentError(
-            absl::StrCat("rank ", r, ", action ", i, " (", Describe(a), "): ", why));
-      };
-      if (a.kind > Kind::kRecvGrad) return bad("unknown action kind");
-      if (a.stage < 0 || a.stage >= S) return bad(absl::StrCat("stage outside 0..", S - 1));
-      if (a.microbatch < 0 || a.microbatch >= M) {
-        return bad(absl::StrCat("microbatch outside 0..", M - 1));
-      }
-      if (schedule.stage_to_rank[a.stage] != r) {
-        return bad(
-            absl::StrCat("stage ", a.stage, " is held by rank ", schedule.stage_to_rank[a.stage]));
-      }
-      if (!IsComm(a.kind)) {
-        if (a.peer != -1) return bad("a compute action has a peer");
-        continue;
-      }
-      const bool to_next = a.kind == Kind::kSendActivation || a.kind == Kind::kRecvGrad;
-      const int other = to_next ? a.stage + 1 : a.stage - 1;
-      if (other < 0 || other >= S) {
-        return bad(absl::StrCat("stage ", a.stage, " has no stage ", other, " to talk to"));
-      }
-      const int want = schedule.stage_to_rank[other];
-      if (want == r) {
-        return bad(absl::StrCat("stage ", other, " is on the same rank; no message is needed"));
-      }
-      if (a.peer != want) {
-        return bad(absl::StrCat("peer should be rank ", want, ", which holds stage ", other));
+            absl::StrCat("rank ", r, ", action ", i, " (", Describe(program[i]), "): ", *why));
       }
     }
   }
@@ -159,68 +174,99 @@ Durations ZeroDurations(int stages) {
   return zero;
 }
 
-Execution Execute(const Schedule& schedule, const Durations& durations, bool record_times) {
-  const int D = schedule.pipeline, S = schedule.stages(), M = schedule.microbatches;
+namespace {
+
+// The symbolic machine of Execute: ranks run their programs until a receive blocks; a send
+// wakes the rank waiting for it.
+class Machine {
+ public:
+  Machine(const Schedule& schedule, const Durations& durations, bool record_times)
+      : schedule_(schedule), durations_(durations), record_times_(record_times),
+        M_(schedule.microbatches), S_(schedule.stages()),
+        sent_(static_cast<size_t>(S_) * M_ * 2, kNotYet), blocked_on_(schedule.pipeline, kNone),
+        clock_(schedule.pipeline, 0) {
+    const int D = schedule.pipeline;
+    exec_.ran.assign(D, 0);
+    if (record_times) {
+      exec_.end.resize(D);
+      for (int r = 0; r < D; ++r) exec_.end[r].reserve(schedule.programs[r].size());
+    }
+    for (int r = 0; r < D; ++r) runnable_.push_back(D - 1 - r);  // a stack; rank 0 first
+  }
+
+  Execution Run() && {
+    while (!runnable_.empty()) {
+      const int r = runnable_.back();
+      runnable_.pop_back();
+      RunUntilBlocked(r);
+    }
+    for (int r = 0; r < schedule_.pipeline; ++r) {
+      if (exec_.ran[r] < schedule_.programs[r].size()) exec_.deadlocked = true;
+    }
+    return std::move(exec_);
+  }
+
+ private:
   // Below every time (durations are >= 0), including an infinite one when costs overflow, so
   // whether a message was sent never depends on when.
-  constexpr double kNotYet = -1;
-  // When each message was first sent, keyed by (stage of the sender, microbatch, activation or
-  // gradient).
-  std::vector<double> sent(static_cast<size_t>(S) * M * 2, kNotYet);
-  auto message = [M](int stage, int microbatch, bool grad) {
-    return (static_cast<size_t>(stage) * M + microbatch) * 2 + grad;
-  };
-  // Per rank, the message it is blocked on (kNone: runnable or done). A message has one possible
-  // receiver, the rank of the stage it goes to, so a send need only ask that rank.
-  constexpr size_t kNone = ~size_t{0};
-  std::vector<size_t> blocked_on(D, kNone);
-  Execution exec;
-  exec.ran.assign(D, 0);
-  if (record_times) {
-    exec.end.resize(D);
-    for (int r = 0; r < D; ++r) exec.end[r].reserve(schedule.programs[r].size());
+  static constexpr double kNotYet = -1;
+  static constexpr size_t kNone = ~size_t{0};
+
+  // Messages are keyed by (stage of the sender, microbatch, activation or gradient).
+  size_t Message(int stage, int microbatch, bool grad) const {
+    return (static_cast<size_t>(stage) * M_ + microbatch) * 2 + grad;
   }
-  std::vector<double> clock(D, 0);
-  std::vector<int> runnable(D);
-  for (int r = 0; r < D; ++r) runnable[r] = D - 1 - r;  // a stack; rank 0 first
-  while (!runnable.empty()) {
-    const int r = runnable.back();
-    runnable.pop_back();
-    const std::vector<Action>& program = schedule.programs[r];
-    size_t i = exec.ran[r];
-    double now = clock[r];
+
+  void RunUntilBlocked(int r) {
+    const std::vector<Action>& program = schedule_.programs[r];
+    size_t i = exec_.ran[r];
+    double now = clock_[r];
     for (; i < program.size(); ++i) {
       const Action& a = program[i];
       if (a.kind == Kind::kSendActivation || a.kind == Kind::kSendGrad) {
         const bool grad = a.kind == Kind::kSendGrad;
-        const size_t m = message(a.stage, a.microbatch, grad);
-        now += durations.send;
-        if (sent[m] == kNotYet) sent[m] = now;
-        const int receiver = schedule.stage_to_rank[grad ? a.stage - 1 : a.stage + 1];
-        if (blocked_on[receiver] == m) {
-          blocked_on[receiver] = kNone;
-          runnable.push_back(receiver);
+        const size_t m = Message(a.stage, a.microbatch, grad);
+        now += durations_.send;
+        if (sent_[m] == kNotYet) sent_[m] = now;
+        const int receiver = schedule_.stage_to_rank[grad ? a.stage - 1 : a.stage + 1];
+        if (blocked_on_[receiver] == m) {
+          blocked_on_[receiver] = kNone;
+          runnable_.push_back(receiver);
         }
       } else if (IsComm(a.kind)) {
         const bool grad = a.kind == Kind::kRecvGrad;
-        const size_t m = message(grad ? a.stage + 1 : a.stage - 1, a.microbatch, grad);
-        if (sent[m] == kNotYet) {
-          blocked_on[r] = m;
+        const size_t m = Message(grad ? a.stage + 1 : a.stage - 1, a.microbatch, grad);
+        if (sent_[m] == kNotYet) {
+          blocked_on_[r] = m;
           break;
         }
-        now = std::max(now, sent[m] + durations.transfer);
+        now = std::max(now, sent_[m] + durations_.transfer);
       } else {
-        now += durations.compute[ComputeIndex(a.kind) * S + a.stage];
+        now += durations_.compute[ComputeIndex(a.kind) * S_ + a.stage];
       }
-      if (record_times) exec.end[r].push_back(now);
+      if (record_times_) exec_.end[r].push_back(now);
     }
-    exec.ran[r] = i;
-    clock[r] = now;
+    exec_.ran[r] = i;
+    clock_[r] = now;
   }
-  for (int r = 0; r < D; ++r) {
-    if (exec.ran[r] < schedule.programs[r].size()) exec.deadlocked = true;
-  }
-  return exec;
+
+  const Schedule& schedule_;
+  const Durations& durations_;
+  const bool record_times_;
+  const int M_, S_;
+  std::vector<double> sent_;  // when each message was first sent
+  // Per rank, the message it is blocked on (kNone: runnable or done). A message has one possible
+  // receiver, the rank of the stage it goes to, so a send need only ask that rank.
+  std::vector<size_t> blocked_on_;
+  std::vector<double> clock_;
+  std::vector<int> runnable_;
+  Execution exec_;
+};
+
+}  // namespace
+
+Execution Execute(const Schedule& schedule, const Durations& durations, bool record_times) {
+  return Machine(schedule, durations, record_times).Run();
 }
 
 }  // namespace pp::plan::internal

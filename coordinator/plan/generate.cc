@@ -129,141 +129,208 @@ Schedule ZbH1(int D, int M) {
 //   3. the oldest pending W (no one waits for a W, so it fills what would be a bubble).
 // The order in which each rank ran its actions is its program. Of the 120 priority orders of
 // {F near, F far, I near, I far, W} this one reaches the lower bound 6M + D - 1 (f=I=W=1 per
-// chunk) for the most M; see tests/plan/simulate_test.cc for the exact figures.
-absl::StatusOr<Schedule> ZbV(int D, int M) {
-  Schedule schedule = Empty("zb-v", D, 2, M, VShapeStageToRank(D));
-  const int S = 2 * D, cap = 2 * D;
-  constexpr int kNever = std::numeric_limits<int>::max();
-  std::vector<int> next_f(S, 0), next_i(S, 0);
-  std::vector<int> f_end(S * M, kNever), i_end(S * M, kNever);
+// chunk) for the most M; see tests/plan/simulate_test.cc for the exact figures. ZbVScheduler
+// holds the list scheduler's state: what each stage has run and when, what each rank holds.
+class ZbVScheduler {
+ public:
+  ZbVScheduler(int D, int M)
+      : D_(D), M_(M), S_(2 * D), next_f_(S_, 0), next_i_(S_, 0),
+        f_end_(static_cast<size_t>(S_) * M, kNever), i_end_(static_cast<size_t>(S_) * M, kNever),
+        pending_w_(D), w_head_(D, 0), live_(D, 0), free_at_(D, 0) {}
+
+  absl::StatusOr<Schedule> Run() {
+    Schedule schedule = Empty("zb-v", D_, 2, M_, VShapeStageToRank(D_));
+    int remaining = 3 * S_ * M_;
+    for (int t = 0; remaining > 0;) {
+      for (int r = 0; r < D_; ++r) {
+        if (free_at_[r] > t || !RunNext(r, t, schedule.programs[r])) continue;
+        free_at_[r] = t + 1;
+        --remaining;
+      }
+      int next = kNever;
+      for (int r = 0; r < D_; ++r) {
+        if (free_at_[r] > t) next = std::min(next, free_at_[r]);
+      }
+      if (next == kNever && remaining > 0) {
+        return absl::InternalError(
+            absl::StrCat("zb-v list scheduler stalled at time ", t, " (D=", D_, " M=", M_, ")"));
+      }
+      t = next;
+    }
+    return schedule;
+  }
+
+ private:
+  static constexpr int kNever = std::numeric_limits<int>::max();
   struct Pending {
     int stage;
     int microbatch;
   };
-  std::vector<std::vector<Pending>> pending_w(D);  // in I order
-  std::vector<size_t> w_head(D, 0);
-  std::vector<int> live(D, 0), free_at(D, 0);
-  int remaining = 3 * S * M;
-  for (int t = 0; remaining > 0;) {
-    for (int r = 0; r < D; ++r) {
-      if (free_at[r] > t) continue;
-      const int stages[2] = {S - 1 - r, r};  // nearer the loss first
-      std::vector<Action>& program = schedule.programs[r];
-      auto forward_ready = [&](int s) {
-        const int m = next_f[s];
-        return live[r] < cap && m < M && (s == 0 || f_end[(s - 1) * M + m] <= t);
-      };
-      auto input_grad_ready = [&](int s) {
-        const int m = next_i[s];
-        return m < M && f_end[s * M + m] <= t && (s + 1 == S || i_end[(s + 1) * M + m] <= t);
-      };
-      if (forward_ready(stages[0]) || forward_ready(stages[1])) {
-        const int s = forward_ready(stages[0]) ? stages[0] : stages[1];
-        const int m = next_f[s]++;
-        program.push_back({Kind::kForward, s, m});
-        f_end[s * M + m] = t + 1;
-        ++live[r];
-      } else if (input_grad_ready(stages[1]) || input_grad_ready(stages[0])) {
-        const int s = input_grad_ready(stages[1]) ? stages[1] : stages[0];
-        const int m = next_i[s]++;
-        program.push_back({Kind::kBackwardInput, s, m});
-        i_end[s * M + m] = t + 1;
-        pending_w[r].push_back({s, m});
-      } else if (w_head[r] < pending_w[r].size()) {
-        const Pending w = pending_w[r][w_head[r]++];
-        program.push_back({Kind::kBackwardWeight, w.stage, w.microbatch});
-        --live[r];
-      } else {
-        continue;  // idle until something it waits for finishes
-      }
-      free_at[r] = t + 1;
-      --remaining;
-    }
-    int next = kNever;
-    for (int r = 0; r < D; ++r) {
-      if (free_at[r] > t) next = std::min(next, free_at[r]);
-    }
-    if (next == kNever && remaining > 0) {
-      return absl::InternalError(
-          absl::StrCat("zb-v list scheduler stalled at time ", t, " (D=", D, " M=", M, ")"));
-    }
-    t = next;
+
+  bool ForwardReady(int r, int s, int t) const {
+    const int m = next_f_[s];
+    return live_[r] < 2 * D_ && m < M_ && (s == 0 || f_end_[(s - 1) * M_ + m] <= t);
   }
-  return schedule;
+  bool InputGradReady(int s, int t) const {
+    const int m = next_i_[s];
+    return m < M_ && f_end_[s * M_ + m] <= t && (s + 1 == S_ || i_end_[(s + 1) * M_ + m] <= t);
+  }
+
+  // Rank r is free at time t: appends what it runs by the priority above, or returns false when
+  // it idles until something it waits for finishes.
+  bool RunNext(int r, int t, std::vector<Action>& program) {
+    const int near = S_ - 1 - r, far = r;  // nearer the loss first
+    if (ForwardReady(r, near, t) || ForwardReady(r, far, t)) {
+      const int s = ForwardReady(r, near, t) ? near : far;
+      const int m = next_f_[s]++;
+      program.push_back({Kind::kForward, s, m});
+      f_end_[s * M_ + m] = t + 1;
+      ++live_[r];
+    } else if (InputGradReady(far, t) || InputGradReady(near, t)) {
+      const int s = InputGradReady(far, t) ? far : near;
+      const int m = next_i_[s]++;
+      program.push_back({Kind::kBackwardInput, s, m});
+      i_end_[s * M_ + m] = t + 1;
+      pending_w_[r].push_back({s, m});
+    } else if (w_head_[r] < pending_w_[r].size()) {
+      const Pending w = pending_w_[r][w_head_[r]++];
+      program.push_back({Kind::kBackwardWeight, w.stage, w.microbatch});
+      --live_[r];
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  const int D_, M_, S_;
+  std::vector<int> next_f_, next_i_;  // per stage: the next microbatch to run
+  std::vector<int> f_end_, i_end_;    // per (stage, microbatch): when its F / I ends
+  std::vector<std::vector<Pending>> pending_w_;  // per rank, in I order
+  std::vector<size_t> w_head_;
+  std::vector<int> live_, free_at_;  // per rank
+};
+
+absl::StatusOr<Schedule> ZbV(int D, int M) { return ZbVScheduler(D, M).Run(); }
+
+// Megatron-LM's constraints on interleaved-1f1b: its microbatch group size (D) must lie in [D, M],
+// and a short last group makes its order cyclic.
+absl::Status InterleavedConstraints(int D, int V, int M) {
+  if (M < D) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "interleaved-1f1b needs M >= D: Megatron-LM requires its microbatch group size (D=", D,
+        ") to lie in [D, M], got M=", M));
+  }
+  // A last group of r = M mod D microbatches with 1 <= r <= D-3 (2 <= r when V = 2) makes
+  // Megatron's order cyclic: rank 0's warm-up runs a forward of the last group whose input
+  // rank D-1 produces only after a backward that waits for rank 0's first backward. The
+  // validator finds that deadlock; this closed form matches it for every D <= 16, V <= 6.
+  const int r = M % D;
+  if (r >= (V == 2 ? 2 : 1) && r <= D - 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "interleaved-1f1b with D=", D, " V=", V, " M=", M,
+        ": Megatron-LM's order deadlocks when its last microbatch group is that "
+        "short (M mod D = ",
+        r, "); use M with M mod D in {0, ", V == 2 ? "1, " : "", D - 2, ", ", D - 1, "}"));
+  }
+  return absl::OkStatus();
 }
 
-absl::Status CheckChunks(const std::string& name, int V, int want) {
-  if (V == want) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, " runs exactly ", want, " chunk(s) per rank, got V=", V));
+absl::Status CheckChunkRule(const ScheduleKind& kind, int V) {
+  if (kind.min_chunks == kind.max_chunks && V != kind.min_chunks) {
+    return absl::InvalidArgumentError(absl::StrCat(kind.name, " runs exactly ", kind.min_chunks,
+                                                   " chunk(s) per rank, got V=", V));
+  }
+  if (V < kind.min_chunks) {
+    return absl::InvalidArgumentError(absl::StrCat(kind.name, " needs V >= ", kind.min_chunks,
+                                                   " chunks per rank (got V=", V,
+                                                   kind.fewer_chunks_hint, ")"));
+  }
+  if (kind.max_chunks > 0 && V > kind.max_chunks) {
+    return absl::InvalidArgumentError(absl::StrCat(kind.name, " needs V <= ", kind.max_chunks,
+                                                   " chunks per rank, got V=", V));
+  }
+  return absl::OkStatus();
 }
 
-}  // namespace
-
-const std::vector<std::string>& ScheduleNames() {
-  static const auto* names =
-      new std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"};
-  return *names;
-}
-
-int DefaultChunks(const std::string& name) {
-  return name == "interleaved-1f1b" || name == "zb-v" ? 2 : 1;
-}
-
-absl::StatusOr<Schedule> Generate(const std::string& name, int D, int V, int M) {
-  if (V <= 0) V = DefaultChunks(name);
+// D, M >= 1 and a bound on what one request may allocate (the bench's D=64, V=4, M=1024 is 2^18).
+absl::Status CheckSize(int D, int V, int M) {
   if (D < 1) return absl::InvalidArgumentError(absl::StrCat("pipeline depth D=", D, " < 1"));
   if (M < 1) return absl::InvalidArgumentError(absl::StrCat("microbatches M=", M, " < 1"));
-  // Bounds what one request may allocate (the bench's D=64, V=4, M=1024 is 2^18).
   constexpr double kMaxStageMicrobatches = 1 << 22;
   if (static_cast<double>(D) * V * M > kMaxStageMicrobatches) {
     return absl::InvalidArgumentError(absl::StrCat("D*V*M = ", static_cast<double>(D) * V * M,
                                                    " stage-microbatches is more than the ",
                                                    kMaxStageMicrobatches, " the planner handles"));
   }
-  if (name == "gpipe") {
-    if (auto status = CheckChunks(name, V, 1); !status.ok()) return status;
-    return GPipe(D, M);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const std::vector<ScheduleKind>& Schedules() {
+  static const auto* table = new std::vector<ScheduleKind>{
+      {"gpipe", 1, 1, 1, "", nullptr,
+       [](int D, int, int M) -> absl::StatusOr<Schedule> { return GPipe(D, M); }},
+      {"1f1b", 1, 1, 1, "", nullptr,
+       [](int D, int, int M) -> absl::StatusOr<Schedule> { return OneFOneB(D, M); }},
+      {"interleaved-1f1b", 2, 0, 2, "; with one chunk use 1f1b", InterleavedConstraints,
+       [](int D, int V, int M) -> absl::StatusOr<Schedule> { return Interleaved(D, V, M); }},
+      {"zb-h1", 1, 1, 1, "", nullptr,
+       [](int D, int, int M) -> absl::StatusOr<Schedule> { return ZbH1(D, M); }},
+      {"zb-v", 2, 2, 2, "", nullptr, [](int D, int, int M) { return ZbV(D, M); }},
+  };
+  return *table;
+}
+
+const ScheduleKind* FindSchedule(const std::string& name) {
+  for (const ScheduleKind& kind : Schedules()) {
+    if (kind.name == name) return &kind;
   }
-  if (name == "1f1b") {
-    if (auto status = CheckChunks(name, V, 1); !status.ok()) return status;
-    return OneFOneB(D, M);
-  }
-  if (name == "interleaved-1f1b") {
-    if (V < 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("interleaved-1f1b needs V >= 2 chunks per rank (got V=", V,
-                       "; with one chunk use 1f1b)"));
-    }
-    if (M < D) {
+  return nullptr;
+}
+
+const std::vector<std::string>& ScheduleNames() {
+  static const auto* names = [] {
+    auto* list = new std::vector<std::string>;
+    for (const ScheduleKind& kind : Schedules()) list->push_back(kind.name);
+    return list;
+  }();
+  return *names;
+}
+
+int DefaultChunks(const std::string& name) {
+  const ScheduleKind* kind = FindSchedule(name);
+  return kind == nullptr ? 1 : kind->default_chunks;
+}
+
+std::vector<int> ChunkChoices(const ScheduleKind& kind, int max_chunks) {
+  if (kind.min_chunks == kind.max_chunks) return {kind.min_chunks};
+  std::vector<int> choices;
+  const int last = kind.max_chunks > 0 ? std::min(kind.max_chunks, max_chunks) : max_chunks;
+  for (int V = kind.min_chunks; V <= last; ++V) choices.push_back(V);
+  return choices;
+}
+
+absl::Status CheckScheduleNames(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    if (FindSchedule(name) == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "interleaved-1f1b needs M >= D: Megatron-LM requires its microbatch group size (D=", D,
-          ") to lie in [D, M], got M=", M));
+          "unknown schedule '", name, "' (known: ", absl::StrJoin(ScheduleNames(), ", "), ")"));
     }
-    // A last group of r = M mod D microbatches with 1 <= r <= D-3 (2 <= r when V = 2) makes
-    // Megatron's order cyclic: rank 0's warm-up runs a forward of the last group whose input
-    // rank D-1 produces only after a backward that waits for rank 0's first backward. The
-    // validator finds that deadlock; this closed form matches it for every D <= 16, V <= 6.
-    const int r = M % D;
-    if (r >= (V == 2 ? 2 : 1) && r <= D - 3) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "interleaved-1f1b with D=", D, " V=", V, " M=", M,
-          ": Megatron-LM's order deadlocks when its last microbatch group is that "
-          "short (M mod D = ",
-          r, "); use M with M mod D in {0, ", V == 2 ? "1, " : "", D - 2, ", ", D - 1, "}"));
-    }
-    return Interleaved(D, V, M);
   }
-  if (name == "zb-h1") {
-    if (auto status = CheckChunks(name, V, 1); !status.ok()) return status;
-    return ZbH1(D, M);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Schedule> Generate(const std::string& name, int D, int V, int M) {
+  const ScheduleKind* kind = FindSchedule(name);
+  if (V <= 0) V = DefaultChunks(name);
+  if (absl::Status status = CheckSize(D, V, M); !status.ok()) return status;
+  if (kind == nullptr) return CheckScheduleNames({name});
+  if (absl::Status status = CheckChunkRule(*kind, V); !status.ok()) return status;
+  if (kind->constraints != nullptr) {
+    if (absl::Status status = kind->constraints(D, V, M); !status.ok()) return status;
   }
-  if (name == "zb-v") {
-    if (auto status = CheckChunks(name, V, 2); !status.ok()) return status;
-    return ZbV(D, M);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown schedule '", name, "' (known: ", absl::StrJoin(ScheduleNames(), ", "), ")"));
+  return kind->generate(D, V, M);
 }
 
 }  // namespace pp::plan

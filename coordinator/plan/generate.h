@@ -20,11 +20,41 @@
 
 namespace pp::plan {
 
+// One schedule the planner knows: the one table of names, chunk rules, generators and constraints
+// (Schedules()). Generate, its refusals and the auto-planner's candidates all read it.
+struct ScheduleKind {
+  std::string name;
+  // Chunk rule: V in [min_chunks, max_chunks]; max_chunks 0 = no upper bound. V <= 0 from a
+  // caller means default_chunks.
+  int min_chunks = 1;
+  int max_chunks = 1;
+  int default_chunks = 1;
+  // Appended to the refusal of a V below min_chunks, e.g. "; with one chunk use 1f1b".
+  std::string fewer_chunks_hint;
+  // Constraints on D, V, M beyond the chunk rule (OK or InvalidArgument saying why); null: none.
+  absl::Status (*constraints)(int D, int V, int M) = nullptr;
+  // The compute program; called only for D, V, M that pass the chunk rule and the constraints.
+  absl::StatusOr<Schedule> (*generate)(int D, int V, int M) = nullptr;
+};
+
+// Every schedule, in the order they are documented.
+const std::vector<ScheduleKind>& Schedules();
+
+// The entry named `name`, or null.
+const ScheduleKind* FindSchedule(const std::string& name);
+
 // The names Generate accepts, in the order they are documented.
 const std::vector<std::string>& ScheduleNames();
 
 // V chunks `name` runs with when the caller passes V <= 0 (2 for interleaved-1f1b and zb-v).
 int DefaultChunks(const std::string& name);
+
+// The V values worth trying for `kind` up to `max_chunks` (the auto-planner's candidates): the
+// fixed V of a fixed rule, else min_chunks..max_chunks.
+std::vector<int> ChunkChoices(const ScheduleKind& kind, int max_chunks);
+
+// OK, or InvalidArgument "unknown schedule 'NAME' (known: ...)" for a name not in the table.
+absl::Status CheckScheduleNames(const std::vector<std::string>& names);
 
 // InvalidArgument (saying why) for an unknown name, D/M < 1, or a V or M the schedule refuses.
 absl::StatusOr<Schedule> Generate(const std::string& name, int D, int V, int M);

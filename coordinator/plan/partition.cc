@@ -11,7 +11,7 @@
 namespace pp::plan {
 namespace {
 
-// Parameters of each partition unit of a GPT-2 block stack (DESIGN.md's tensor list):
+// Parameters of each partition unit of a GPT-2 block stack:
 // embedding wte + wpe; block ln_1, qkv, proj, ln_2, fc, mlp proj = 12C^2 + 13C; head ln_f and an
 // untied lm_head.
 std::vector<double> UnitParams(const pp::v1::ModelSpec& model) {
@@ -52,6 +52,42 @@ std::vector<int> MinMaxPartition(const std::vector<double>& weights, int S) {
   return sizes;
 }
 
+// `units` names the U units for messages.
+absl::StatusOr<std::vector<int>> ByCost(const std::vector<double>& unit_costs, int S, int U,
+                                        const std::string& units) {
+  if (static_cast<int>(unit_costs.size()) != U) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partition by cost needs one cost per unit: ", unit_costs.size(), " given for ", units));
+  }
+  for (size_t i = 0; i < unit_costs.size(); ++i) {
+    if (!std::isfinite(unit_costs[i]) || unit_costs[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unit cost ", i, " must be finite and >= 0, got ", unit_costs[i]));
+    }
+  }
+  return MinMaxPartition(unit_costs, S);
+}
+
+absl::StatusOr<std::vector<int>> Explicit(const std::vector<int>& explicit_units, int S, int U,
+                                          const std::string& units) {
+  if (static_cast<int>(explicit_units.size()) != S) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("explicit partition lists ", explicit_units.size(), " stages, want S=", S));
+  }
+  for (int s = 0; s < S; ++s) {
+    if (explicit_units[s] < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("explicit partition leaves stage ", s,
+                                                     " empty (", explicit_units[s], " units)"));
+    }
+  }
+  const long sum = std::accumulate(explicit_units.begin(), explicit_units.end(), 0L);
+  if (sum != U) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("explicit partition covers ", sum, " units but the model has ", units));
+  }
+  return explicit_units;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<int>> PartitionUnits(const pp::v1::ModelSpec& model, int S,
@@ -83,37 +119,8 @@ absl::StatusOr<std::vector<int>> PartitionUnits(const pp::v1::ModelSpec& model, 
     }
     return MinMaxPartition(UnitParams(model), S);
   }
-  if (method == "cost") {
-    if (static_cast<int>(unit_costs.size()) != U) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "partition by cost needs one cost per unit: ", unit_costs.size(), " given for ", units));
-    }
-    for (size_t i = 0; i < unit_costs.size(); ++i) {
-      if (!std::isfinite(unit_costs[i]) || unit_costs[i] < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("unit cost ", i, " must be finite and >= 0, got ", unit_costs[i]));
-      }
-    }
-    return MinMaxPartition(unit_costs, S);
-  }
-  if (method == "explicit") {
-    if (static_cast<int>(explicit_units.size()) != S) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("explicit partition lists ", explicit_units.size(), " stages, want S=", S));
-    }
-    for (int s = 0; s < S; ++s) {
-      if (explicit_units[s] < 1) {
-        return absl::InvalidArgumentError(absl::StrCat("explicit partition leaves stage ", s,
-                                                       " empty (", explicit_units[s], " units)"));
-      }
-    }
-    const long sum = std::accumulate(explicit_units.begin(), explicit_units.end(), 0L);
-    if (sum != U) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("explicit partition covers ", sum, " units but the model has ", units));
-    }
-    return explicit_units;
-  }
+  if (method == "cost") return ByCost(unit_costs, S, U, units);
+  if (method == "explicit") return Explicit(explicit_units, S, U, units);
   return absl::InvalidArgumentError(absl::StrCat("unknown partition method '", method,
                                                  "' (known: uniform, params, cost, explicit)"));
 }

@@ -13,8 +13,8 @@ namespace pp::plan {
 
 absl::StatusOr<Simulation> ValidateAndSimulate(const Schedule& schedule, const CostModel& costs) {
   if (absl::Status status = internal::CheckStatically(schedule); !status.ok()) return status;
-  // With bad costs the run is symbolic: a deadlock is still reported before the costs, as Validate
-  // runs before Simulate.
+  // With bad costs the run is symbolic: a deadlock is still reported before the costs, as the
+  // validator's checks come before the simulator's.
   const absl::StatusOr<internal::Durations> durations =
       internal::DurationsOf(costs, schedule.stages());
   internal::Execution exec = internal::Execute(

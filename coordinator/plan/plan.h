@@ -1,6 +1,13 @@
-// The planner's front door: what the coordinator daemon and ppctl call. Pure functions, no
-// threads, no RPC. Generators, lowering, validation, simulation and rendering live behind it
-// (see the other headers in this folder).
+// The planner's front door: what the coordinator daemon, ppctl and the benches call. Pure
+// functions, no threads, no RPC. Callers outside coordinator/plan/ include this header only; it
+// brings in the public parts of the planner:
+//   compile.h    Plan (generate -> lower comms -> validate -> simulate) on plain structs
+//   generate.h   the schedule table (names, chunk rules, constraints) and Generate
+//   simulate.h   CostModel, Simulation, Simulate; timeline.h: Timeline and the bubble, IdleFraction
+//   render.h     RenderAscii and RenderChrome of a Timeline
+//   convert.h    plain structs <-> pp.v1 protos
+//   auto_plan.h  the auto-planners (schedule, V and M; the DP x PP x TP mesh)
+// The rest (ir.h's helpers, lower.h, validate.h, execute.h) is how the planner works inside.
 #ifndef PP_COORDINATOR_PLAN_PLAN_H_
 #define PP_COORDINATOR_PLAN_PLAN_H_
 
@@ -8,6 +15,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/plan/auto_plan.h"
+#include "coordinator/plan/compile.h"
+#include "coordinator/plan/convert.h"
+#include "coordinator/plan/generate.h"
+#include "coordinator/plan/render.h"
+#include "coordinator/plan/simulate.h"
+#include "coordinator/plan/timeline.h"
 #include "pp/v1/job.pb.h"
 #include "pp/v1/schedule.pb.h"
 
@@ -27,6 +41,18 @@ absl::StatusOr<std::vector<int>> PartitionUnits(const pp::v1::ModelSpec& model, 
                                                 const std::string& method,
                                                 const std::vector<int>& explicit_units,
                                                 const std::vector<double>& unit_costs);
+
+// The compute costs measured in one step, as a cost model for `schedule` (S stages): the mean F
+// and B (B = I + W when the backward is split) over stages, each stage scaled by its share of
+// F + B, I and W as measured; communication free. Actions outside 0..S-1 are ignored. NotFound
+// when the trace has no forward or backward time.
+absl::StatusOr<CostModel> CostsFromTrace(const Schedule& schedule,
+                                         const pp::v1::StepTrace& trace);
+
+// The bubble `schedule` has when re-simulated under CostsFromTrace(trace): what the measured
+// compute alone would leave idle. InvalidArgument for a schedule that does not convert or run.
+absl::StatusOr<double> BubbleWithMeasuredCosts(const pp::v1::Schedule& schedule,
+                                               const pp::v1::StepTrace& trace);
 
 }  // namespace pp::plan
 

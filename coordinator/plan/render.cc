@@ -78,36 +78,6 @@ std::string QuantumText(double quantum, TimeUnit unit) {
 
 }  // namespace
 
-Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation) {
-  Timeline timeline;
-  timeline.ranks.resize(schedule.programs.size());
-  for (size_t r = 0; r < schedule.programs.size(); ++r) {
-    const std::vector<Action>& program = schedule.programs[r];
-    const std::vector<double>& end = simulation.end[r];
-    for (size_t k = 0; k < program.size() && k < end.size(); ++k) {
-      timeline.ranks[r].push_back({program[k], k == 0 ? 0 : end[k - 1], end[k]});
-    }
-  }
-  return timeline;
-}
-
-Timeline TimelineFromTrace(const pp::v1::StepTrace& trace) {
-  Timeline timeline;
-  for (const pp::v1::RankTrace& rank : trace.ranks()) {
-    if (rank.rank() < 0) continue;
-    if (rank.rank() >= static_cast<int>(timeline.ranks.size())) {
-      timeline.ranks.resize(rank.rank() + 1);
-    }
-    for (const pp::v1::TimedAction& timed : rank.actions()) {
-      const pp::v1::ActionKind kind = timed.action().kind();
-      if (kind < pp::v1::FORWARD || kind > pp::v1::RECV_GRAD) continue;
-      timeline.ranks[rank.rank()].push_back(
-          {ActionFromProto(timed.action()), timed.start(), timed.end()});
-    }
-  }
-  return timeline;
-}
-
 std::string RenderAscii(const Timeline& timeline, TimeUnit unit) {
   const int D = static_cast<int>(timeline.ranks.size());
   if (D == 0) return "(empty timeline)\n";

@@ -16,24 +16,10 @@
 #include "absl/status/statusor.h"
 #include "coordinator/plan/ir.h"
 #include "coordinator/plan/simulate.h"
+#include "coordinator/plan/timeline.h"
 #include "pp/v1/schedule.pb.h"
 
 namespace pp::plan {
-
-struct TimedAction {
-  Action action;
-  double start = 0;
-  double end = 0;
-};
-
-// Per rank, the actions it ran with their start and end, in the order they ran.
-struct Timeline {
-  std::vector<std::vector<TimedAction>> ranks;
-};
-
-Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation);
-// Actions with a kind outside FORWARD..RECV_GRAD are skipped; ranks are placed by RankTrace.rank.
-Timeline TimelineFromTrace(const pp::v1::StepTrace& trace);
 
 // What a timeline's times are: the planner's abstract cost units, or seconds (measured steps,
 // labelled in ms or s).

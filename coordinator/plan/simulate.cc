@@ -16,6 +16,27 @@ absl::Status CheckCost(const char* name, double value) {
       absl::StrCat("cost ", name, " must be a finite number >= 0, got ", value));
 }
 
+// A rank's compute time: each action starts when the previous one on its rank ends (the first
+// at 0), so a compute action took end[k] - end[k-1].
+double ComputeTime(const std::vector<Action>& program, const std::vector<double>& end) {
+  double busy = 0, start = 0;
+  for (size_t k = 0; k < program.size(); ++k) {
+    if (!IsComm(program[k].kind)) busy += end[k] - start;
+    start = end[k];
+  }
+  return busy;
+}
+
+// Activations live at once on a rank, at most: each F adds one, its B (or W) frees it.
+int PeakLive(const std::vector<Action>& program) {
+  int live = 0, peak = 0;
+  for (const Action& a : program) {
+    if (a.kind == Kind::kForward) peak = std::max(peak, ++live);
+    if (a.kind == Kind::kBackward || a.kind == Kind::kBackwardWeight) --live;
+  }
+  return peak;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int S) {
@@ -88,29 +109,18 @@ absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& 
   if (!std::isfinite(sim.makespan)) {
     return absl::InvalidArgumentError("costs too large: the simulated step does not end");
   }
+  sim.end = std::move(exec.end);
   sim.ranks.resize(D);
-  double busy = 0;
+  std::vector<double> busy(D);
   for (int r = 0; r < D; ++r) {
     RankStats& stats = sim.ranks[r];
-    int live = 0;
-    const std::vector<Action>& program = schedule.programs[r];
-    double start = 0;
-    for (size_t k = 0; k < program.size(); ++k) {
-      const double end = exec.end[r][k];
-      const double took = end - start;
-      start = end;
-      const Kind kind = program[k].kind;
-      if (IsComm(kind)) continue;
-      stats.busy += took;
-      if (kind == Kind::kForward) stats.peak_live = std::max(stats.peak_live, ++live);
-      if (kind == Kind::kBackward || kind == Kind::kBackwardWeight) --live;
-    }
-    stats.peak_bytes = stats.peak_live * costs.activation_bytes;
+    stats.busy = busy[r] = ComputeTime(schedule.programs[r], sim.end[r]);
     stats.idle = sim.makespan - stats.busy;
-    busy += stats.busy;
+    stats.peak_live = PeakLive(schedule.programs[r]);
+    stats.peak_bytes = stats.peak_live * costs.activation_bytes;
   }
-  sim.bubble_fraction = sim.makespan > 0 ? 1 - busy / (D * sim.makespan) : 0;
-  sim.end = std::move(exec.end);
+  // The first action starts at 0, so the span from the first action to the last is the makespan.
+  sim.bubble_fraction = IdleFraction(busy, sim.makespan);
   return sim;
 }
 
@@ -125,6 +135,10 @@ absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& c
     return absl::InvalidArgumentError("schedule deadlocks; run the validator for details");
   }
   return internal::Summarize(schedule, costs, std::move(exec));
+}
+
+Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation) {
+  return TimelineFromEnds(schedule, simulation.end);
 }
 
 }  // namespace pp::plan

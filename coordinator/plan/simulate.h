@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/plan/execute.h"
 #include "coordinator/plan/ir.h"
+#include "coordinator/plan/timeline.h"
 
 namespace pp::plan {
 
@@ -48,20 +49,19 @@ struct RankStats {
 
 struct Simulation {
   double makespan = 0;
-  double bubble_fraction = 0;  // kBubbleDefinition
+  double bubble_fraction = 0;  // IdleFraction (timeline.h) of the busy times over the makespan
   std::vector<RankStats> ranks;
   // Per rank, per action of the program: when it ends. It starts when the previous action on its
   // rank ends (the first at 0): ranks run their programs back to back, waiting only at receives.
   std::vector<std::vector<double>> end;
 };
 
-inline constexpr char kBubbleDefinition[] =
-    "1 - sum(busy) / (D * makespan): idle share of all ranks' time from the first action to the "
-    "last (not idle over ideal compute)";
-
 // InvalidArgument for bad costs (including costs whose sum overflows), a malformed schedule or one
 // that deadlocks.
 absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& costs);
+
+// The simulated step as a timeline (TimelineFromEnds of simulation.end).
+Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation);
 
 namespace internal {
 

@@ -219,11 +219,4 @@ absl::Status CheckDeadlock(const Schedule& schedule, const Execution& exec) {
 
 }  // namespace internal
 
-absl::Status Validate(const Schedule& schedule) {
-  if (absl::Status status = internal::CheckStatically(schedule); !status.ok()) return status;
-  const internal::Execution exec = internal::Execute(
-      schedule, internal::ZeroDurations(schedule.stages()), /*record_times=*/false);
-  return internal::CheckDeadlock(schedule, exec);
-}
-
 }  // namespace pp::plan

@@ -18,15 +18,12 @@
 #include "coordinator/plan/ir.h"
 
 namespace pp::plan {
-
-// OK, or InvalidArgument "rank R, action I (KIND stage S microbatch M): why".
-absl::Status Validate(const Schedule& schedule);
-
 namespace internal {
 
-// Validate in two halves, for callers that execute the schedule anyway (compile.h's
-// ValidateAndSimulate): checks 1 to 4, then check 5 on their execution of the schedule (under any
-// durations, see execute.h). Validate runs CheckDeadlock on a zero-duration execution.
+// The validator in two halves, for callers that execute the schedule anyway: checks 1 to 4, then
+// check 5 on their execution of the schedule (under any durations, see execute.h). The planner
+// validates through compile.h's ValidateAndSimulate, which runs both on the simulator's one
+// execution. Errors are InvalidArgument "rank R, action I (KIND stage S microbatch M): why".
 absl::Status CheckStatically(const Schedule& schedule);
 absl::Status CheckDeadlock(const Schedule& schedule, const Execution& exec);
 

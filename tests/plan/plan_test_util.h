@@ -5,9 +5,20 @@
 #include <string>
 
 #include "coordinator/plan/compile.h"
+#include "coordinator/plan/execute.h"
+#include "coordinator/plan/validate.h"
 #include "gtest/gtest.h"
 
 namespace pp::plan {
+
+// The validator on its own (validate.h, checks 1 to 5): the static checks, then the deadlock check
+// on a zero-duration execution. OK, or the validator's InvalidArgument.
+inline absl::Status Validate(const Schedule& schedule) {
+  if (absl::Status status = internal::CheckStatically(schedule); !status.ok()) return status;
+  const internal::Execution exec = internal::Execute(
+      schedule, internal::ZeroDurations(schedule.stages()), /*record_times=*/false);
+  return internal::CheckDeadlock(schedule, exec);
+}
 
 // The acceptance cost model: f=1, b=2 (I=W=1 when split), free comms.
 inline CostModel UnitCosts() { return CostModel{}; }

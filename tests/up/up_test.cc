@@ -209,17 +209,18 @@ TEST_F(UpTest, BadInputIsOneLineAndStartsNothing) {
   struct Case {
     std::vector<std::string> args;
     std::string message;
+    int code;  // 2: a usage error (flags, arguments); 1: the job file
   };
   const std::string bad = Write("bad.json", R"({"name": "bad", "model": {"nHeads": 3}})");
   const std::string four =
       Write("four.json",
             std::regex_replace(TinySpec(5), std::regex(R"("pipeline": 2)"), R"("pipeline": 4)"));
   const Case cases[] = {
-      {{"--workers=0"}, "--workers must be 1..64, got 0"},
-      {{"--job=" + dir_ + "/missing.json"}, "missing.json"},
-      {{"--job=" + bad}, "model."},
-      {{"--workers=2", "--job=" + four}, "needs 4 workers"},
-      {{"stray"}, "unexpected argument 'stray'"},
+      {{"--workers=0"}, "--workers must be 1..64, got 0", 2},
+      {{"--job=" + dir_ + "/missing.json"}, "missing.json", 1},
+      {{"--job=" + bad}, "model.", 1},
+      {{"--workers=2", "--job=" + four}, "needs 4 workers", 1},
+      {{"stray"}, "unexpected argument 'stray'", 2},
   };
   for (size_t i = 0; i < std::size(cases); ++i) {
     const Case& c = cases[i];
@@ -228,7 +229,7 @@ TEST_F(UpTest, BadInputIsOneLineAndStartsNothing) {
     const absl::StatusOr<int> code = ppctl->Wait(absl::Seconds(10));
     ASSERT_TRUE(code.ok());
     const std::string out = ppctl->Output();
-    EXPECT_EQ(*code, 2) << out;
+    EXPECT_EQ(*code, c.code) << out;
     EXPECT_EQ(out.rfind("ppctl up: ", 0), 0u) << out;
     EXPECT_NE(out.find(c.message), std::string::npos) << out;
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;

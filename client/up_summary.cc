@@ -1,0 +1,108 @@
+#include "client/up_summary.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/clock_text.h"
+#include "common/file_io.h"
+#include "coordinator/plan/plan.h"
+
+namespace pp::client {
+namespace {
+
+std::unique_ptr<grpc::ClientContext> TenSeconds() {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return context;
+}
+
+void PrintLossAndSpeed(const UpRun& run) {
+  const pp::v1::JobEvent& last = run.last_event;
+  const pp::v1::JobEvent& first = run.first_step.value_or(last);
+  const pp::v1::JobSpec& s = run.spec;
+  const double tokens_per_step = static_cast<double>(s.train().microbatches()) *
+                                 s.train().microbatch_size() * s.model().seq_len() *
+                                 std::max(1, s.parallel().data());
+  std::cout << "\nsummary of job " << run.job_id << "\n";
+  std::cout << absl::StrFormat("  loss        %.4f at step %d -> %.4f at step %d\n", first.loss(),
+                               first.step(), last.loss(), last.step());
+  const double seconds = last.time_unix() - first.time_unix();
+  if (last.step() > first.step() && seconds > 0) {
+    std::cout << absl::StrFormat(
+        "  tokens/s    %.0f (mean over steps %d-%d: %.0f tokens in %s)\n",
+        tokens_per_step * (last.step() - first.step()) / seconds, first.step() + 1, last.step(),
+        tokens_per_step * (last.step() - first.step()), ClockText(seconds));
+  }
+}
+
+// `plan` and `trace` are null when ppcoord did not give them.
+void PrintBubbles(const UpRun& run, const pp::v1::PlanJobResponse* plan,
+                  const pp::v1::StepTrace* trace) {
+  std::cout << "  bubble      idle share of all ranks' time, first action to last\n";
+  if (run.bubble_steps > 0) {
+    std::cout << absl::StrFormat("              measured   %5.1f%% (mean of steps 2-%d)\n",
+                                 100 * run.bubble_sum / run.bubble_steps, run.last_event.step());
+  }
+  if (plan == nullptr) return;
+  std::cout << absl::StrFormat(
+      "              simulated  %5.1f%% (%s D=%d M=%d, F=1 B=2, free communication)\n",
+      100 * plan->schedule().simulation().bubble_fraction(), plan->schedule().name(),
+      plan->schedule().pipeline(), plan->schedule().microbatches());
+  if (trace == nullptr) return;
+  absl::StatusOr<double> measured_costs = pp::plan::BubbleWithMeasuredCosts(plan->schedule(), *trace);
+  if (measured_costs.ok()) {
+    std::cout << absl::StrFormat(
+        "              simulated  %5.1f%% (measured per-stage F and B of step %d, free "
+        "communication)\n",
+        100 * *measured_costs, trace->step());
+  }
+}
+
+absl::Status PrintTimeline(const UpRun& run, const pp::v1::StepTrace& trace, const WorkDir& dir,
+                           std::string path) {
+  const pp::plan::Timeline timeline = pp::plan::TimelineFromTrace(trace);
+  std::cout << "\nstep " << trace.step() << " as measured:\n"
+            << pp::plan::RenderAscii(timeline, pp::plan::TimeUnit::kSeconds);
+  if (path.empty()) {
+    path = dir.temporary() ? absl::StrCat(TempRoot(), "/ppctl-up-", run.job_id, ".trace.json")
+                           : absl::StrCat(dir.path(), "/", run.job_id, ".trace.json");
+  }
+  if (absl::Status written =
+          pp::common::WriteFileAtomic(path, pp::plan::RenderChrome(timeline, 1e6));
+      !written.ok()) {
+    return written;
+  }
+  std::cout << "\nChrome trace of step " << trace.step() << ": " << path
+            << " (open in ui.perfetto.dev or chrome://tracing)\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status PrintSummary(pp::v1::Coordinator::Stub& stub, const UpRun& run, const WorkDir& dir,
+                          const std::string& chrome_trace) {
+  pp::v1::GetTraceRequest trace_request;
+  trace_request.set_job_id(run.job_id);
+  pp::v1::StepTrace trace;
+  const grpc::Status traced = stub.GetTrace(TenSeconds().get(), trace_request, &trace);
+  pp::v1::PlanJobRequest plan_request;
+  *plan_request.mutable_spec() = run.spec;
+  pp::v1::PlanJobResponse plan;
+  const grpc::Status planned = stub.PlanJob(TenSeconds().get(), plan_request, &plan);
+
+  PrintLossAndSpeed(run);
+  PrintBubbles(run, planned.ok() ? &plan : nullptr, traced.ok() ? &trace : nullptr);
+  if (!dir.temporary()) {
+    std::cout << "  checkpoints " << dir.path() << "/checkpoints/" << run.job_id << "/\n";
+  }
+  if (!traced.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("trace of job ", run.job_id, ": ", traced.error_message()));
+  }
+  return PrintTimeline(run, trace, dir, chrome_trace);
+}
+
+}  // namespace pp::client

@@ -1,0 +1,93 @@
+// The planner's front door (plan.h): the schedule table, the one bubble definition, and the
+// cost fitting of a measured step.
+#include "coordinator/plan/plan.h"
+
+#include "gtest/gtest.h"
+#include "tests/plan/plan_test_util.h"
+
+namespace pp::plan {
+namespace {
+
+TEST(ScheduleTableTest, NamesChunkRulesAndChoicesComeFromOneTable) {
+  ASSERT_EQ(ScheduleNames(),
+            (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}));
+  ASSERT_EQ(Schedules().size(), ScheduleNames().size());
+  EXPECT_EQ(FindSchedule("chimera"), nullptr);
+  EXPECT_EQ(DefaultChunks("zb-v"), 2);
+  EXPECT_EQ(DefaultChunks("interleaved-1f1b"), 2);
+  EXPECT_EQ(DefaultChunks("1f1b"), 1);
+  EXPECT_EQ(ChunkChoices(*FindSchedule("zb-v"), 4), std::vector<int>{2});
+  EXPECT_EQ(ChunkChoices(*FindSchedule("gpipe"), 4), std::vector<int>{1});
+  EXPECT_EQ(ChunkChoices(*FindSchedule("interleaved-1f1b"), 4), (std::vector<int>{2, 3, 4}));
+  EXPECT_TRUE(CheckScheduleNames({"1f1b", "zb-h1"}).ok());
+  EXPECT_EQ(CheckScheduleNames({"1f1b", "chimera"}).message(),
+            "unknown schedule 'chimera' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v)");
+}
+
+TEST(ScheduleTableTest, RefusalsSayWhichRuleOfTheTable) {
+  EXPECT_EQ(Generate("zb-v", 4, 3, 8).status().message(),
+            "zb-v runs exactly 2 chunk(s) per rank, got V=3");
+  EXPECT_EQ(Generate("gpipe", 4, 2, 8).status().message(),
+            "gpipe runs exactly 1 chunk(s) per rank, got V=2");
+  EXPECT_EQ(Generate("interleaved-1f1b", 4, 1, 8).status().message(),
+            "interleaved-1f1b needs V >= 2 chunks per rank (got V=1; with one chunk use 1f1b)");
+  EXPECT_NE(Generate("interleaved-1f1b", 4, 2, 2).status().message().find("needs M >= D"),
+            std::string::npos);
+  // Size checks come before the name, as they always did.
+  EXPECT_EQ(Generate("chimera", 0, 1, 8).status().message(), "pipeline depth D=0 < 1");
+}
+
+TEST(IdleFractionTest, IdleShareOfAllRanksTimeFromFirstActionToLast) {
+  EXPECT_DOUBLE_EQ(IdleFraction({2, 1}, 2), 0.25);
+  EXPECT_DOUBLE_EQ(IdleFraction({3, 3, 3}, 3), 0);
+  EXPECT_EQ(IdleFraction({}, 5), 0);
+  EXPECT_EQ(IdleFraction({1, 1}, 0), 0);
+  // The simulator's figure is this definition over its ranks' busy time and the makespan.
+  const Planned planned = MustPlan("1f1b", 4, 1, 8);
+  std::vector<double> busy;
+  for (const RankStats& rank : planned.simulation.ranks) busy.push_back(rank.busy);
+  EXPECT_EQ(planned.simulation.bubble_fraction, IdleFraction(busy, planned.simulation.makespan));
+  EXPECT_DOUBLE_EQ(planned.simulation.bubble_fraction, 3.0 / 11);  // (D-1) / (M+D-1)
+}
+
+// A trace whose actions took exactly the simulated times of `planned` (f seconds per cost unit).
+pp::v1::StepTrace TraceOf(const Planned& planned, double seconds_per_unit) {
+  const v1::Schedule proto = ScheduleToProto(planned.schedule, &planned.simulation);
+  pp::v1::StepTrace trace;
+  const Timeline timeline = TimelineFromSimulation(planned.schedule, planned.simulation);
+  for (size_t r = 0; r < timeline.ranks.size(); ++r) {
+    pp::v1::RankTrace* rank = trace.add_ranks();
+    rank->set_rank(static_cast<int>(r));
+    for (size_t k = 0; k < timeline.ranks[r].size(); ++k) {
+      pp::v1::TimedAction* t = rank->add_actions();
+      *t->mutable_action() = proto.ranks(static_cast<int>(r)).actions(static_cast<int>(k));
+      t->set_start(timeline.ranks[r][k].start * seconds_per_unit);
+      t->set_end(timeline.ranks[r][k].end * seconds_per_unit);
+    }
+  }
+  return trace;
+}
+
+TEST(CostsFromTraceTest, MeasuredTimesBecomeTheCostModel) {
+  CostModel costs;
+  costs.forward = 1;
+  costs.backward = 3;
+  const Planned planned = MustPlan("1f1b", 3, 1, 6, costs);
+  const pp::v1::StepTrace trace = TraceOf(planned, 0.01);
+  absl::StatusOr<CostModel> fitted = CostsFromTrace(planned.schedule, trace);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_DOUBLE_EQ(fitted->forward, 0.01);
+  EXPECT_DOUBLE_EQ(fitted->backward, 0.03);
+  ASSERT_EQ(fitted->stage_scale.size(), 3u);
+  for (double scale : fitted->stage_scale) EXPECT_DOUBLE_EQ(scale, 1);
+  // Re-simulated under what was measured, the schedule has the bubble it was planned with.
+  absl::StatusOr<double> bubble =
+      BubbleWithMeasuredCosts(ScheduleToProto(planned.schedule, nullptr), trace);
+  ASSERT_TRUE(bubble.ok()) << bubble.status();
+  EXPECT_NEAR(*bubble, planned.simulation.bubble_fraction, 1e-12);
+  EXPECT_EQ(CostsFromTrace(planned.schedule, pp::v1::StepTrace()).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace pp::plan
