@@ -1,6 +1,11 @@
 // ppctl's server commands (client/job_commands) against an in-process ppcoord and fake workers.
 #include "client/job_commands.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -171,14 +176,34 @@ TEST_F(JobCommandsTest, BadInputGivesOneLineAndNonZeroExit) {
   EXPECT_THAT(layout.err, HasSubstr("--parallel"));
 }
 
+// A port that is bound but never listened on refuses every connection, and this test holds it for
+// its whole run, so no other process can start serving there (a fixed port such as 1 can be taken
+// by any root process on the machine).
+int BoundPortNobodyListensOn(int* fd) {
+  *fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (*fd < 0 || ::bind(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return -1;
+  socklen_t len = sizeof(addr);
+  if (::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
+  return ntohs(addr.sin_port);
+}
+
 TEST_F(JobCommandsTest, UnreachableCoordinatorFailsWithinTheTimeout) {
-  absl::SetFlag(&FLAGS_coordinator, "127.0.0.1:1");
+  int fd = -1;
+  const int port = BoundPortNobodyListensOn(&fd);
+  ASSERT_GT(port, 0) << "cannot bind a loopback port";
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  absl::SetFlag(&FLAGS_coordinator, address);
   absl::SetFlag(&FLAGS_rpc_timeout, absl::Milliseconds(500));
   const absl::Time start = absl::Now();
   Output o = Ppctl("list", {});
+  ::close(fd);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(o.code, 1);
-  EXPECT_THAT(o.err, HasSubstr("cannot reach the coordinator at 127.0.0.1:1"));
+  EXPECT_THAT(o.err, HasSubstr("cannot reach the coordinator at " + address));
 }
 
 TEST_F(JobCommandsTest, WatchFollowsTheJobToSuccessAndTraceDrawsAStep) {
