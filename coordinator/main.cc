@@ -1,15 +1,16 @@
 // ppcoord: the coordinator daemon. Flags below; see coordinator/coordinator.h for what it does.
-#include <unistd.h>
-
-#include <cerrno>
-#include <csignal>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
-#include "common/file_io.h"
+#include "common/address_file.h"
+#include "common/exit_code.h"
+#include "common/host_port.h"
+#include "common/stop_signals.h"
 #include "coordinator/coordinator.h"
 
 ABSL_FLAG(std::string, grpc, "127.0.0.1:50051",
@@ -27,7 +28,25 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers are told to heartbeat");
 
 namespace {
-int g_signal_pipe[2];
+
+// The flags as options; a malformed address is a usage error (InvalidArgument).
+absl::StatusOr<pp::coordinator::CoordinatorOptions> OptionsFromFlags() {
+  pp::coordinator::CoordinatorOptions options;
+  options.grpc_address = absl::GetFlag(FLAGS_grpc);
+  options.metrics_address = absl::GetFlag(FLAGS_metrics);
+  if (auto grpc = pp::common::ParseHostPort(options.grpc_address, "grpc"); !grpc.ok()) {
+    return grpc.status();
+  }
+  if (auto metrics = pp::common::ParseHostPort(options.metrics_address, "metrics");
+      !metrics.ok()) {
+    return metrics.status();
+  }
+  options.data_dir = absl::GetFlag(FLAGS_data_dir);
+  options.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
+  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  return options;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -37,48 +56,36 @@ int main(int argc, char** argv) {
   const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::cerr << "ppcoord: unexpected argument \"" << rest[1] << "\" (see --help)\n";
-    return 2;
+    return pp::common::kExitUsage;
   }
-  // Some library threads unblock signals, so a handler (not sigwait) catches them; it only
-  // writes to a pipe that main() waits on.
-  if (pipe(g_signal_pipe) != 0) {
-    std::cerr << "ppcoord: cannot create a pipe for signals\n";
-    return 1;
+  // Before any thread starts: see common/stop_signals.h.
+  absl::StatusOr<pp::common::StopSignals> stop = pp::common::StopSignals::Install();
+  if (!stop.ok()) {
+    std::cerr << "ppcoord: " << stop.status().message() << "\n";
+    return pp::common::kExitFailure;
   }
-  struct sigaction action {};
-  action.sa_handler = [](int signal) {
-    const char byte = static_cast<char>(signal);
-    (void)!write(g_signal_pipe[1], &byte, 1);
-  };
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-
-  pp::coordinator::CoordinatorOptions options;
-  options.grpc_address = absl::GetFlag(FLAGS_grpc);
-  options.metrics_address = absl::GetFlag(FLAGS_metrics);
-  options.data_dir = absl::GetFlag(FLAGS_data_dir);
-  options.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
-  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  absl::StatusOr<pp::coordinator::CoordinatorOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::cerr << "ppcoord: " << options.status().message() << "\n";
+    return pp::common::ExitCodeFor(options.status());
+  }
   absl::StatusOr<std::unique_ptr<pp::coordinator::CoordinatorServer>> server =
-      pp::coordinator::CoordinatorServer::Start(options);
+      pp::coordinator::CoordinatorServer::Start(*options);
   if (!server.ok()) {
     std::cerr << "ppcoord: " << server.status().message() << "\n";
-    return 1;
+    return pp::common::ExitCodeFor(server.status());
   }
-  const std::string addresses =
-      absl::StrCat("{\"grpc\":\"", (*server)->grpc_address(), "\",\"metrics\":\"",
-                   (*server)->metrics_address(), "\"}\n");
+  const pp::common::DaemonAddresses addresses{(*server)->grpc_address(),
+                                              (*server)->metrics_address()};
   if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
-    if (absl::Status written = pp::common::WriteFileAtomic(path, addresses); !written.ok()) {
+    if (absl::Status written = pp::common::WriteAddressFile(path, addresses); !written.ok()) {
       std::cerr << "ppcoord: --address_file: " << written.message() << "\n";
-      return 1;
+      return pp::common::kExitFailure;
     }
   }
-  std::cerr << "ppcoord: serving " << addresses;
-  char signal = 0;
-  while (read(g_signal_pipe[0], &signal, 1) < 0 && errno == EINTR) {
-  }
-  std::cerr << "ppcoord: signal " << static_cast<int>(signal) << ", shutting down\n";
+  std::cerr << "ppcoord: serving " << addresses.ToJson();
+  const std::optional<int> signal = stop->Wait(absl::InfiniteDuration());
+  std::cerr << "ppcoord: signal " << signal.value_or(0) << ", shutting down\n";
   (*server)->Shutdown();
-  return 0;
+  return pp::common::kExitOk;
 }

@@ -1,11 +1,11 @@
-// ppworker: one pipeline rank per process (or GPU). See daemon.h and docs/workerd.md.
+// ppworker: one pipeline rank per process (or GPU). See daemon.h.
 #include <signal.h>
 
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -13,6 +13,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/address_file.h"
+#include "common/exit_code.h"
+#include "common/stop_signals.h"
 #include "worker/daemon/daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of ppcoord's gRPC service (required)");
@@ -25,26 +28,15 @@ ABSL_FLAG(std::string, address_file, "",
 ABSL_FLAG(std::string, advertise_host, "",
           "host peers and the coordinator reach this worker at; default: the --grpc host, or "
           "this machine's name when that is 0.0.0.0");
-ABSL_FLAG(double, comm_timeout, 30,
-          "seconds a rendezvous, receive or collective may wait for a peer before the task fails");
-ABSL_FLAG(double, drain_timeout, 120,
-          "on SIGTERM, seconds to let the running task reach a common step, checkpoint and end");
+ABSL_FLAG(absl::Duration, comm_timeout, absl::Seconds(30),
+          "how long a rendezvous, receive or collective may wait for a peer before the task fails");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(120),
+          "on SIGTERM, how long the running task may take to reach a common step, checkpoint and "
+          "end");
 ABSL_FLAG(bool, async_checkpoints, true,
           "write checkpoint shards on a background thread while training continues");
 
 namespace {
-
-// Written to a temporary name and renamed, so readers never see half a file.
-bool WriteAddressFile(const std::string& path, const std::string& grpc,
-                      const std::string& metrics) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "{\"grpc\":\"" << grpc << "\",\"metrics\":\"" << metrics << "\"}\n";
-    if (!out.good()) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
 
 // PP_TEST_SHARD_WRITE_PAUSE=STEP:SECONDS (tests only): pause before writing that step's shard.
 bool ParseShardPause(pp::daemon::DaemonOptions& options) {
@@ -66,18 +58,21 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ppworker --coordinator=HOST:PORT [--grpc=HOST:PORT] [--metrics=HOST:PORT] "
       "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH]");
-  absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_comm_timeout) <= 0) {
-    std::cerr << "ppworker: --comm_timeout must be positive\n";
-    return 2;
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "ppworker: unexpected argument \"" << rest[1] << "\" (see --help)\n";
+    return pp::common::kExitUsage;
   }
-
-  // Every thread inherits the blocked set; main alone takes the signals, with sigwait.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (absl::GetFlag(FLAGS_comm_timeout) <= absl::ZeroDuration()) {
+    std::cerr << "ppworker: --comm_timeout must be positive\n";
+    return pp::common::kExitUsage;
+  }
+  // Before any thread starts: see common/stop_signals.h.
+  absl::StatusOr<pp::common::StopSignals> stop = pp::common::StopSignals::Install();
+  if (!stop.ok()) {
+    std::cerr << "ppworker: " << stop.status().message() << "\n";
+    return pp::common::kExitFailure;
+  }
 
   pp::daemon::DaemonOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
@@ -86,33 +81,34 @@ int main(int argc, char** argv) {
   options.device = absl::GetFlag(FLAGS_device);
   options.name = absl::GetFlag(FLAGS_name);
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
-  options.comm_timeout = absl::Seconds(absl::GetFlag(FLAGS_comm_timeout));
+  options.comm_timeout = absl::GetFlag(FLAGS_comm_timeout);
   options.async_checkpoints = absl::GetFlag(FLAGS_async_checkpoints);
   if (!ParseShardPause(options)) {
     std::cerr << "ppworker: PP_TEST_SHARD_WRITE_PAUSE: want STEP:SECONDS, got \""
               << std::getenv("PP_TEST_SHARD_WRITE_PAUSE") << "\"\n";
-    return 2;
+    return pp::common::kExitUsage;
   }
   absl::StatusOr<std::unique_ptr<pp::daemon::WorkerDaemon>> daemon =
       pp::daemon::WorkerDaemon::Start(options);
   if (!daemon.ok()) {
     std::cerr << "ppworker: " << daemon.status().message() << "\n";
-    return 2;
+    return pp::common::ExitCodeFor(daemon.status());
   }
   std::cerr << "ppworker: serving gRPC on " << (*daemon)->grpc_address() << ", metrics on "
             << (*daemon)->metrics_address() << ", coordinator " << options.coordinator << "\n";
-  const std::string address_file = absl::GetFlag(FLAGS_address_file);
-  if (!address_file.empty() &&
-      !WriteAddressFile(address_file, (*daemon)->grpc_address(), (*daemon)->metrics_address())) {
-    std::cerr << "ppworker: cannot write --address_file=" << address_file << "\n";
-    return 1;
+  if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
+    const pp::common::DaemonAddresses addresses{(*daemon)->grpc_address(),
+                                                (*daemon)->metrics_address()};
+    if (absl::Status written = pp::common::WriteAddressFile(path, addresses); !written.ok()) {
+      std::cerr << "ppworker: --address_file: " << written.message() << "\n";
+      return pp::common::kExitFailure;
+    }
   }
 
-  int signal = 0;
-  sigwait(&signals, &signal);
-  std::cerr << "ppworker: signal " << signal << ", shutting down\n";
+  const std::optional<int> signal = stop->Wait(absl::InfiniteDuration());
+  std::cerr << "ppworker: signal " << signal.value_or(0) << ", shutting down\n";
   // SIGTERM (Kubernetes drains a node): the running job stops at a checkpoint first.
-  if (signal == SIGTERM) (*daemon)->Drain(absl::Seconds(absl::GetFlag(FLAGS_drain_timeout)));
+  if (signal == SIGTERM) (*daemon)->Drain(absl::GetFlag(FLAGS_drain_timeout));
   (*daemon)->Shutdown();
-  return 0;
+  return pp::common::kExitOk;
 }
