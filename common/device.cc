@@ -10,9 +10,7 @@
 
 namespace pp::common {
 
-std::string Device::ToString() const {
-  return cuda ? absl::StrCat("cuda:", cuda_index) : "cpu";
-}
+std::string Device::ToString() const { return cuda ? absl::StrCat("cuda:", cuda_index) : "cpu"; }
 
 absl::StatusOr<Device> ParseDevice(absl::string_view text, absl::string_view flag) {
   Device device;
@@ -25,8 +23,8 @@ absl::StatusOr<Device> ParseDevice(absl::string_view text, absl::string_view fla
     device.cuda = true;
     return device;
   }
-  const std::string what = flag.empty() ? absl::StrCat("device '", text, "'")
-                                        : absl::StrCat("--", flag, "=", text);
+  const std::string what =
+      flag.empty() ? absl::StrCat("device '", text, "'") : absl::StrCat("--", flag, "=", text);
   return absl::InvalidArgumentError(absl::StrCat(what, ": want cpu or cuda:N"));
 }
 

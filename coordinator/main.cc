@@ -2,12 +2,11 @@
 #include <iostream>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "common/address_file.h"
+#include "common/daemon_flags.h"
 #include "common/exit_code.h"
 #include "common/host_port.h"
 #include "common/stop_signals.h"
@@ -37,8 +36,7 @@ absl::StatusOr<pp::coordinator::CoordinatorOptions> OptionsFromFlags() {
   if (auto grpc = pp::common::ParseHostPort(options.grpc_address, "grpc"); !grpc.ok()) {
     return grpc.status();
   }
-  if (auto metrics = pp::common::ParseHostPort(options.metrics_address, "metrics");
-      !metrics.ok()) {
+  if (auto metrics = pp::common::ParseHostPort(options.metrics_address, "metrics"); !metrics.ok()) {
     return metrics.status();
   }
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -53,9 +51,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "ppcoord --grpc=HOST:PORT --metrics=HOST:PORT --data_dir=DIR [--address_file=PATH]\n"
       "The coordinator daemon of the pipeline-parallel training service.");
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::cerr << "ppcoord: unexpected argument \"" << rest[1] << "\" (see --help)\n";
+  if (absl::Status parsed = pp::common::ParseDaemonFlags(argc, argv); !parsed.ok()) {
+    std::cerr << "ppcoord: " << parsed.message() << "\n";
     return pp::common::kExitUsage;
   }
   // Before any thread starts: see common/stop_signals.h.

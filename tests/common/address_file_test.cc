@@ -51,10 +51,10 @@ TEST_F(AddressFileTest, MissingFileIsNotFoundAndBadContentIsRejected) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 
-  for (const std::string& content : {std::string("{\"grpc\":\"h:1\""),   // cut short
-                                     std::string("{\"grpc\":\"h:1\"}"),  // no metrics
-                                     std::string("{\"grpc\":1,\"metrics\":\"h:2\"}"),
-                                     std::string("")}) {
+  for (const std::string& content :
+       {std::string("{\"grpc\":\"h:1\""),   // cut short
+        std::string("{\"grpc\":\"h:1\"}"),  // no metrics
+        std::string("{\"grpc\":1,\"metrics\":\"h:2\"}"), std::string("")}) {
     std::ofstream(path()) << content;
     absl::StatusOr<DaemonAddresses> bad = ReadAddressFile(path());
     ASSERT_FALSE(bad.ok()) << content;

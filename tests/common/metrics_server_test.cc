@@ -18,14 +18,18 @@ HostPort Loopback(int port) { return HostPort{"127.0.0.1", port}; }
 
 TEST(MetricsServerTest, ServesTheRegistryOnAFreePort) {
   auto registry = std::make_shared<prometheus::Registry>();
-  prometheus::BuildCounter().Name("pp_test_total").Help("a test counter").Register(*registry)
+  prometheus::BuildCounter()
+      .Name("pp_test_total")
+      .Help("a test counter")
+      .Register(*registry)
       .Add({{"kind", "x"}})
       .Increment(3);
-  absl::StatusOr<std::unique_ptr<MetricsServer>> server = MetricsServer::Serve(Loopback(0), registry);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server =
+      MetricsServer::Serve(Loopback(0), registry);
   ASSERT_TRUE(server.ok()) << server.status();
   ASSERT_GT((*server)->port(), 0);
-  absl::StatusOr<std::string> body = coordinator::testing::HttpGet(
-      absl::StrCat("127.0.0.1:", (*server)->port()), "/metrics");
+  absl::StatusOr<std::string> body =
+      coordinator::testing::HttpGet(absl::StrCat("127.0.0.1:", (*server)->port()), "/metrics");
   ASSERT_TRUE(body.ok()) << body.status();
   EXPECT_THAT(*body, HasSubstr("pp_test_total{kind=\"x\"} 3"));
 
@@ -37,7 +41,8 @@ TEST(MetricsServerTest, ServesTheRegistryOnAFreePort) {
 
 TEST(MetricsServerTest, ABusyPortIsUnavailableNamingTheAddress) {
   auto registry = std::make_shared<prometheus::Registry>();
-  absl::StatusOr<std::unique_ptr<MetricsServer>> first = MetricsServer::Serve(Loopback(0), registry);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> first =
+      MetricsServer::Serve(Loopback(0), registry);
   ASSERT_TRUE(first.ok()) << first.status();
   const HostPort taken = Loopback((*first)->port());
   absl::StatusOr<std::unique_ptr<MetricsServer>> second = MetricsServer::Serve(taken, registry);

@@ -66,14 +66,14 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       return device.status();
     }
     advertise_host_ = !options_.advertise_host.empty() ? options_.advertise_host
-                      : grpc_at->IsWildcard()           ? MachineName()
-                                                        : grpc_at->host;
+                      : grpc_at->IsWildcard()          ? MachineName()
+                                                       : grpc_at->host;
     absl::StatusOr<std::unique_ptr<common::MetricsServer>> metrics_server =
         common::MetricsServer::Serve(*metrics_at, registry_);
     if (!metrics_server.ok()) return metrics_server.status();
     metrics_server_ = *std::move(metrics_server);
-    metrics_address_ = absl::StrCat(
-        metrics_at->IsWildcard() ? advertise_host_ : metrics_at->host, ":", metrics_server_->port());
+    metrics_address_ = absl::StrCat(metrics_at->IsWildcard() ? advertise_host_ : metrics_at->host,
+                                    ":", metrics_server_->port());
     if (absl::Status served = ServeGrpc(*grpc_at); !served.ok()) return served;
 
     registry_stub_ = pp::v1::WorkerRegistry::NewStub(
@@ -136,8 +136,8 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     }
     if (busy_) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("worker ", name_, " is busy with job ", task_->plan().job_id(),
-                                       " rank ", task_->plan().rank()));
+                          absl::StrCat("worker ", name_, " is busy with job ",
+                                       task_->plan().job_id(), " rank ", task_->plan().rank()));
     }
     TaskEnv env;
     env.kv = kv_.get();

@@ -5,15 +5,14 @@
 #include <iostream>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/address_file.h"
+#include "common/daemon_flags.h"
 #include "common/exit_code.h"
 #include "common/stop_signals.h"
 #include "worker/daemon/daemon.h"
@@ -52,28 +51,8 @@ bool ParseShardPause(pp::daemon::DaemonOptions& options) {
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "ppworker --coordinator=HOST:PORT [--grpc=HOST:PORT] [--metrics=HOST:PORT] "
-      "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH]");
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::cerr << "ppworker: unexpected argument \"" << rest[1] << "\" (see --help)\n";
-    return pp::common::kExitUsage;
-  }
-  if (absl::GetFlag(FLAGS_comm_timeout) <= absl::ZeroDuration()) {
-    std::cerr << "ppworker: --comm_timeout must be positive\n";
-    return pp::common::kExitUsage;
-  }
-  // Before any thread starts: see common/stop_signals.h.
-  absl::StatusOr<pp::common::StopSignals> stop = pp::common::StopSignals::Install();
-  if (!stop.ok()) {
-    std::cerr << "ppworker: " << stop.status().message() << "\n";
-    return pp::common::kExitFailure;
-  }
-
+// The flags as options; a bad value is InvalidArgument (a usage error).
+absl::StatusOr<pp::daemon::DaemonOptions> OptionsFromFlags() {
   pp::daemon::DaemonOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.grpc = absl::GetFlag(FLAGS_grpc);
@@ -83,19 +62,47 @@ int main(int argc, char** argv) {
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.comm_timeout = absl::GetFlag(FLAGS_comm_timeout);
   options.async_checkpoints = absl::GetFlag(FLAGS_async_checkpoints);
+  if (options.comm_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--comm_timeout must be positive");
+  }
   if (!ParseShardPause(options)) {
-    std::cerr << "ppworker: PP_TEST_SHARD_WRITE_PAUSE: want STEP:SECONDS, got \""
-              << std::getenv("PP_TEST_SHARD_WRITE_PAUSE") << "\"\n";
+    return absl::InvalidArgumentError(
+        absl::StrCat("PP_TEST_SHARD_WRITE_PAUSE: want STEP:SECONDS, got \"",
+                     std::getenv("PP_TEST_SHARD_WRITE_PAUSE"), "\""));
+  }
+  return options;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ppworker --coordinator=HOST:PORT [--grpc=HOST:PORT] [--metrics=HOST:PORT] "
+      "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH]");
+  if (absl::Status parsed = pp::common::ParseDaemonFlags(argc, argv); !parsed.ok()) {
+    std::cerr << "ppworker: " << parsed.message() << "\n";
     return pp::common::kExitUsage;
   }
+  // Before any thread starts: see common/stop_signals.h.
+  absl::StatusOr<pp::common::StopSignals> stop = pp::common::StopSignals::Install();
+  if (!stop.ok()) {
+    std::cerr << "ppworker: " << stop.status().message() << "\n";
+    return pp::common::kExitFailure;
+  }
+
+  absl::StatusOr<pp::daemon::DaemonOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::cerr << "ppworker: " << options.status().message() << "\n";
+    return pp::common::ExitCodeFor(options.status());
+  }
   absl::StatusOr<std::unique_ptr<pp::daemon::WorkerDaemon>> daemon =
-      pp::daemon::WorkerDaemon::Start(options);
+      pp::daemon::WorkerDaemon::Start(*options);
   if (!daemon.ok()) {
     std::cerr << "ppworker: " << daemon.status().message() << "\n";
     return pp::common::ExitCodeFor(daemon.status());
   }
   std::cerr << "ppworker: serving gRPC on " << (*daemon)->grpc_address() << ", metrics on "
-            << (*daemon)->metrics_address() << ", coordinator " << options.coordinator << "\n";
+            << (*daemon)->metrics_address() << ", coordinator " << options->coordinator << "\n";
   if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
     const pp::common::DaemonAddresses addresses{(*daemon)->grpc_address(),
                                                 (*daemon)->metrics_address()};
