@@ -1,15 +1,12 @@
 // ppcoord: the coordinator daemon. Flags below; see coordinator/coordinator.h for what it does.
 #include <iostream>
-#include <optional>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
-#include "common/address_file.h"
-#include "common/daemon_flags.h"
-#include "common/exit_code.h"
+#include "common/daemon_main.h"
 #include "common/host_port.h"
-#include "common/stop_signals.h"
 #include "coordinator/coordinator.h"
 
 ABSL_FLAG(std::string, grpc, "127.0.0.1:50051",
@@ -48,41 +45,24 @@ absl::StatusOr<pp::coordinator::CoordinatorOptions> OptionsFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  std::unique_ptr<pp::coordinator::CoordinatorServer> server;
+  pp::common::DaemonMain daemon;
+  daemon.name = "ppcoord";
+  daemon.usage =
       "ppcoord --grpc=HOST:PORT --metrics=HOST:PORT --data_dir=DIR [--address_file=PATH]\n"
-      "The coordinator daemon of the pipeline-parallel training service.");
-  if (absl::Status parsed = pp::common::ParseDaemonFlags(argc, argv); !parsed.ok()) {
-    std::cerr << "ppcoord: " << parsed.message() << "\n";
-    return pp::common::kExitUsage;
-  }
-  // Before any thread starts: see common/stop_signals.h.
-  absl::StatusOr<pp::common::StopSignals> stop = pp::common::StopSignals::Install();
-  if (!stop.ok()) {
-    std::cerr << "ppcoord: " << stop.status().message() << "\n";
-    return pp::common::kExitFailure;
-  }
-  absl::StatusOr<pp::coordinator::CoordinatorOptions> options = OptionsFromFlags();
-  if (!options.ok()) {
-    std::cerr << "ppcoord: " << options.status().message() << "\n";
-    return pp::common::ExitCodeFor(options.status());
-  }
-  absl::StatusOr<std::unique_ptr<pp::coordinator::CoordinatorServer>> server =
-      pp::coordinator::CoordinatorServer::Start(*options);
-  if (!server.ok()) {
-    std::cerr << "ppcoord: " << server.status().message() << "\n";
-    return pp::common::ExitCodeFor(server.status());
-  }
-  const pp::common::DaemonAddresses addresses{(*server)->grpc_address(),
-                                              (*server)->metrics_address()};
-  if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
-    if (absl::Status written = pp::common::WriteAddressFile(path, addresses); !written.ok()) {
-      std::cerr << "ppcoord: --address_file: " << written.message() << "\n";
-      return pp::common::kExitFailure;
-    }
-  }
-  std::cerr << "ppcoord: serving " << addresses.ToJson();
-  const std::optional<int> signal = stop->Wait(absl::InfiniteDuration());
-  std::cerr << "ppcoord: signal " << signal.value_or(0) << ", shutting down\n";
-  (*server)->Shutdown();
-  return pp::common::kExitOk;
+      "The coordinator daemon of the pipeline-parallel training service.";
+  daemon.address_file = &FLAGS_address_file;
+  daemon.start = [&server]() -> absl::StatusOr<pp::common::DaemonAddresses> {
+    absl::StatusOr<pp::coordinator::CoordinatorOptions> options = OptionsFromFlags();
+    if (!options.ok()) return options.status();
+    absl::StatusOr<std::unique_ptr<pp::coordinator::CoordinatorServer>> started =
+        pp::coordinator::CoordinatorServer::Start(*options);
+    if (!started.ok()) return started.status();
+    server = *std::move(started);
+    const pp::common::DaemonAddresses addresses{server->grpc_address(), server->metrics_address()};
+    std::cerr << "ppcoord: serving " << addresses.ToJson();
+    return addresses;
+  };
+  daemon.stop = [&server](int) { server->Shutdown(); };
+  return pp::common::RunDaemonMain(daemon, argc, argv);
 }

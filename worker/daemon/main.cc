@@ -3,18 +3,15 @@
 
 #include <cstdlib>
 #include <iostream>
-#include <optional>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/address_file.h"
-#include "common/daemon_flags.h"
-#include "common/exit_code.h"
-#include "common/stop_signals.h"
+#include "common/daemon_main.h"
 #include "worker/daemon/daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of ppcoord's gRPC service (required)");
@@ -76,46 +73,28 @@ absl::StatusOr<pp::daemon::DaemonOptions> OptionsFromFlags() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  std::unique_ptr<pp::daemon::WorkerDaemon> worker;
+  pp::common::DaemonMain daemon;
+  daemon.name = "ppworker";
+  daemon.usage =
       "ppworker --coordinator=HOST:PORT [--grpc=HOST:PORT] [--metrics=HOST:PORT] "
-      "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH]");
-  if (absl::Status parsed = pp::common::ParseDaemonFlags(argc, argv); !parsed.ok()) {
-    std::cerr << "ppworker: " << parsed.message() << "\n";
-    return pp::common::kExitUsage;
-  }
-  // Before any thread starts: see common/stop_signals.h.
-  absl::StatusOr<pp::common::StopSignals> stop = pp::common::StopSignals::Install();
-  if (!stop.ok()) {
-    std::cerr << "ppworker: " << stop.status().message() << "\n";
-    return pp::common::kExitFailure;
-  }
-
-  absl::StatusOr<pp::daemon::DaemonOptions> options = OptionsFromFlags();
-  if (!options.ok()) {
-    std::cerr << "ppworker: " << options.status().message() << "\n";
-    return pp::common::ExitCodeFor(options.status());
-  }
-  absl::StatusOr<std::unique_ptr<pp::daemon::WorkerDaemon>> daemon =
-      pp::daemon::WorkerDaemon::Start(*options);
-  if (!daemon.ok()) {
-    std::cerr << "ppworker: " << daemon.status().message() << "\n";
-    return pp::common::ExitCodeFor(daemon.status());
-  }
-  std::cerr << "ppworker: serving gRPC on " << (*daemon)->grpc_address() << ", metrics on "
-            << (*daemon)->metrics_address() << ", coordinator " << options->coordinator << "\n";
-  if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
-    const pp::common::DaemonAddresses addresses{(*daemon)->grpc_address(),
-                                                (*daemon)->metrics_address()};
-    if (absl::Status written = pp::common::WriteAddressFile(path, addresses); !written.ok()) {
-      std::cerr << "ppworker: --address_file: " << written.message() << "\n";
-      return pp::common::kExitFailure;
-    }
-  }
-
-  const std::optional<int> signal = stop->Wait(absl::InfiniteDuration());
-  std::cerr << "ppworker: signal " << signal.value_or(0) << ", shutting down\n";
-  // SIGTERM (Kubernetes drains a node): the running job stops at a checkpoint first.
-  if (signal == SIGTERM) (*daemon)->Drain(absl::GetFlag(FLAGS_drain_timeout));
-  (*daemon)->Shutdown();
-  return pp::common::kExitOk;
+      "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH]";
+  daemon.address_file = &FLAGS_address_file;
+  daemon.start = [&worker]() -> absl::StatusOr<pp::common::DaemonAddresses> {
+    absl::StatusOr<pp::daemon::DaemonOptions> options = OptionsFromFlags();
+    if (!options.ok()) return options.status();
+    absl::StatusOr<std::unique_ptr<pp::daemon::WorkerDaemon>> started =
+        pp::daemon::WorkerDaemon::Start(*options);
+    if (!started.ok()) return started.status();
+    worker = *std::move(started);
+    std::cerr << "ppworker: serving gRPC on " << worker->grpc_address() << ", metrics on "
+              << worker->metrics_address() << ", coordinator " << options->coordinator << "\n";
+    return pp::common::DaemonAddresses{worker->grpc_address(), worker->metrics_address()};
+  };
+  daemon.stop = [&worker](int signal) {
+    // SIGTERM (Kubernetes drains a node): the running job stops at a checkpoint first.
+    if (signal == SIGTERM) worker->Drain(absl::GetFlag(FLAGS_drain_timeout));
+    worker->Shutdown();
+  };
+  return pp::common::RunDaemonMain(daemon, argc, argv);
 }
