@@ -1,15 +1,12 @@
 // ppcoord: the coordinator daemon. Flags below; see coordinator/coordinator.h for what it does.
-#include <unistd.h>
-
-#include <cerrno>
-#include <csignal>
 #include <iostream>
+#include <memory>
+#include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
-#include "common/file_io.h"
+#include "common/daemon_main.h"
+#include "common/host_port.h"
 #include "coordinator/coordinator.h"
 
 ABSL_FLAG(std::string, grpc, "127.0.0.1:50051",
@@ -27,58 +24,45 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers are told to heartbeat");
 
 namespace {
-int g_signal_pipe[2];
-}  // namespace
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "ppcoord --grpc=HOST:PORT --metrics=HOST:PORT --data_dir=DIR [--address_file=PATH]\n"
-      "The coordinator daemon of the pipeline-parallel training service.");
-  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
-  if (rest.size() > 1) {
-    std::cerr << "ppcoord: unexpected argument \"" << rest[1] << "\" (see --help)\n";
-    return 2;
-  }
-  // Some library threads unblock signals, so a handler (not sigwait) catches them; it only
-  // writes to a pipe that main() waits on.
-  if (pipe(g_signal_pipe) != 0) {
-    std::cerr << "ppcoord: cannot create a pipe for signals\n";
-    return 1;
-  }
-  struct sigaction action {};
-  action.sa_handler = [](int signal) {
-    const char byte = static_cast<char>(signal);
-    (void)!write(g_signal_pipe[1], &byte, 1);
-  };
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-
+// The flags as options; a malformed address is a usage error (InvalidArgument).
+absl::StatusOr<pp::coordinator::CoordinatorOptions> OptionsFromFlags() {
   pp::coordinator::CoordinatorOptions options;
   options.grpc_address = absl::GetFlag(FLAGS_grpc);
   options.metrics_address = absl::GetFlag(FLAGS_metrics);
+  if (auto grpc = pp::common::ParseHostPort(options.grpc_address, "grpc"); !grpc.ok()) {
+    return grpc.status();
+  }
+  if (auto metrics = pp::common::ParseHostPort(options.metrics_address, "metrics"); !metrics.ok()) {
+    return metrics.status();
+  }
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
-  absl::StatusOr<std::unique_ptr<pp::coordinator::CoordinatorServer>> server =
-      pp::coordinator::CoordinatorServer::Start(options);
-  if (!server.ok()) {
-    std::cerr << "ppcoord: " << server.status().message() << "\n";
-    return 1;
-  }
-  const std::string addresses =
-      absl::StrCat("{\"grpc\":\"", (*server)->grpc_address(), "\",\"metrics\":\"",
-                   (*server)->metrics_address(), "\"}\n");
-  if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
-    if (absl::Status written = pp::common::WriteFileAtomic(path, addresses); !written.ok()) {
-      std::cerr << "ppcoord: --address_file: " << written.message() << "\n";
-      return 1;
-    }
-  }
-  std::cerr << "ppcoord: serving " << addresses;
-  char signal = 0;
-  while (read(g_signal_pipe[0], &signal, 1) < 0 && errno == EINTR) {
-  }
-  std::cerr << "ppcoord: signal " << static_cast<int>(signal) << ", shutting down\n";
-  (*server)->Shutdown();
-  return 0;
+  return options;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::unique_ptr<pp::coordinator::CoordinatorServer> server;
+  pp::common::DaemonMain daemon;
+  daemon.name = "ppcoord";
+  daemon.usage =
+      "ppcoord --grpc=HOST:PORT --metrics=HOST:PORT --data_dir=DIR [--address_file=PATH]\n"
+      "The coordinator daemon of the pipeline-parallel training service.";
+  daemon.address_file = &FLAGS_address_file;
+  daemon.start = [&server]() -> absl::StatusOr<pp::common::DaemonAddresses> {
+    absl::StatusOr<pp::coordinator::CoordinatorOptions> options = OptionsFromFlags();
+    if (!options.ok()) return options.status();
+    absl::StatusOr<std::unique_ptr<pp::coordinator::CoordinatorServer>> started =
+        pp::coordinator::CoordinatorServer::Start(*options);
+    if (!started.ok()) return started.status();
+    server = *std::move(started);
+    const pp::common::DaemonAddresses addresses{server->grpc_address(), server->metrics_address()};
+    std::cerr << "ppcoord: serving " << addresses.ToJson();
+    return addresses;
+  };
+  daemon.stop = [&server](int) { server->Shutdown(); };
+  return pp::common::RunDaemonMain(daemon, argc, argv);
 }

@@ -1,35 +1,21 @@
 #include "coordinator/metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <exception>
-#include <thread>
+#include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "common/host_port.h"
 
 namespace pp::coordinator {
 
 absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
     const std::string& address) {
+  absl::StatusOr<common::HostPort> at = common::ParseHostPort(address, "metrics");
+  if (!at.ok()) return at.status();
   std::unique_ptr<CoordinatorMetrics> m(new CoordinatorMetrics());
-  try {
-    // civetweb reports a busy or malformed address by throwing.
-    m->exposer_ = std::make_unique<prometheus::Exposer>(address);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("--metrics: cannot serve /metrics on ", address, ": ", e.what()));
-  }
-  m->exposer_->RegisterCollectable(m->registry_);
-  const std::vector<int> ports = m->exposer_->GetListeningPorts();
-  m->port_ = ports.empty() ? 0 : ports.front();
-  const std::string host = address.substr(0, address.rfind(':'));
-  m->host_ = host == "0.0.0.0" || host.empty() || host == "localhost" ? "127.0.0.1" : host;
+  absl::StatusOr<std::unique_ptr<common::MetricsServer>> server =
+      common::MetricsServer::Serve(*at, m->registry_);
+  if (!server.ok()) return server.status();
+  m->server_ = *std::move(server);
 
   prometheus::Registry& r = *m->registry_;
   m->jobs_ = &prometheus::BuildGauge().Name("pp_jobs").Help("Jobs by state.").Register(r);
@@ -70,36 +56,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
                         .Help("RPCs answered or ended with an error, by method.")
                         .Register(r);
   return m;
-}
-
-namespace {
-
-void Connect(const std::string& host, int port) {
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return;
-  (void)connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  close(fd);
-}
-
-}  // namespace
-
-CoordinatorMetrics::~CoordinatorMetrics() {
-  // civetweb's listener polls in 2 s slices before it sees the stop flag; a connection wakes
-  // it, so shutting down does not wait out the slice.
-  std::atomic<bool> stopped = false;
-  std::thread waker([this, &stopped] {
-    while (!stopped) {
-      Connect(host_, port_);
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-  });
-  exposer_.reset();
-  stopped = true;
-  waker.join();
 }
 
 void CoordinatorMetrics::SetJobCounts(const std::map<std::string, int>& by_state) {

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/metrics_server.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -21,9 +21,7 @@ class CoordinatorMetrics {
   // Serves /metrics on `address` (host:port, port 0 = a free port).
   static absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> Serve(const std::string& address);
 
-  ~CoordinatorMetrics();
-
-  int port() const { return port_; }
+  int port() const { return server_->port(); }
 
   // Whole-fleet gauges: counts by JobState / WorkerState name.
   void SetJobCounts(const std::map<std::string, int>& by_state);
@@ -40,9 +38,7 @@ class CoordinatorMetrics {
   CoordinatorMetrics() = default;
 
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_ = 0;
-  std::string host_;  // where a local connection reaches the listener
+  std::unique_ptr<common::MetricsServer> server_;
   prometheus::Family<prometheus::Gauge>* jobs_ = nullptr;
   prometheus::Family<prometheus::Gauge>* workers_ = nullptr;
   prometheus::Family<prometheus::Counter>* steps_ = nullptr;

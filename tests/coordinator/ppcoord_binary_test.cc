@@ -118,14 +118,14 @@ TEST_F(PpcoordBinaryTest, WritesItsAddressesServesAndStopsOnSigterm) {
 TEST_F(PpcoordBinaryTest, BadFlagsGiveOneLineAndNonZeroExit) {
   {
     Child ppcoord({"ppcoord", "--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0"}, log());
-    EXPECT_EQ(ppcoord.Wait(absl::Seconds(10)), 1);
+    EXPECT_EQ(ppcoord.Wait(absl::Seconds(10)), 2);  // usage errors exit 2
     EXPECT_THAT(Slurp(log()), HasSubstr("--data_dir"));
   }
   {
     Child ppcoord({"ppcoord", "--grpc=not-an-address", "--metrics=127.0.0.1:0",
                    absl::StrCat("--data_dir=", dir_.string())},
                   log());
-    EXPECT_EQ(ppcoord.Wait(absl::Seconds(10)), 1);
+    EXPECT_EQ(ppcoord.Wait(absl::Seconds(10)), 2);
     EXPECT_THAT(Slurp(log()), HasSubstr("--grpc"));
   }
   {

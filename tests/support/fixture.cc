@@ -94,7 +94,7 @@ void ClusterTest::StartCluster(int workers) {
   options.bin_dir = PP_BIN_DIR;
   options.dir = (dir_ / "cluster").string();
   options.coordinator_flags = {"--worker_timeout=2s", "--heartbeat_interval=200ms"};
-  options.worker_flags = {"--comm_timeout=10", "--drain_timeout=30"};
+  options.worker_flags = {"--comm_timeout=10s", "--drain_timeout=30s"};
   absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   cluster_ = *std::move(cluster);

@@ -155,7 +155,7 @@ class DaemonTest : public ::testing::Test {
                                      "--metrics=127.0.0.1:0",
                                      "--device=cpu",
                                      "--name=w1",
-                                     "--comm_timeout=2",
+                                     "--comm_timeout=2s",
                                      "--address_file=" + address_file};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());

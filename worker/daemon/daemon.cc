@@ -6,18 +6,20 @@
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/device.h"
+#include "common/host_port.h"
+#include "common/metrics_server.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "pp/v1/coordinator.grpc.pb.h"
 #include "pp/v1/worker.grpc.pb.h"
-#include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "worker/daemon/metrics.h"
 #include "worker/daemon/task.h"
@@ -27,27 +29,6 @@ namespace {
 
 constexpr absl::Duration kRpcDeadline = absl::Seconds(5);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
-
-struct HostPort {
-  std::string host;
-  int port = 0;
-};
-
-absl::StatusOr<HostPort> SplitHostPort(const std::string& address, const std::string& flag) {
-  const size_t colon = address.rfind(':');
-  HostPort out;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &out.port) ||
-      out.port < 0 || out.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, "=", address, ": want HOST:PORT (port 0 picks a free port)"));
-  }
-  out.host = address.substr(0, colon);
-  return out;
-}
-
-bool IsWildcard(const std::string& host) {
-  return host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]";
-}
 
 std::string MachineName() {
   char name[256] = {};
@@ -70,52 +51,30 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   ~Daemon() override { Shutdown(); }
 
   absl::Status Init() {
-    absl::StatusOr<HostPort> grpc_at = SplitHostPort(options_.grpc, "grpc");
+    absl::StatusOr<common::HostPort> grpc_at = common::ParseHostPort(options_.grpc, "grpc");
     if (!grpc_at.ok()) return grpc_at.status();
-    absl::StatusOr<HostPort> metrics_at = SplitHostPort(options_.metrics, "metrics");
+    absl::StatusOr<common::HostPort> metrics_at =
+        common::ParseHostPort(options_.metrics, "metrics");
     if (!metrics_at.ok()) return metrics_at.status();
     if (options_.coordinator.empty()) {
       return absl::InvalidArgumentError("--coordinator=HOST:PORT is required");
     }
-    if (absl::StatusOr<HostPort> c = SplitHostPort(options_.coordinator, "coordinator"); !c.ok()) {
+    if (auto c = common::ParseHostPort(options_.coordinator, "coordinator"); !c.ok()) {
       return c.status();
     }
-    if (options_.device != "cpu" && options_.device.rfind("cuda:", 0) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--device=", options_.device, ": want cpu or cuda:N"));
+    if (auto device = common::ParseDevice(options_.device, "device"); !device.ok()) {
+      return device.status();
     }
     advertise_host_ = !options_.advertise_host.empty() ? options_.advertise_host
-                      : IsWildcard(grpc_at->host)       ? MachineName()
-                                                        : grpc_at->host;
-
-    try {
-      // civetweb binds port 0 itself (GetListeningPorts says which), and reports a busy or
-      // malformed address by throwing.
-      exposer_ = std::make_unique<prometheus::Exposer>(options_.metrics);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("--metrics=", options_.metrics, ": cannot listen: ", e.what()));
-    }
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-    grpc::ServerBuilder builder;
-    int grpc_port = 0;
-    builder.AddListeningPort(options_.grpc, grpc::InsecureServerCredentials(), &grpc_port);
-    builder.RegisterService(this);
-    server_ = builder.BuildAndStart();
-    if (server_ == nullptr || grpc_port == 0) {
-      return absl::UnavailableError(absl::StrCat("--grpc=", options_.grpc, ": cannot listen"));
-    }
-    grpc_address_ = absl::StrCat(IsWildcard(grpc_at->host) ? advertise_host_ : grpc_at->host,
-                                 ":", grpc_port);
-    exposer_->RegisterCollectable(registry_);
-    metrics_address_ =
-        absl::StrCat(IsWildcard(metrics_at->host) ? advertise_host_ : metrics_at->host, ":",
-                     exposer_->GetListeningPorts().at(0));
-    {
-      absl::MutexLock lock(&mu_);
-      name_ = !options_.name.empty() ? options_.name : absl::StrCat(advertise_host_, "-", grpc_port);
-    }
+                      : grpc_at->IsWildcard()          ? MachineName()
+                                                       : grpc_at->host;
+    absl::StatusOr<std::unique_ptr<common::MetricsServer>> metrics_server =
+        common::MetricsServer::Serve(*metrics_at, registry_);
+    if (!metrics_server.ok()) return metrics_server.status();
+    metrics_server_ = *std::move(metrics_server);
+    metrics_address_ = absl::StrCat(metrics_at->IsWildcard() ? advertise_host_ : metrics_at->host,
+                                    ":", metrics_server_->port());
+    if (absl::Status served = ServeGrpc(*grpc_at); !served.ok()) return served;
 
     registry_stub_ = pp::v1::WorkerRegistry::NewStub(
         grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials()));
@@ -145,7 +104,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     }
     if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
     if (server_ != nullptr) server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-    exposer_.reset();
+    metrics_server_.reset();
   }
 
   void Drain(absl::Duration timeout) override {
@@ -177,8 +136,8 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     }
     if (busy_) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("worker ", name_, " is busy with job ", task_->plan().job_id(),
-                                       " rank ", task_->plan().rank()));
+                          absl::StrCat("worker ", name_, " is busy with job ",
+                                       task_->plan().job_id(), " rank ", task_->plan().rank()));
     }
     TaskEnv env;
     env.kv = kv_.get();
@@ -227,6 +186,24 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   }
 
  private:
+  // Serves pp.v1.Worker (+ health, reflection) on `at`; sets grpc_address_ and the default name.
+  absl::Status ServeGrpc(const common::HostPort& at) {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(options_.grpc, grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || port == 0) {
+      return absl::UnavailableError(absl::StrCat("--grpc=", options_.grpc, ": cannot listen"));
+    }
+    grpc_address_ = absl::StrCat(at.IsWildcard() ? advertise_host_ : at.host, ":", port);
+    absl::MutexLock lock(&mu_);
+    name_ = !options_.name.empty() ? options_.name : absl::StrCat(advertise_host_, "-", port);
+    return absl::OkStatus();
+  }
+
   class RpcReporter : public TaskReporter {
    public:
     explicit RpcReporter(Daemon* daemon) : daemon_(daemon) {}
@@ -365,51 +342,57 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
         }
         backoff = absl::Milliseconds(100);
       }
-      pp::v1::HeartbeatRequest request;
-      std::shared_ptr<Task> task;
       absl::Duration interval;
-      {
-        absl::MutexLock lock(&mu_);
-        request.set_name(name_);
-        if (busy_) {
-          task = task_;
-          request.set_job_id(task_->plan().job_id());
-          request.set_attempt(task_->plan().attempt());
-        }
-        interval = heartbeat_;
-      }
-      grpc::ClientContext context;
-      SetDeadline(context, kRpcDeadline);
-      {
-        absl::MutexLock lock(&mu_);
-        if (shutdown_) return;
-        heartbeat_call_ = &context;  // Shutdown cancels it rather than wait for its deadline
-      }
-      pp::v1::HeartbeatResponse response;
-      const grpc::Status status = registry_stub_->Heartbeat(&context, request, &response);
-      {
-        absl::MutexLock lock(&mu_);
-        heartbeat_call_ = nullptr;
-      }
-      if (!status.ok()) {
-        metrics_.RpcError("Heartbeat");
-      } else {
-        registered = response.known();
-        for (const std::string& job : response.abort_jobs()) {
-          if (task != nullptr && task->plan().job_id() == job) {
-            task->Abort("the coordinator aborted the job");
-          }
-        }
-      }
+      const std::optional<bool> known = Heartbeat(&interval);
+      if (!known.has_value()) return;
+      registered = *known;
       if (registered && !Sleep(interval)) return;
     }
+  }
+
+  // One heartbeat; aborts the running task when the answer names its job. Returns nullopt when
+  // shutting down, else whether the coordinator still knows this worker (a failed call says
+  // nothing, so it counts as known), and sets *interval to the heartbeat period.
+  std::optional<bool> Heartbeat(absl::Duration* interval) {
+    pp::v1::HeartbeatRequest request;
+    std::shared_ptr<Task> task;
+    grpc::ClientContext context;
+    SetDeadline(context, kRpcDeadline);
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutdown_) return std::nullopt;
+      request.set_name(name_);
+      if (busy_) {
+        task = task_;
+        request.set_job_id(task_->plan().job_id());
+        request.set_attempt(task_->plan().attempt());
+      }
+      *interval = heartbeat_;
+      heartbeat_call_ = &context;  // Shutdown cancels it rather than wait for its deadline
+    }
+    pp::v1::HeartbeatResponse response;
+    const grpc::Status status = registry_stub_->Heartbeat(&context, request, &response);
+    {
+      absl::MutexLock lock(&mu_);
+      heartbeat_call_ = nullptr;
+    }
+    if (!status.ok()) {
+      metrics_.RpcError("Heartbeat");
+      return true;
+    }
+    for (const std::string& job : response.abort_jobs()) {
+      if (task != nullptr && task->plan().job_id() == job) {
+        task->Abort("the coordinator aborted the job");
+      }
+    }
+    return response.known();
   }
 
   DaemonOptions options_;
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   WorkerMetrics metrics_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<common::MetricsServer> metrics_server_;
   std::unique_ptr<pp::v1::WorkerRegistry::Stub> registry_stub_;
   std::unique_ptr<comm::KvStore> kv_;
   std::string advertise_host_;

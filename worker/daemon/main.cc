@@ -1,18 +1,17 @@
-// ppworker: one pipeline rank per process (or GPU). See daemon.h and docs/workerd.md.
+// ppworker: one pipeline rank per process (or GPU). See daemon.h.
 #include <signal.h>
 
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/daemon_main.h"
 #include "worker/daemon/daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "", "HOST:PORT of ppcoord's gRPC service (required)");
@@ -25,26 +24,15 @@ ABSL_FLAG(std::string, address_file, "",
 ABSL_FLAG(std::string, advertise_host, "",
           "host peers and the coordinator reach this worker at; default: the --grpc host, or "
           "this machine's name when that is 0.0.0.0");
-ABSL_FLAG(double, comm_timeout, 30,
-          "seconds a rendezvous, receive or collective may wait for a peer before the task fails");
-ABSL_FLAG(double, drain_timeout, 120,
-          "on SIGTERM, seconds to let the running task reach a common step, checkpoint and end");
+ABSL_FLAG(absl::Duration, comm_timeout, absl::Seconds(30),
+          "how long a rendezvous, receive or collective may wait for a peer before the task fails");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(120),
+          "on SIGTERM, how long the running task may take to reach a common step, checkpoint and "
+          "end");
 ABSL_FLAG(bool, async_checkpoints, true,
           "write checkpoint shards on a background thread while training continues");
 
 namespace {
-
-// Written to a temporary name and renamed, so readers never see half a file.
-bool WriteAddressFile(const std::string& path, const std::string& grpc,
-                      const std::string& metrics) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "{\"grpc\":\"" << grpc << "\",\"metrics\":\"" << metrics << "\"}\n";
-    if (!out.good()) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
 
 // PP_TEST_SHARD_WRITE_PAUSE=STEP:SECONDS (tests only): pause before writing that step's shard.
 bool ParseShardPause(pp::daemon::DaemonOptions& options) {
@@ -60,25 +48,8 @@ bool ParseShardPause(pp::daemon::DaemonOptions& options) {
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "ppworker --coordinator=HOST:PORT [--grpc=HOST:PORT] [--metrics=HOST:PORT] "
-      "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH]");
-  absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_comm_timeout) <= 0) {
-    std::cerr << "ppworker: --comm_timeout must be positive\n";
-    return 2;
-  }
-
-  // Every thread inherits the blocked set; main alone takes the signals, with sigwait.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
+// The flags as options; a bad value is InvalidArgument (a usage error).
+absl::StatusOr<pp::daemon::DaemonOptions> OptionsFromFlags() {
   pp::daemon::DaemonOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.grpc = absl::GetFlag(FLAGS_grpc);
@@ -86,33 +57,44 @@ int main(int argc, char** argv) {
   options.device = absl::GetFlag(FLAGS_device);
   options.name = absl::GetFlag(FLAGS_name);
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
-  options.comm_timeout = absl::Seconds(absl::GetFlag(FLAGS_comm_timeout));
+  options.comm_timeout = absl::GetFlag(FLAGS_comm_timeout);
   options.async_checkpoints = absl::GetFlag(FLAGS_async_checkpoints);
+  if (options.comm_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--comm_timeout must be positive");
+  }
   if (!ParseShardPause(options)) {
-    std::cerr << "ppworker: PP_TEST_SHARD_WRITE_PAUSE: want STEP:SECONDS, got \""
-              << std::getenv("PP_TEST_SHARD_WRITE_PAUSE") << "\"\n";
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("PP_TEST_SHARD_WRITE_PAUSE: want STEP:SECONDS, got \"",
+                     std::getenv("PP_TEST_SHARD_WRITE_PAUSE"), "\""));
   }
-  absl::StatusOr<std::unique_ptr<pp::daemon::WorkerDaemon>> daemon =
-      pp::daemon::WorkerDaemon::Start(options);
-  if (!daemon.ok()) {
-    std::cerr << "ppworker: " << daemon.status().message() << "\n";
-    return 2;
-  }
-  std::cerr << "ppworker: serving gRPC on " << (*daemon)->grpc_address() << ", metrics on "
-            << (*daemon)->metrics_address() << ", coordinator " << options.coordinator << "\n";
-  const std::string address_file = absl::GetFlag(FLAGS_address_file);
-  if (!address_file.empty() &&
-      !WriteAddressFile(address_file, (*daemon)->grpc_address(), (*daemon)->metrics_address())) {
-    std::cerr << "ppworker: cannot write --address_file=" << address_file << "\n";
-    return 1;
-  }
+  return options;
+}
 
-  int signal = 0;
-  sigwait(&signals, &signal);
-  std::cerr << "ppworker: signal " << signal << ", shutting down\n";
-  // SIGTERM (Kubernetes drains a node): the running job stops at a checkpoint first.
-  if (signal == SIGTERM) (*daemon)->Drain(absl::Seconds(absl::GetFlag(FLAGS_drain_timeout)));
-  (*daemon)->Shutdown();
-  return 0;
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::unique_ptr<pp::daemon::WorkerDaemon> worker;
+  pp::common::DaemonMain daemon;
+  daemon.name = "ppworker";
+  daemon.usage =
+      "ppworker --coordinator=HOST:PORT [--grpc=HOST:PORT] [--metrics=HOST:PORT] "
+      "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH]";
+  daemon.address_file = &FLAGS_address_file;
+  daemon.start = [&worker]() -> absl::StatusOr<pp::common::DaemonAddresses> {
+    absl::StatusOr<pp::daemon::DaemonOptions> options = OptionsFromFlags();
+    if (!options.ok()) return options.status();
+    absl::StatusOr<std::unique_ptr<pp::daemon::WorkerDaemon>> started =
+        pp::daemon::WorkerDaemon::Start(*options);
+    if (!started.ok()) return started.status();
+    worker = *std::move(started);
+    std::cerr << "ppworker: serving gRPC on " << worker->grpc_address() << ", metrics on "
+              << worker->metrics_address() << ", coordinator " << options->coordinator << "\n";
+    return pp::common::DaemonAddresses{worker->grpc_address(), worker->metrics_address()};
+  };
+  daemon.stop = [&worker](int signal) {
+    // SIGTERM (Kubernetes drains a node): the running job stops at a checkpoint first.
+    if (signal == SIGTERM) worker->Drain(absl::GetFlag(FLAGS_drain_timeout));
+    worker->Shutdown();
+  };
+  return pp::common::RunDaemonMain(daemon, argc, argv);
 }

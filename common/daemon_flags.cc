@@ -1,0 +1,79 @@
+#include "common/daemon_flags.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace pp::common {
+namespace {
+
+// Checks one flag token (without its dashes); `next` is the following token, which a non-bool
+// flag without "=value" takes as its value (then *used_next is set). Parsing into the flag is
+// harmless: absl::ParseCommandLine sets the same value again.
+absl::Status CheckFlag(absl::string_view token, const char* next, bool* used_next) {
+  std::string name(token), value;
+  const size_t eq = name.find('=');
+  const bool has_value = eq != std::string::npos;
+  if (has_value) {
+    value = name.substr(eq + 1);
+    name.resize(eq);
+  }
+  // absl's usage flags are no registered flags: absl::ParseCommandLine handles them.
+  for (const char* usage : {"help", "helpfull", "helpshort", "helppackage", "helpon", "helpmatch",
+                            "version", "only_check_args"}) {
+    if (name == usage) return absl::OkStatus();
+  }
+  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
+    flag = absl::FindCommandLineFlag(name.substr(2));
+    if (flag != nullptr && flag->IsOfType<bool>()) return absl::OkStatus();
+    flag = nullptr;
+  }
+  if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+  if (!has_value && flag->IsOfType<bool>()) return absl::OkStatus();
+  if (!has_value) {
+    if (next == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+    }
+    value = next;
+    *used_next = true;
+  }
+  std::string error;
+  if (!flag->ParseFrom(value, &error)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad value '", value, "' for --", name, ": ", error));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseDaemonFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view token = argv[i];
+    if (token == "--") break;
+    if (!absl::ConsumePrefix(&token, "-") || token.empty()) continue;  // positional
+    absl::ConsumePrefix(&token, "-");
+    bool used_next = false;
+    if (absl::Status s = CheckFlag(token, i + 1 < argc ? argv[i + 1] : nullptr, &used_next);
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(s.message(), " (see --help)"));
+    }
+    if (used_next) ++i;
+  }
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument \"", rest[1], "\" (see --help)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pp::common

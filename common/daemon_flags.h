@@ -1,0 +1,22 @@
+// The daemons' command line: absl flags, with every bad one a usage error (exit code 2).
+// absl::ParseCommandLine alone ends the process with exit code 1 on an unknown flag or a bad value
+// (a bare "30" for a Duration flag), which would read as a runtime failure; so ParseDaemonFlags
+// first checks every flag token against the registry and returns the first problem as
+// InvalidArgument ("unknown flag --x", "bad value '30' for --comm_timeout: ..."), and only then
+// lets absl::ParseCommandLine set the flags and handle --help/--helpfull (which print and exit).
+// Accepted forms, as absl's: --name=value, --name value (not for bools), --bool, --nobool, one
+// or two leading dashes, and "--" ending the flags. The daemons take no positional argument: one
+// is InvalidArgument too ("unexpected argument \"x\""). Messages end in " (see --help)".
+// REQUIRES: called once, from main, before reading flags.
+#ifndef PP_COMMON_DAEMON_FLAGS_H_
+#define PP_COMMON_DAEMON_FLAGS_H_
+
+#include "absl/status/status.h"
+
+namespace pp::common {
+
+absl::Status ParseDaemonFlags(int argc, char** argv);
+
+}  // namespace pp::common
+
+#endif  // PP_COMMON_DAEMON_FLAGS_H_

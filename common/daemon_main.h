@@ -1,0 +1,35 @@
+// The main() of ppcoord and ppworker: one skeleton, so both daemons treat flags, signals, address
+// files and exit codes alike. RunDaemonMain does, in order:
+//   1. parse the flags (ParseDaemonFlags): a bad flag or argument exits 2;
+//   2. install the stop signals (StopSignals, SIGINT and SIGTERM) before any thread starts;
+//   3. start(): reads the flags and starts serving; its error exits ExitCodeFor(error)
+//      (InvalidArgument: 2, anything else: 1);
+//   4. write the addresses start() returned to the --address_file flag's path, if it names one
+//      (atomically, common/address_file.h); a failure exits 1;
+//   5. wait for a stop signal, call stop(signal), exit 0.
+// Every error is one stderr line "NAME: message". start and stop run on the calling thread.
+#ifndef PP_COMMON_DAEMON_MAIN_H_
+#define PP_COMMON_DAEMON_MAIN_H_
+
+#include <functional>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
+#include "common/address_file.h"
+
+namespace pp::common {
+
+struct DaemonMain {
+  std::string name;   // "ppcoord": the program, first word of every stderr line
+  std::string usage;  // absl's program usage message (--help)
+  const absl::Flag<std::string>* address_file = nullptr;  // the --address_file flag
+  std::function<absl::StatusOr<DaemonAddresses>()> start;
+  std::function<void(int signal)> stop;
+};
+
+int RunDaemonMain(const DaemonMain& daemon, int argc, char** argv);
+
+}  // namespace pp::common
+
+#endif  // PP_COMMON_DAEMON_MAIN_H_
