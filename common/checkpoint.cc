@@ -133,6 +133,10 @@ std::string ExpAvgSqName(const std::string& name) {
   return absl::StrCat("optim.exp_avg_sq.", name);
 }
 
+bool CheckpointDue(int done, int steps, int every_steps) {
+  return done == steps || (every_steps > 0 && done % every_steps == 0);
+}
+
 std::string SliceKey(const std::string& name) { return absl::StrCat("slice.", name); }
 
 std::string EncodeSlice(const ShardSlice& slice) {

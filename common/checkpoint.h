@@ -36,6 +36,10 @@ std::string ShardFileName(int rank);
 std::string ExpAvgName(const std::string& name);
 std::string ExpAvgSqName(const std::string& name);
 
+// Whether a checkpoint is due after `done` of `steps` steps: after the last step and after every
+// multiple of every_steps (0: none but the last).
+bool CheckpointDue(int done, int steps, int every_steps);
+
 // Writes `tensors` as <step_dir>/<file> (creating step_dir) and returns its file, bytes, sha256
 // and the slices its metadata declares (rank left 0 for the caller to fill). `file` must be a
 // plain "*.safetensors" name; a slice entry that is malformed, does not fit its whole shape or

@@ -111,8 +111,7 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
                                       step + 1, steps, loss, norm, dt,
                                       static_cast<double>(M) * B * T / dt);
     }
-    const int every = spec.checkpoint().every_steps();
-    const bool due = step + 1 == steps || (every > 0 && (step + 1) % every == 0);
+    const bool due = common::CheckpointDue(step + 1, steps, spec.checkpoint().every_steps());
     if (!options.checkpoint_root.empty() && due) {
       if (auto s = WriteCheckpoint(**ops, **model, spec, options.checkpoint_root, step + 1);
           !s.ok()) {

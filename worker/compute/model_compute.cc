@@ -1,4 +1,4 @@
-#include "worker/daemon/model_compute.h"
+#include "worker/compute/model_compute.h"
 
 #include <chrono>
 #include <deque>
@@ -11,7 +11,7 @@
 #include "common/checkpoint.h"
 #include "common/sha256.h"
 
-namespace pp::daemon {
+namespace pp::compute {
 namespace {
 
 // Gradient bytes per data-parallel all-reduce when parallel.bucket_bytes is 0: large enough to
@@ -445,4 +445,4 @@ absl::Status ModelCompute::LoadCheckpointTensors(
   return absl::OkStatus();
 }
 
-}  // namespace pp::daemon
+}  // namespace pp::compute
