@@ -302,7 +302,7 @@ std::vector<executor::TensorSumSq> ModelCompute::GradSumSquares() {
       held[name] = sum;
     }
     for (const model::ModelTensor& t : stage->tensors()) {
-      if (!model::IsWhole(t.slice, t.full_shape)) sharded.insert(t.name);
+      if (!common::IsWhole(t.slice, t.full_shape)) sharded.insert(t.name);
     }
   }
   if (gradient_status_.ok() && tensor_group_ != nullptr) {
@@ -358,9 +358,8 @@ ModelCompute::ShardContents ModelCompute::CheckpointShard() {
   std::map<std::string, std::string> slice_of;  // held sliced tensor -> its encoded slice
   for (auto& [s, stage] : stages_) {
     for (const model::ModelTensor& t : stage->tensors()) {
-      if (model::IsWhole(t.slice, t.full_shape)) continue;
-      common::ShardSlice slice{t.slice.dim, t.slice.parts, t.slice.offset, t.slice.length, {}};
-      slice.full_shape.assign(t.full_shape.begin(), t.full_shape.end());
+      if (common::IsWhole(t.slice, t.full_shape)) continue;
+      common::ShardSlice slice{t.slice, {t.full_shape.begin(), t.full_shape.end()}};
       const std::string encoded = common::EncodeSlice(slice);
       for (const std::string& name :
            {t.name, common::ExpAvgName(t.name), common::ExpAvgSqName(t.name)}) {
@@ -424,12 +423,15 @@ absl::Status ModelCompute::LoadCheckpointTensors(
                                                      it->second.data.size(), " values, want ",
                                                      full.size()));
     }
-    if (model::IsWhole(t.slice, t.full_shape)) {
+    if (common::IsWhole(t.slice, t.full_shape)) {
       ops_->CopyToDevice(dst, it->second.data.data(), t.size);
       return absl::OkStatus();
     }
-    absl::StatusOr<std::vector<float>> slice = model::CutSlice(full, t.slice, it->second.data);
-    if (!slice.ok()) return slice.status();
+    absl::StatusOr<std::vector<float>> slice =
+        common::CutSlice(t.full_shape, t.slice, it->second.data);
+    if (!slice.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", slice.status().message()));
+    }
     ops_->CopyToDevice(dst, slice->data(), t.size);
     return absl::OkStatus();
   };

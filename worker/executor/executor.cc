@@ -133,7 +133,8 @@ absl::StatusOr<Executor::Op> Executor::ResolveAction(const ExecutorOptions& opti
   const int S = static_cast<int>(options.stage_to_rank.size());
   auto local = [&](int s) { return s >= 0 && s < S && options.stage_to_rank[s] == options.rank; };
   auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(Describe(options.rank, index, action), ": ", why));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(options.rank, index, action), ": ", why));
   };
   if (action.microbatch() < 0 || action.microbatch() >= options.microbatches) {
     return bad(absl::StrCat("microbatch outside [0, ", options.microbatches, ")"));
@@ -301,15 +302,17 @@ absl::Status Executor::ExecuteForward(size_t index, Buffers& buffers, StepResult
 }
 
 absl::Status Executor::ExecuteBackward(size_t index, Buffers& buffers) {
-  return RunInputGradient(index, buffers, [&](int s, int mb, const float* grad_out, float* grad_in) {
-    return compute_->Backward(s, mb, grad_out, grad_in);
-  });
+  return RunInputGradient(index, buffers,
+                          [&](int s, int mb, const float* grad_out, float* grad_in) {
+                            return compute_->Backward(s, mb, grad_out, grad_in);
+                          });
 }
 
 absl::Status Executor::ExecuteBackwardInput(size_t index, Buffers& buffers) {
-  return RunInputGradient(index, buffers, [&](int s, int mb, const float* grad_out, float* grad_in) {
-    return compute_->BackwardInput(s, mb, grad_out, grad_in);
-  });
+  return RunInputGradient(index, buffers,
+                          [&](int s, int mb, const float* grad_out, float* grad_in) {
+                            return compute_->BackwardInput(s, mb, grad_out, grad_in);
+                          });
 }
 
 absl::Status Executor::ExecuteBackwardWeight(size_t index) {

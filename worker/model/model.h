@@ -41,6 +41,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/tensor_slice.h"
 #include "kernels/ops.h"
 #include "pp/v1/job.pb.h"
 #include "worker/parallel/parallel.h"  // the Collectives interface only (header-only)
@@ -77,35 +78,12 @@ int64_t NumParameters(const ModelConfig& config);
 // from a counter-based generator keyed by (seed, name): the same for every layout.
 std::vector<float> InitTensorValues(const TensorShape& tensor, int n_layers, uint64_t seed);
 
-// The part of a full named tensor that a tensor-parallel rank holds: along dimension `dim`, which
-// is `parts` equal blocks (3 for attn.qkv: q, k, v), the elements [offset, offset + length) of
-// every block. The held tensor is those pieces in order: its dim has parts * length elements.
-struct TensorSlice {
-  int dim = 0;
-  int parts = 1;
-  int offset = 0;
-  int length = 0;
-};
-// True when `slice` is all of a tensor of shape `full` (a replicated tensor).
-bool IsWhole(const TensorSlice& slice, const std::vector<int>& full);
 // The slice of `tensor` (full shape) that rank `tp_rank` of `tp_size` holds. InvalidArgument for
 // a rank outside [0, tp_size) or a tp_size that does not divide n_heads.
-absl::StatusOr<TensorSlice> TensorParallelSlice(const ModelConfig& config,
-                                                const TensorShape& tensor, int tp_rank,
-                                                int tp_size);
-// The held tensor's shape. InvalidArgument when the slice does not fit `full`.
-absl::StatusOr<std::vector<int>> SliceShape(const std::vector<int>& full, const TensorSlice& slice);
-// full values (tensor.shape) -> the slice's values (SliceShape).
-absl::StatusOr<std::vector<float>> CutSlice(const TensorShape& tensor, const TensorSlice& slice,
-                                            const std::vector<float>& full);
-struct SliceValues {
-  TensorSlice slice;
-  std::vector<float> values;
-};
-// Slices -> the full tensor. Every element must be covered; where slices overlap (replicated
-// tensors) they must agree bitwise. InvalidArgument naming the tensor otherwise.
-absl::StatusOr<std::vector<float>> AssembleSlices(const TensorShape& tensor,
-                                                  const std::vector<SliceValues>& pieces);
+// (common/tensor_slice.h: the slice type and its cut / assemble functions.)
+absl::StatusOr<common::TensorSlice> TensorParallelSlice(const ModelConfig& config,
+                                                        const TensorShape& tensor, int tp_rank,
+                                                        int tp_size);
 
 // One named parameter (or this rank's slice of it) in backend memory, with its gradient and
 // AdamW moments.
@@ -113,7 +91,7 @@ struct ModelTensor {
   std::string name;
   std::vector<int> shape;       // held shape
   std::vector<int> full_shape;  // of the named tensor
-  TensorSlice slice;            // which part of the named tensor this is
+  common::TensorSlice slice;    // which part of the named tensor this is
   size_t size = 0;
   float* value = nullptr;
   float* grad = nullptr;
@@ -167,7 +145,6 @@ class StageModel {
 
   void ZeroGrads();
   std::vector<ModelTensor>& tensors();
-  ModelTensor* FindTensor(const std::string& name);
   // Host copies of every tensor's values, by name.
   std::map<std::string, std::vector<float>> ValuesToHost();
   // Saved activations (and kept input-gradients) of in-flight microbatches.
