@@ -381,19 +381,9 @@ ModelCompute::ShardContents ModelCompute::CheckpointShard() {
 
 std::vector<common::Tensor> ModelCompute::HeldTensors() {
   std::vector<common::Tensor> tensors;
-  auto add = [&](const std::string& name, const model::ModelTensor& t, const float* src) {
-    common::Tensor out;
-    out.name = name;
-    out.shape.assign(t.shape.begin(), t.shape.end());
-    out.data.resize(t.size);
-    ops_->CopyToHost(out.data.data(), src, t.size);
-    tensors.push_back(std::move(out));
-  };
   for (auto& [s, stage] : stages_) {
-    for (const model::ModelTensor& t : stage->tensors()) {
-      add(t.name, t, t.value);
-      add(common::ExpAvgName(t.name), t, t.exp_avg);
-      add(common::ExpAvgSqName(t.name), t, t.exp_avg_sq);
+    for (common::Tensor& t : model::HostTensors(*ops_, stage->tensors())) {
+      tensors.push_back(std::move(t));
     }
   }
   return tensors;

@@ -41,6 +41,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/safetensors.h"
 #include "common/tensor_slice.h"
 #include "kernels/ops.h"
 #include "pp/v1/job.pb.h"
@@ -98,6 +99,10 @@ struct ModelTensor {
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
 };
+
+// Host copies of the tensors' values and AdamW moments under their checkpoint names (the name,
+// common::ExpAvgName, common::ExpAvgSqName), tensor after tensor, each in its held shape.
+std::vector<common::Tensor> HostTensors(kernels::Ops& ops, const std::vector<ModelTensor>& tensors);
 
 struct StageOptions {
   int first_unit = 0;

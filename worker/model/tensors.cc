@@ -1,9 +1,10 @@
-// Tensor names, shapes and deterministic initial values.
+// Tensor names, shapes, deterministic initial values, tensor-parallel slices and host copies.
 #include <cmath>
 #include <numbers>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
 #include "worker/model/model.h"
 
 namespace pp::model {
@@ -155,6 +156,25 @@ absl::StatusOr<common::TensorSlice> TensorParallelSlice(const ModelConfig& confi
   }
   const int length = block / tp_size;
   return common::TensorSlice{dim, parts, tp_rank * length, length};
+}
+
+std::vector<common::Tensor> HostTensors(kernels::Ops& ops,
+                                        const std::vector<ModelTensor>& tensors) {
+  std::vector<common::Tensor> out;
+  auto add = [&](const std::string& name, const ModelTensor& t, const float* src) {
+    common::Tensor host;
+    host.name = name;
+    host.shape.assign(t.shape.begin(), t.shape.end());
+    host.data.resize(t.size);
+    ops.CopyToHost(host.data.data(), src, t.size);
+    out.push_back(std::move(host));
+  };
+  for (const ModelTensor& t : tensors) {
+    add(t.name, t, t.value);
+    add(common::ExpAvgName(t.name), t, t.exp_avg);
+    add(common::ExpAvgSqName(t.name), t, t.exp_avg_sq);
+  }
+  return out;
 }
 
 }  // namespace pp::model

@@ -15,25 +15,10 @@
 namespace pp::trainer {
 namespace {
 
-common::Tensor ToTensor(kernels::Ops& ops, const std::string& name, const std::vector<int>& shape,
-                        const float* src, size_t n) {
-  common::Tensor t;
-  t.name = name;
-  t.shape.assign(shape.begin(), shape.end());
-  t.data.resize(n);
-  ops.CopyToHost(t.data.data(), src, n);
-  return t;
-}
-
 // Checkpoint of `step` completed steps: one shard, then the manifest, then pruning.
 absl::Status WriteCheckpoint(kernels::Ops& ops, model::StageModel& model,
                              const pp::v1::JobSpec& spec, const std::string& root, int step) {
-  std::vector<common::Tensor> tensors;
-  for (const auto& t : model.tensors()) {
-    tensors.push_back(ToTensor(ops, t.name, t.shape, t.value, t.size));
-    tensors.push_back(ToTensor(ops, common::ExpAvgName(t.name), t.shape, t.exp_avg, t.size));
-    tensors.push_back(ToTensor(ops, common::ExpAvgSqName(t.name), t.shape, t.exp_avg_sq, t.size));
-  }
+  const std::vector<common::Tensor> tensors = model::HostTensors(ops, model.tensors());
   const std::string dir = common::StepDir(root, spec.name(), step);
   auto shard = common::WriteShard(dir, common::ShardFileName(0), tensors);
   if (!shard.ok()) return shard.status();
