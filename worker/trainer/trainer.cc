@@ -43,6 +43,27 @@ absl::Status WriteCheckpoint(kernels::Ops& ops, model::StageModel& model,
   return common::PruneCheckpoints(root, spec.name(), spec.checkpoint().keep());
 }
 
+// Step `step`'s gradients of the M microbatches (B sequences of T tokens each), in microbatch
+// order; the step loss = the microbatch losses summed in double, divided by M.
+absl::StatusOr<double> ForwardBackward(model::StageModel& model, const data::TokenSource& source,
+                                       int step, int M, int B, int T) {
+  model.ZeroGrads();
+  const int64_t position = data::DataPositionAtStep(step, M, B);
+  double loss = 0.0;
+  for (int j = 0; j < M; ++j) {
+    auto batch = data::ReadMicrobatch(source, position, j, B, T);
+    if (!batch.ok()) return batch.status();
+    model::StageInput in;
+    in.tokens = batch->inputs.data();
+    in.targets = batch->targets.data();
+    auto mb_loss = model.Forward(j, in, nullptr);
+    if (!mb_loss.ok()) return mb_loss.status();
+    if (auto s = model.Backward(j, nullptr, nullptr); !s.ok()) return s;
+    loss += *mb_loss;
+  }
+  return loss / M;
+}
+
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOptions& options) {
@@ -70,21 +91,9 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
-    (*model)->ZeroGrads();
-    const int64_t position = data::DataPositionAtStep(step, M, B);
-    double loss = 0.0;
-    for (int j = 0; j < M; ++j) {
-      auto batch = data::ReadMicrobatch(*source, position, j, B, T);
-      if (!batch.ok()) return batch.status();
-      model::StageInput in;
-      in.tokens = batch->inputs.data();
-      in.targets = batch->targets.data();
-      auto mb_loss = (*model)->Forward(j, in, nullptr);
-      if (!mb_loss.ok()) return mb_loss.status();
-      if (auto s = (*model)->Backward(j, nullptr, nullptr); !s.ok()) return s;
-      loss += *mb_loss;
-    }
-    loss /= M;
+    absl::StatusOr<double> step_loss = ForwardBackward(**model, *source, step, M, B, T);
+    if (!step_loss.ok()) return step_loss.status();
+    const double loss = *step_loss;
     const double norm = optim::Step(**ops, (*model)->tensors(), adamw, step + 1);
     result.losses.push_back(loss);
     result.step_seconds.push_back(
