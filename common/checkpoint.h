@@ -1,11 +1,12 @@
-// Checkpoint files (DESIGN.md): <root>/<job>/step-<N>/ holds one or more *.safetensors shards and
+// Checkpoint files: <root>/<job>/step-<N>/ holds one or more *.safetensors shards and
 // manifest.json (proto3 JSON of pp.v1.CheckpointManifest, proto/pp/v1/checkpoint.proto). N counts
 // completed optimizer steps, so a resume runs step N next.
 // Contract: shards are written first (each atomically); CommitManifest writes manifest.json last,
 // atomically (tmp, fsync, rename, fsync the folder) after checking every listed shard's size: a
 // step folder without manifest.json is not a checkpoint. Loading verifies the manifest and every
 // shard's bytes and sha256; a missing, torn or tampered shard is an error naming the file.
-// Tensor names: DESIGN.md model names; AdamW moments under ExpAvgName / ExpAvgSqName.
+// Tensor names: the model's (worker/model: model::UnitTensors); AdamW moments under ExpAvgName /
+// ExpAvgSqName.
 // Layout independence: a tensor-parallel rank writes the slice it holds under the tensor's own
 // name and says which slice in its shard's metadata (SliceKey); the manifest lists the same slices
 // per shard (CheckpointShard.slices). Loading checks that both agree and assembles the slices of

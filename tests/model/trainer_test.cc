@@ -1,5 +1,5 @@
 // The single-process trainer: learns, is deterministic, equals a hand-run pipeline of three
-// stages bit for bit, and writes a loadable checkpoint in the DESIGN.md layout.
+// stages bit for bit, and writes a loadable checkpoint in the common/checkpoint.h layout.
 #include "worker/trainer/trainer.h"
 
 #include <cmath>

@@ -42,7 +42,7 @@ class ModelCompute : public executor::StageCompute {
   ~ModelCompute() override;
 
   // What this rank writes of a checkpoint: the held tensors and their AdamW moments under their
-  // DESIGN.md names (slices under the whole tensor's name, marked in `metadata` by
+  // model names (model::UnitTensors; slices under the whole tensor's name, marked in `metadata` by
   // common::SliceKey), each written once per mesh: none on replicas other than 0, and replicated
   // tensors only on TP rank 0.
   struct ShardContents {

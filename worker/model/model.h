@@ -2,7 +2,7 @@
 //
 // Contract:
 // - Units: 0 = embedding (wte, wpe), 1..n_layers = blocks h.{u-1}.*, n_layers+1 = ln_f, lm_head
-//   and the cross-entropy loss. A StageModel over units [first, last] holds exactly the DESIGN.md
+//   and the cross-entropy loss. A StageModel over units [first, last] holds exactly the GPT-2
 //   tensors of that range (names, torch Linear shapes), in unit order.
 // - Initial values depend only on (seed, tensor name) (InitTensorValues), so any layout starts
 //   from the same weights.
@@ -27,7 +27,7 @@
 //   all-reduces, which leave the same bits everywhere), so TP ranks need no gradient all-reduce;
 //   the clipping norm combines the ranks' per-tensor sums with parallel::AllReduceSumSquares.
 //   The ranks of a group make the same Forward/Backward calls in the same order.
-// - A held tensor keeps its DESIGN.md name; ModelTensor::shape is the held slice's and
+// - A held tensor keeps its GPT-2 name; ModelTensor::shape is the held slice's and
 //   ModelTensor::slice says which part of the named tensor it is. A TP rank's initial slice equals
 //   the same slice of the unsplit tensor, bitwise. With no tensor parallelism nothing changes.
 #ifndef PP_WORKER_MODEL_MODEL_H_
@@ -67,7 +67,7 @@ struct TensorShape {
   std::vector<int> shape;
   size_t size() const;
 };
-// The tensors unit `unit` owns, in DESIGN.md order.
+// The tensors unit `unit` owns, in GPT-2 order (these names are the checkpoint contract).
 std::vector<TensorShape> UnitTensors(const ModelConfig& config, int unit);
 // Every tensor of the model, in unit order.
 std::vector<TensorShape> ModelTensors(const ModelConfig& config);
