@@ -1,7 +1,6 @@
 #include "worker/executor/executor.h"
 
 #include <chrono>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <utility>
@@ -44,39 +43,6 @@ absl::Status Annotate(const absl::Status& status, int rank, size_t index,
                       const pp::v1::Action& action) {
   return absl::Status(status.code(),
                       absl::StrCat(Describe(rank, index, action), ": ", status.message()));
-}
-
-// Per-tensor sums as bytes for the all-gather: (name length u32, name, sum f64) repeated.
-std::string EncodeSums(const std::vector<TensorSumSq>& sums) {
-  std::string out;
-  for (const TensorSumSq& t : sums) {
-    uint32_t length = static_cast<uint32_t>(t.name.size());
-    out.append(reinterpret_cast<const char*>(&length), sizeof(length));
-    out.append(t.name);
-    out.append(reinterpret_cast<const char*>(&t.sum_sq), sizeof(t.sum_sq));
-  }
-  return out;
-}
-
-absl::Status DecodeSums(const std::string& bytes, int from_rank, std::vector<TensorSumSq>& out) {
-  size_t at = 0;
-  while (at < bytes.size()) {
-    uint32_t length = 0;
-    if (bytes.size() - at < sizeof(length)) break;
-    std::memcpy(&length, bytes.data() + at, sizeof(length));
-    at += sizeof(length);
-    if (bytes.size() - at < length + sizeof(double)) break;
-    TensorSumSq t;
-    t.name = bytes.substr(at, length);
-    at += length;
-    std::memcpy(&t.sum_sq, bytes.data() + at, sizeof(double));
-    at += sizeof(double);
-    out.push_back(std::move(t));
-  }
-  if (at != bytes.size()) {
-    return absl::DataLossError(absl::StrCat("malformed gradient norms from rank ", from_rank));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -526,12 +492,12 @@ absl::Status Executor::UpdateWeights(int step, Clock::time_point start, StepResu
 absl::StatusOr<float> Executor::GatherClipScale(StepResult& result) {
   const Clock::time_point start = Clock::now();
   absl::StatusOr<std::vector<std::string>> gathered =
-      transport_->AllGather(EncodeSums(compute_->GradSumSquares()));
+      transport_->AllGather(EncodeSumSquares(compute_->GradSumSquares()));
   result.wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
   if (!gathered.ok()) return gathered.status();
   std::vector<TensorSumSq> all;
   for (int r = 0; r < static_cast<int>(gathered->size()); ++r) {
-    if (absl::Status s = DecodeSums((*gathered)[r], r, all); !s.ok()) return s;
+    if (absl::Status s = DecodeSumSquares((*gathered)[r], r, all); !s.ok()) return s;
   }
   return compute_->ClipScale(all);
 }

@@ -32,13 +32,9 @@
 #include "absl/status/statusor.h"
 #include "pp/v1/schedule.pb.h"
 #include "worker/comm/transport.h"
+#include "worker/executor/sum_squares.h"
 
 namespace pp::executor {
-
-struct TensorSumSq {
-  std::string name;  // global tensor name
-  double sum_sq = 0;
-};
 
 // The numeric side of the stages one rank holds. Buffers are backend memory of AllocBuffer. An
 // output (out, grad_in) is complete when the call returns: the executor hands it straight to the
