@@ -338,6 +338,18 @@ absl::StatusOr<Tensor> AssembleShardSlices(const std::string& step_dir, const st
   return whole;
 }
 
+// A manifest entry that lists its shard's tensors must list exactly those the file holds.
+absl::Status CheckListedTensors(const pp::v1::CheckpointShard& shard,
+                                const SafetensorsFile& parsed, const std::string& path) {
+  if (shard.tensors().empty()) return absl::OkStatus();
+  std::set<std::string> listed(shard.tensors().begin(), shard.tensors().end()), held;
+  for (const Tensor& tensor : parsed.tensors) held.insert(tensor.name);
+  if (listed == held) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(path, ": holds ", held.size(),
+                                          " tensors, the manifest lists ", listed.size(),
+                                          " others"));
+}
+
 }  // namespace
 
 absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir,
@@ -361,14 +373,8 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir,
     absl::StatusOr<std::map<std::string, ShardSlice>> slices =
         ManifestAgreedSlices(shard, parsed->metadata, ShardPath(step_dir, shard));
     if (!slices.ok()) return slices.status();
-    if (!shard.tensors().empty()) {
-      std::set<std::string> listed(shard.tensors().begin(), shard.tensors().end()), held;
-      for (const Tensor& tensor : parsed->tensors) held.insert(tensor.name);
-      if (listed != held) {
-        return absl::DataLossError(absl::StrCat(ShardPath(step_dir, shard), ": holds ", held.size(),
-                                                " tensors, the manifest lists ", listed.size(),
-                                                " others"));
-      }
+    if (absl::Status s = CheckListedTensors(shard, *parsed, ShardPath(step_dir, shard)); !s.ok()) {
+      return s;
     }
     for (Tensor& tensor : parsed->tensors) {
       if (wanted && !wanted(tensor.name)) continue;
