@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <set>
 #include <system_error>
 
@@ -135,9 +136,10 @@ std::string ExpAvgSqName(const std::string& name) {
 
 std::string SliceKey(const std::string& name) { return absl::StrCat("slice.", name); }
 
-std::string EncodeSlice(const ShardSlice& slice) {
+std::string EncodeSlice(const ShardSlice& shard_slice) {
+  const TensorSlice& slice = shard_slice.slice;
   return absl::StrCat(slice.dim, " ", slice.parts, " ", slice.offset, " ", slice.length, " ",
-                      absl::StrJoin(slice.full_shape, " "));
+                      absl::StrJoin(shard_slice.full_shape, " "));
 }
 
 namespace {
@@ -153,30 +155,35 @@ absl::StatusOr<ShardSlice> DecodeSlice(const std::string& text, const std::strin
     numbers.push_back(n);
   }
   if (numbers.size() < 5) return malformed();
-  ShardSlice slice;
+  ShardSlice shard_slice;
+  shard_slice.full_shape.assign(numbers.begin() + 4, numbers.end());
+  const bool dims_fit_int = std::all_of(numbers.begin(), numbers.end(), [](int64_t n) {
+    return n <= std::numeric_limits<int>::max();
+  });
+  TensorSlice& slice = shard_slice.slice;
   slice.dim = static_cast<int>(numbers[0]);
   slice.parts = static_cast<int>(numbers[1]);
   slice.offset = static_cast<int>(numbers[2]);
   slice.length = static_cast<int>(numbers[3]);
-  slice.full_shape.assign(numbers.begin() + 4, numbers.end());
-  const int64_t extent =
-      slice.dim < static_cast<int>(slice.full_shape.size()) ? slice.full_shape[slice.dim] : 0;
-  if (slice.parts < 1 || extent % slice.parts != 0 || slice.length < 1 ||
+  const int64_t extent = numbers[0] < static_cast<int64_t>(shard_slice.full_shape.size())
+                             ? shard_slice.full_shape[slice.dim]
+                             : 0;
+  if (!dims_fit_int || slice.parts < 1 || extent % slice.parts != 0 || slice.length < 1 ||
       slice.offset + slice.length > extent / slice.parts) {
     return absl::DataLossError(absl::StrCat(where, ": slice \"", text, "\" does not fit"));
   }
-  return slice;
+  return shard_slice;
 }
 
 // The manifest's form of a slice.
-pp::v1::TensorSlice SliceProto(const std::string& tensor, const ShardSlice& slice) {
+pp::v1::TensorSlice SliceProto(const std::string& tensor, const ShardSlice& shard_slice) {
   pp::v1::TensorSlice proto;
   proto.set_tensor(tensor);
-  proto.set_dim(slice.dim);
-  proto.set_parts(slice.parts);
-  proto.set_offset(slice.offset);
-  proto.set_length(slice.length);
-  proto.mutable_full_shape()->Assign(slice.full_shape.begin(), slice.full_shape.end());
+  proto.set_dim(shard_slice.slice.dim);
+  proto.set_parts(shard_slice.slice.parts);
+  proto.set_offset(shard_slice.slice.offset);
+  proto.set_length(shard_slice.slice.length);
+  proto.mutable_full_shape()->Assign(shard_slice.full_shape.begin(), shard_slice.full_shape.end());
   return proto;
 }
 
@@ -298,46 +305,45 @@ struct SlicePiece {
   std::string file;
 };
 
-// The slices of one tensor -> the whole tensor; every element covered exactly once.
+// The slices of one tensor -> the whole tensor (AssembleSlices); every element covered exactly
+// once, every piece the same whole shape and sliced dimension.
 absl::StatusOr<Tensor> AssembleShardSlices(const std::string& step_dir, const std::string& name,
-                                           const std::vector<SlicePiece>& pieces) {
+                                           std::vector<SlicePiece>& pieces) {
   auto bad = [&](const std::string& why) {
     return absl::DataLossError(absl::StrCat(step_dir, ": slices of tensor \"", name, "\" ", why));
   };
   const std::vector<int64_t>& full = pieces.front().slice.full_shape;
-  const int dim = pieces.front().slice.dim;
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < dim; ++d) outer *= full[d];
-  for (size_t d = dim + 1; d < full.size(); ++d) inner *= full[d];
-  const int64_t extent = full[dim];
+  const int dim = pieces.front().slice.slice.dim;
+  std::vector<SliceValues> values;
+  for (SlicePiece& piece : pieces) {
+    const TensorSlice& s = piece.slice.slice;
+    std::vector<int64_t> held = full;
+    held[dim] = static_cast<int64_t>(s.parts) * s.length;
+    if (piece.slice.full_shape != full || s.dim != dim || piece.tensor.shape != held) {
+      return bad(absl::StrCat("disagree on their shapes (", piece.file, ")"));
+    }
+    values.push_back({s, std::move(piece.tensor.data)});
+  }
+  absl::StatusOr<std::vector<float>> data =
+      AssembleSlices(name, std::vector<int>(full.begin(), full.end()), values, Overlap::kRefused);
+  if (!data.ok()) return absl::DataLossError(absl::StrCat(step_dir, ": ", data.status().message()));
   Tensor whole;
   whole.name = name;
   whole.shape = full;
-  whole.data.assign(outer * extent * inner, 0.0f);
-  std::vector<int> covered(extent, 0);
-  for (const SlicePiece& piece : pieces) {
-    const ShardSlice& s = piece.slice;
-    std::vector<int64_t> held = full;
-    held[dim] = static_cast<int64_t>(s.parts) * s.length;
-    if (s.full_shape != full || s.dim != dim || piece.tensor.shape != held) {
-      return bad(absl::StrCat("disagree on their shapes (", piece.file, ")"));
-    }
-    const int64_t block = extent / s.parts;
-    for (int p = 0; p < s.parts; ++p) {
-      for (int i = 0; i < s.length; ++i) {
-        const int64_t at = p * block + s.offset + i;
-        ++covered[at];
-        for (int64_t o = 0; o < outer; ++o) {
-          std::copy_n(piece.tensor.data.begin() + ((o * s.parts + p) * s.length + i) * inner,
-                      inner, whole.data.begin() + (o * extent + at) * inner);
-        }
-      }
-    }
-  }
-  if (std::any_of(covered.begin(), covered.end(), [](int c) { return c != 1; })) {
-    return bad("overlap or leave gaps");
-  }
+  whole.data = *std::move(data);
   return whole;
+}
+
+// A manifest entry that lists its shard's tensors must list exactly those the file holds.
+absl::Status CheckListedTensors(const pp::v1::CheckpointShard& shard,
+                                const SafetensorsFile& parsed, const std::string& path) {
+  if (shard.tensors().empty()) return absl::OkStatus();
+  std::set<std::string> listed(shard.tensors().begin(), shard.tensors().end()), held;
+  for (const Tensor& tensor : parsed.tensors) held.insert(tensor.name);
+  if (listed == held) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(path, ": holds ", held.size(),
+                                          " tensors, the manifest lists ", listed.size(),
+                                          " others"));
 }
 
 }  // namespace
@@ -363,14 +369,8 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir,
     absl::StatusOr<std::map<std::string, ShardSlice>> slices =
         ManifestAgreedSlices(shard, parsed->metadata, ShardPath(step_dir, shard));
     if (!slices.ok()) return slices.status();
-    if (!shard.tensors().empty()) {
-      std::set<std::string> listed(shard.tensors().begin(), shard.tensors().end()), held;
-      for (const Tensor& tensor : parsed->tensors) held.insert(tensor.name);
-      if (listed != held) {
-        return absl::DataLossError(absl::StrCat(ShardPath(step_dir, shard), ": holds ", held.size(),
-                                                " tensors, the manifest lists ", listed.size(),
-                                                " others"));
-      }
+    if (absl::Status s = CheckListedTensors(shard, *parsed, ShardPath(step_dir, shard)); !s.ok()) {
+      return s;
     }
     for (Tensor& tensor : parsed->tensors) {
       if (wanted && !wanted(tensor.name)) continue;
@@ -389,7 +389,7 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir,
       checkpoint.tensors.emplace(std::move(name), std::move(tensor));
     }
   }
-  for (const auto& [name, pieces] : sliced) {
+  for (auto& [name, pieces] : sliced) {
     if (auto it = owner.find(name); it != owner.end()) {
       return absl::DataLossError(absl::StrCat(step_dir, ": tensor \"", name, "\" is whole in ",
                                               it->second, " and sliced in ", pieces[0].file));
@@ -438,17 +438,6 @@ absl::StatusOr<T> NewestUsable(
 
 }  // namespace
 
-absl::StatusOr<LatestCheckpoint> LoadLatestCheckpoint(const std::string& root,
-                                                      const std::string& job, int max_step) {
-  LatestCheckpoint latest;
-  absl::StatusOr<Checkpoint> checkpoint =
-      NewestUsable<Checkpoint>(root, job, max_step, latest.skipped,
-                               [](const std::string& dir) { return LoadCheckpoint(dir); });
-  if (!checkpoint.ok()) return checkpoint.status();
-  latest.checkpoint = *std::move(checkpoint);
-  return latest;
-}
-
 absl::StatusOr<LatestManifest> LatestVerifiedCheckpoint(const std::string& root,
                                                         const std::string& job, int max_step) {
   LatestManifest latest;
@@ -458,21 +447,6 @@ absl::StatusOr<LatestManifest> LatestVerifiedCheckpoint(const std::string& root,
   if (!manifest.ok()) return manifest.status();
   latest.manifest = *std::move(manifest);
   return latest;
-}
-
-absl::StatusOr<std::vector<Tensor>> SelectTensors(const Checkpoint& checkpoint,
-                                                  const std::vector<std::string>& names) {
-  std::vector<Tensor> selected;
-  selected.reserve(names.size());
-  for (const std::string& name : names) {
-    auto it = checkpoint.tensors.find(name);
-    if (it == checkpoint.tensors.end()) {
-      return absl::NotFoundError(absl::StrCat("checkpoint of step ", checkpoint.manifest.step(),
-                                              " has no tensor \"", name, "\""));
-    }
-    selected.push_back(it->second);
-  }
-  return selected;
 }
 
 absl::Status PruneCheckpoints(const std::string& root, const std::string& job, int keep) {

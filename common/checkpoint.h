@@ -1,11 +1,12 @@
-// Checkpoint files (DESIGN.md): <root>/<job>/step-<N>/ holds one or more *.safetensors shards and
+// Checkpoint files: <root>/<job>/step-<N>/ holds one or more *.safetensors shards and
 // manifest.json (proto3 JSON of pp.v1.CheckpointManifest, proto/pp/v1/checkpoint.proto). N counts
 // completed optimizer steps, so a resume runs step N next.
 // Contract: shards are written first (each atomically); CommitManifest writes manifest.json last,
 // atomically (tmp, fsync, rename, fsync the folder) after checking every listed shard's size: a
 // step folder without manifest.json is not a checkpoint. Loading verifies the manifest and every
 // shard's bytes and sha256; a missing, torn or tampered shard is an error naming the file.
-// Tensor names: DESIGN.md model names; AdamW moments under ExpAvgName / ExpAvgSqName.
+// Tensor names: the model's (worker/model: model::UnitTensors); AdamW moments under ExpAvgName /
+// ExpAvgSqName.
 // Layout independence: a tensor-parallel rank writes the slice it holds under the tensor's own
 // name and says which slice in its shard's metadata (SliceKey); the manifest lists the same slices
 // per shard (CheckpointShard.slices). Loading checks that both agree and assembles the slices of
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/safetensors.h"
+#include "common/tensor_slice.h"
 #include "pp/v1/checkpoint.pb.h"
 #include "pp/v1/coordinator.pb.h"
 
@@ -58,13 +60,11 @@ absl::Status CommitManifest(const std::string& step_dir,
 absl::StatusOr<std::vector<int>> ListCommittedSteps(const std::string& root,
                                                     const std::string& job);
 
-// Which part of a named tensor a shard holds (worker/model's TensorSlice): along `dim`, seen as
-// `parts` equal blocks, the elements [offset, offset + length) of every block.
+// A slice a shard holds: which part (TensorSlice) of a whole named tensor of full_shape. In the
+// manifest it is a pp.v1.TensorSlice; in the shard's metadata, EncodeSlice's text (the file
+// format: "dim parts offset length full_shape...").
 struct ShardSlice {
-  int dim = 0;
-  int parts = 1;
-  int offset = 0;
-  int length = 0;
+  TensorSlice slice;
   std::vector<int64_t> full_shape;  // of the named tensor
 };
 // The shard metadata entry that marks tensor `name` as a slice: SliceKey(name) -> EncodeSlice.
@@ -92,26 +92,14 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir,
 // once without keeping its tensors (the coordinator's check before it resumes from a step).
 absl::StatusOr<pp::v1::CheckpointManifest> VerifyCheckpoint(const std::string& step_dir);
 
-struct LatestCheckpoint {
-  Checkpoint checkpoint;
-  std::vector<std::string> skipped;  // why each newer committed step was refused
-};
-// The newest committed step <= max_step (0: no bound) that loads and verifies; older ones are
-// tried when a newer one is damaged. NotFound when there is none.
-absl::StatusOr<LatestCheckpoint> LoadLatestCheckpoint(const std::string& root,
-                                                      const std::string& job, int max_step = 0);
-
 struct LatestManifest {
   pp::v1::CheckpointManifest manifest;
   std::vector<std::string> skipped;  // why each newer committed step was refused
 };
-// As LoadLatestCheckpoint, but verifies only (VerifyCheckpoint).
+// The newest committed step <= max_step (0: no bound) that verifies (VerifyCheckpoint); older
+// ones are tried when a newer one is damaged. NotFound when there is none.
 absl::StatusOr<LatestManifest> LatestVerifiedCheckpoint(const std::string& root,
                                                         const std::string& job, int max_step = 0);
-
-// The named tensors, in the order asked; NotFound naming the first missing one.
-absl::StatusOr<std::vector<Tensor>> SelectTensors(const Checkpoint& checkpoint,
-                                                  const std::vector<std::string>& names);
 
 // Keeps the newest `keep` committed steps and deletes older step folders (committed or torn).
 // Uncommitted folders newer than the oldest kept step are left alone: they may be in progress.

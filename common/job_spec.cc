@@ -78,6 +78,9 @@ absl::Status ValidateModel(const pp::v1::ModelSpec& model) {
   return absl::OkStatus();
 }
 
+absl::Status ValidatePartition(const pp::v1::ParallelSpec& parallel, int64_t units,
+                               int64_t stages);
+
 absl::Status ValidateParallel(const pp::v1::JobSpec& spec) {
   const pp::v1::ParallelSpec& parallel = spec.parallel();
   for (auto [field, value] :
@@ -112,6 +115,13 @@ absl::Status ValidateParallel(const pp::v1::JobSpec& spec) {
                               " = ", stages, " stages but the model has only ", units,
                               " partition units (model.n_layers + 2)"));
   }
+  return ValidatePartition(parallel, units, stages);
+}
+
+// parallel.partition, and with "explicit" the stage_layers over `stages` stages that cover the
+// model's `units` partition units.
+absl::Status ValidatePartition(const pp::v1::ParallelSpec& parallel, int64_t units,
+                               int64_t stages) {
   if (absl::Status s = Choice("parallel.partition", parallel.partition(), kPartitions); !s.ok()) {
     return s;
   }

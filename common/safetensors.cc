@@ -184,8 +184,15 @@ absl::StatusOr<int64_t> NumElements(const std::vector<int64_t>& shape) {
   return count;
 }
 
-absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
-                                                 absl::string_view origin) {
+namespace {
+
+// The file's two parts: the JSON header and the data buffer after it.
+struct Parts {
+  absl::string_view header;
+  absl::string_view buffer;
+};
+
+absl::StatusOr<Parts> SplitFile(absl::string_view bytes, absl::string_view origin) {
   if (bytes.size() < 8) {
     return absl::DataLossError(absl::StrCat(origin, ": truncated: ", bytes.size(),
                                             " bytes, need 8 for the header length"));
@@ -200,18 +207,21 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
     return absl::DataLossError(absl::StrCat(origin, ": truncated: header length ", header_length,
                                             " but only ", bytes.size() - 8, " bytes follow"));
   }
-  absl::string_view header = bytes.substr(8, header_length);
-  absl::string_view buffer = bytes.substr(8 + header_length);
-  if (header.empty() || header.front() != '{') {
+  Parts parts{bytes.substr(8, header_length), bytes.substr(8 + header_length)};
+  if (parts.header.empty() || parts.header.front() != '{') {
     return Invalid(origin, "header does not start with '{'");
   }
+  return parts;
+}
+
+// The header's metadata (into `file`) and tensor entries, each inside the buffer.
+absl::StatusOr<std::vector<Entry>> ParseHeader(const Parts& parts, absl::string_view origin,
+                                               SafetensorsFile& file) {
   Struct root;
-  absl::Status parsed = JsonToMessage(header, &root);
+  absl::Status parsed = JsonToMessage(parts.header, &root);
   if (!parsed.ok()) {
     return Invalid(origin, absl::StrCat("bad JSON header: ", parsed.message()));
   }
-
-  SafetensorsFile file;
   std::vector<Entry> entries;
   for (const auto& [name, value] : root.fields()) {
     if (name == kMetadataKey) {
@@ -225,15 +235,19 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
     if (!entry.ok()) {
       return Invalid(origin, absl::StrCat("tensor \"", name, "\": ", entry.status().message()));
     }
-    if (entry->end > buffer.size()) {
-      return Invalid(origin,
-                     absl::StrCat("tensor \"", name, "\": data_offsets end ", entry->end,
-                                  " is out of bounds (data buffer has ", buffer.size(), " bytes)"));
+    if (entry->end > parts.buffer.size()) {
+      return Invalid(origin, absl::StrCat("tensor \"", name, "\": data_offsets end ", entry->end,
+                                          " is out of bounds (data buffer has ",
+                                          parts.buffer.size(), " bytes)"));
     }
     entries.push_back(*std::move(entry));
   }
+  return entries;
+}
 
-  // The offsets must tile the buffer: sorted, each begins where the previous ended.
+// Sorts the entries by offset; they must tile the buffer: each begins where the previous ended.
+absl::Status CheckTiling(std::vector<Entry>& entries, size_t buffer_size,
+                         absl::string_view origin) {
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
@@ -253,18 +267,30 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
     position = entry.end;
     previous = &entry;
   }
-  if (position != buffer.size()) {
-    return Invalid(origin, absl::StrCat("data buffer has ", buffer.size(),
+  if (position != buffer_size) {
+    return Invalid(origin, absl::StrCat("data buffer has ", buffer_size,
                                         " bytes but the tensors cover ", position));
   }
+  return absl::OkStatus();
+}
 
-  file.tensors.reserve(entries.size());
-  for (Entry& entry : entries) {
+}  // namespace
+
+absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
+                                                 absl::string_view origin) {
+  absl::StatusOr<Parts> parts = SplitFile(bytes, origin);
+  if (!parts.ok()) return parts.status();
+  SafetensorsFile file;
+  absl::StatusOr<std::vector<Entry>> entries = ParseHeader(*parts, origin, file);
+  if (!entries.ok()) return entries.status();
+  if (absl::Status s = CheckTiling(*entries, parts->buffer.size(), origin); !s.ok()) return s;
+  file.tensors.reserve(entries->size());
+  for (Entry& entry : *entries) {
     Tensor tensor;
     tensor.name = std::move(entry.name);
     tensor.shape = std::move(entry.shape);
     tensor.data.resize((entry.end - entry.begin) / ElementBytes(entry.dtype));
-    Decode(buffer.data() + entry.begin, entry.dtype, &tensor.data);
+    Decode(parts->buffer.data() + entry.begin, entry.dtype, &tensor.data);
     file.tensors.push_back(std::move(tensor));
   }
   return file;

@@ -16,7 +16,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// DESIGN.md's example, with a data file the test owns.
+// The documented example spec, with a data file the test owns.
 std::string DesignExample(const std::string& data_path) {
   return absl::StrCat(R"({"name": "tiny",
    "model": {"vocabSize": 256, "seqLen": 64, "dModel": 128, "nHeads": 4, "nLayers": 4},

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/file_io.h"
+#include "common/step_math.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -59,7 +60,7 @@ TEST(DataTest, MicrobatchReadsTheWindowsOfItsSequences) {
   for (int64_t step : {0, 1, 7}) {
     for (int64_t j = 0; j < m; ++j) {
       absl::StatusOr<Microbatch> mb =
-          ReadMicrobatch(source, DataPositionAtStep(step, m, b), j, b, t);
+          ReadMicrobatch(source, common::DataPositionAtStep(step, m, b), j, b, t);
       ASSERT_TRUE(mb.ok()) << mb.status();
       ASSERT_EQ(mb->inputs.size(), static_cast<size_t>(b * t));
       for (int64_t row = 0; row < b; ++row) {
@@ -77,8 +78,8 @@ TEST(DataTest, ResumingFromAPositionReadsTheSameTokens) {
   TokenSource source = TokenSource::Generated(5, 3000);
   // Step 5, microbatch 2 of a run with M=4, B=2 read directly, and via a saved position.
   absl::StatusOr<Microbatch> straight =
-      ReadMicrobatch(source, DataPositionAtStep(5, 4, 2), 2, 2, 32);
-  int64_t saved_position = DataPositionAtStep(3, 4, 2) + 2 * 4 * 2;  // saved at step 3, +2 steps
+      ReadMicrobatch(source, common::DataPositionAtStep(5, 4, 2), 2, 2, 32);
+  int64_t saved_position = common::DataPositionAtStep(3, 4, 2) + 2 * 4 * 2;  // saved at step 3, +2 steps
   absl::StatusOr<Microbatch> resumed = ReadMicrobatch(source, saved_position, 2, 2, 32);
   ASSERT_TRUE(straight.ok() && resumed.ok());
   EXPECT_EQ(straight->inputs, resumed->inputs);

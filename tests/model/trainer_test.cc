@@ -1,5 +1,5 @@
 // The single-process trainer: learns, is deterministic, equals a hand-run pipeline of three
-// stages bit for bit, and writes a loadable checkpoint in the DESIGN.md layout.
+// stages bit for bit, and writes a loadable checkpoint in the common/checkpoint.h layout.
 #include "worker/trainer/trainer.h"
 
 #include <cmath>
@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/checkpoint.h"
+#include "common/step_math.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 #include "kernels/ops.h"
@@ -103,7 +104,7 @@ TEST_F(TrainerTest, EqualsAHandRunPipeline) {
     for (auto& s : stages) s->ZeroGrads();
     double loss = 0;
     for (int j = 0; j < M; ++j) {
-      auto mb = data::ReadMicrobatch(*source, data::DataPositionAtStep(step, M, B), j, B, T);
+      auto mb = data::ReadMicrobatch(*source, common::DataPositionAtStep(step, M, B), j, B, T);
       ASSERT_TRUE(mb.ok());
       model::StageInput in;
       in.tokens = mb->inputs.data();

@@ -11,6 +11,14 @@
 namespace pp::model {
 namespace {
 
+using common::AssembleSlices;
+using common::CutSlice;
+using common::IsWhole;
+using common::Overlap;
+using common::SliceShape;
+using common::SliceValues;
+using common::TensorSlice;
+
 ModelConfig Config() {
   ModelConfig c;
   c.vocab_size = 11;
@@ -19,6 +27,14 @@ ModelConfig Config() {
   c.n_heads = 4;
   c.n_layers = 2;
   return c;
+}
+
+// The held tensor called `name`, or null (StageModel::FindTensor had no production caller).
+ModelTensor* FindTensor(StageModel& model, const std::string& name) {
+  for (ModelTensor& t : model.tensors()) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
 }
 
 bool Same(const std::vector<float>& a, const std::vector<float>& b) {
@@ -62,7 +78,7 @@ TEST(SliceTest, CutThenAssembleRoundTripsBitwise) {
       size_t held = 0;
       for (int r = 0; r < tp; ++r) {
         TensorSlice s = *TensorParallelSlice(c, t, r, tp);
-        absl::StatusOr<std::vector<float>> part = CutSlice(t, s, full);
+        absl::StatusOr<std::vector<float>> part = CutSlice(t.shape, s, full);
         ASSERT_TRUE(part.ok()) << part.status();
         held += part->size();
         pieces.push_back({s, *part});
@@ -70,7 +86,8 @@ TEST(SliceTest, CutThenAssembleRoundTripsBitwise) {
       if (!IsWhole(pieces[0].slice, t.shape)) {
         EXPECT_EQ(held, t.size()) << t.name;  // split tensors: every element held once
       }
-      absl::StatusOr<std::vector<float>> back = AssembleSlices(t, pieces);
+      absl::StatusOr<std::vector<float>> back =
+          AssembleSlices(t.name, t.shape, pieces, Overlap::kMustAgree);
       ASSERT_TRUE(back.ok()) << back.status();
       EXPECT_TRUE(Same(*back, full)) << t.name << " tp " << tp;
     }
@@ -82,17 +99,23 @@ TEST(SliceTest, AssemblyRefusesGapsDisagreementAndBadSizes) {
   const TensorShape qkv{"h.0.attn.qkv.weight", {24, 8}};
   std::vector<float> full(qkv.size(), 1.0f);
   TensorSlice s0 = *TensorParallelSlice(c, qkv, 0, 2);
-  absl::Status gap = AssembleSlices(qkv, {{s0, *CutSlice(qkv, s0, full)}}).status();
+  absl::Status gap = AssembleSlices(qkv.name, qkv.shape, {{s0, *CutSlice(qkv.shape, s0, full)}},
+                                    Overlap::kMustAgree)
+                         .status();
   EXPECT_NE(gap.message().find("h.0.attn.qkv.weight"), std::string::npos) << gap;
   const TensorShape ln{"h.0.ln_1.weight", {8}};
   TensorSlice whole = *TensorParallelSlice(c, ln, 0, 2);
   std::vector<float> a(8, 1.0f), b(8, 1.0f);
   b[3] = 2.0f;
-  EXPECT_FALSE(AssembleSlices(ln, {{whole, a}, {whole, b}}).ok());
-  EXPECT_TRUE(AssembleSlices(ln, {{whole, a}, {whole, a}}).ok());
-  EXPECT_FALSE(AssembleSlices(ln, {{whole, std::vector<float>(7)}}).ok());
-  EXPECT_FALSE(CutSlice(ln, TensorSlice{0, 1, 4, 8}, a).ok());
-  EXPECT_FALSE(CutSlice(ln, whole, std::vector<float>(3)).ok());
+  EXPECT_FALSE(
+      AssembleSlices(ln.name, ln.shape, {{whole, a}, {whole, b}}, Overlap::kMustAgree).ok());
+  EXPECT_TRUE(
+      AssembleSlices(ln.name, ln.shape, {{whole, a}, {whole, a}}, Overlap::kMustAgree).ok());
+  EXPECT_FALSE(
+      AssembleSlices(ln.name, ln.shape, {{whole, std::vector<float>(7)}}, Overlap::kMustAgree)
+          .ok());
+  EXPECT_FALSE(CutSlice(ln.shape, TensorSlice{0, 1, 4, 8}, a).ok());
+  EXPECT_FALSE(CutSlice(ln.shape, whole, std::vector<float>(3)).ok());
 }
 
 TEST(SliceTest, TensorParallelRanksStartFromSlicesOfTheUnsplitInit) {
@@ -108,10 +131,11 @@ TEST(SliceTest, TensorParallelRanksStartFromSlicesOfTheUnsplitInit) {
     ASSERT_TRUE(stage.ok()) << stage.status();
     std::map<std::string, std::vector<float>> held = (*stage)->ValuesToHost();
     for (const TensorShape& t : ModelTensors(c)) {
-      ModelTensor* mt = (*stage)->FindTensor(t.name);
+      ModelTensor* mt = FindTensor(**stage, t.name);
       ASSERT_NE(mt, nullptr) << t.name;
       EXPECT_EQ(mt->shape, *SliceShape(t.shape, mt->slice)) << t.name;
-      std::vector<float> expected = *CutSlice(t, mt->slice, InitTensorValues(t, c.n_layers, 3));
+      std::vector<float> expected =
+          *CutSlice(t.shape, mt->slice, InitTensorValues(t, c.n_layers, 3));
       EXPECT_TRUE(Same(held[t.name], expected)) << t.name << " rank " << r;
     }
   }

@@ -71,7 +71,7 @@ struct RankResult {
   std::vector<double> norms;   // pre-clip global gradient norms
   std::vector<Values> grads;   // per step, after the data-parallel all-reduce
   Values weights;              // after the last step
-  std::map<std::string, model::TensorSlice> slices;
+  std::map<std::string, common::TensorSlice> slices;
   std::string error;
 };
 
@@ -185,7 +185,7 @@ absl::Status RunRank(const Layout& layout, Collectives* tp, Collectives* dp, Ran
       absl::Status s = optim::MergeSumSquares(optim::GradSumSquares(ops, chunk->tensors()), sums);
       if (!s.ok()) return s;
       for (const ModelTensor& t : chunk->tensors()) {
-        if (!model::IsWhole(t.slice, t.full_shape)) sharded.insert(t.name);
+        if (!common::IsWhole(t.slice, t.full_shape)) sharded.insert(t.name);
       }
     }
     if (tp != nullptr) {
@@ -236,10 +236,11 @@ Values Assemble(const std::vector<RankResult>& ranks, int tp,
                 const std::function<const Values&(const RankResult&)>& pick) {
   Values out;
   for (const model::TensorShape& t : model::ModelTensors(Config())) {
-    std::vector<model::SliceValues> pieces;
+    std::vector<common::SliceValues> pieces;
     for (int r = 0; r < tp; ++r)
       pieces.push_back({ranks[r].slices.at(t.name), pick(ranks[r]).at(t.name)});
-    absl::StatusOr<std::vector<float>> full = model::AssembleSlices(t, pieces);
+    absl::StatusOr<std::vector<float>> full = 
+        common::AssembleSlices(t.name, t.shape, pieces, common::Overlap::kMustAgree);
     EXPECT_TRUE(full.ok()) << full.status();
     if (full.ok()) out[t.name] = *full;
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/checkpoint.h"
+#include "common/step_math.h"
 #include "common/job_spec.h"
 #include "common/safetensors.h"
 #include "coordinator/plan/plan.h"
@@ -283,7 +284,7 @@ TEST_F(TaskTest, StopAtACommonStepThenResumeOnAnotherLayoutIsBitwiseEqual) {
       common::ReadSafetensors(step_dir + "/" + common::ShardFileName(0));
   ASSERT_TRUE(shard.ok()) << shard.status();
   EXPECT_EQ(shard->metadata["step"], "1");
-  EXPECT_EQ(shard->metadata["data_position"], std::to_string(data::DataPositionAtStep(1, 4, 2)));
+  EXPECT_EQ(shard->metadata["data_position"], std::to_string(common::DataPositionAtStep(1, 4, 2)));
 
   const pp::v1::JobSpec second = Spec("interleaved-1f1b", 2, 2, 4);
   std::vector<pp::v1::TaskPlan> plans = Plans(second);

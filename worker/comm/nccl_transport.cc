@@ -112,6 +112,68 @@ absl::StatusOr<const CudaPlugin*> PluginFor(const TransportOptions& options) {
   return plugin;
 }
 
+// The ncclUniqueIds of a rank's communicators: "world", and per peer the pair it sends on and the
+// pair it receives on (point to point only; empty otherwise).
+struct NcclIds {
+  std::string world;
+  std::vector<std::string> send, recv;
+};
+
+std::string IdKey(const TransportOptions& options, const std::string& name) {
+  return absl::StrCat(options.prefix, "nccl/", name);
+}
+
+// Makes a fresh id and publishes it under `name`.
+absl::Status MakeId(KvStore& store, const CudaPlugin& plugin, const TransportOptions& options,
+                    const std::string& name, std::string* id) {
+  id->resize(PP_NCCL_ID_BYTES);
+  PpCudaError error{};
+  if (int code = plugin.nccl_unique_id(id->data(), &error); code != 0) {
+    return PluginStatus(code, error);
+  }
+  return store.Set(IdKey(options, name), *id);
+}
+
+// Waits (bounded by options.timeout) for the id a peer published under `name`.
+absl::Status FetchId(KvStore& store, const TransportOptions& options, const std::string& name,
+                     std::string* id) {
+  const std::string key = IdKey(options, name);
+  absl::StatusOr<std::string> value = store.Get(key, options.timeout);
+  if (!value.ok()) return value.status();
+  if (value->size() != PP_NCCL_ID_BYTES) {
+    return absl::DataLossError(absl::StrCat("rendezvous key ", key, " has ", value->size(),
+                                            " bytes, not an ncclUniqueId"));
+  }
+  *id = *std::move(value);
+  return absl::OkStatus();
+}
+
+// Communicator ids: "world" made by rank 0, "a-b" (a sends to b) made by a (point to point
+// only). Every id this rank makes is published before any is fetched, so no rank waits on a
+// peer that is itself waiting.
+absl::StatusOr<NcclIds> ExchangeIds(KvStore& store, const CudaPlugin& plugin,
+                                    const TransportOptions& options) {
+  NcclIds ids{"", std::vector<std::string>(options.size), std::vector<std::string>(options.size)};
+  if (options.rank == 0) {
+    if (absl::Status s = MakeId(store, plugin, options, "world", &ids.world); !s.ok()) return s;
+  }
+  const int pair_peers = options.point_to_point ? options.size : 0;
+  for (int peer = 0; peer < pair_peers; ++peer) {
+    if (peer == options.rank) continue;
+    const std::string name = absl::StrCat(options.rank, "-", peer);
+    if (absl::Status s = MakeId(store, plugin, options, name, &ids.send[peer]); !s.ok()) return s;
+  }
+  if (options.rank != 0) {
+    if (absl::Status s = FetchId(store, options, "world", &ids.world); !s.ok()) return s;
+  }
+  for (int peer = 0; peer < pair_peers; ++peer) {
+    if (peer == options.rank) continue;
+    const std::string name = absl::StrCat(peer, "-", options.rank);
+    if (absl::Status s = FetchId(store, options, name, &ids.recv[peer]); !s.ok()) return s;
+  }
+  return ids;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
@@ -123,59 +185,18 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
   absl::StatusOr<const CudaPlugin*> loaded = PluginFor(options);
   if (!loaded.ok()) return loaded.status();
   const CudaPlugin& plugin = **loaded;
-  // Communicator ids: "world" made by rank 0, "a-b" (a sends to b) made by a (point to point
-  // only). Every id this rank makes is published before any is fetched, so no rank waits on a
-  // peer that is itself waiting.
-  auto key = [&](const std::string& name) { return absl::StrCat(options.prefix, "nccl/", name); };
-  auto make = [&](const std::string& name, std::string* id) -> absl::Status {
-    id->resize(PP_NCCL_ID_BYTES);
-    PpCudaError error{};
-    if (int code = plugin.nccl_unique_id(id->data(), &error); code != 0) {
-      return PluginStatus(code, error);
-    }
-    return store.Set(key(name), *id);
-  };
-  auto fetch = [&](const std::string& name, std::string* id) -> absl::Status {
-    absl::StatusOr<std::string> value = store.Get(key(name), options.timeout);
-    if (!value.ok()) return value.status();
-    if (value->size() != PP_NCCL_ID_BYTES) {
-      return absl::DataLossError(absl::StrCat("rendezvous key ", key(name), " has ", value->size(),
-                                              " bytes, not an ncclUniqueId"));
-    }
-    *id = *std::move(value);
-    return absl::OkStatus();
-  };
-  std::string world;
-  std::vector<std::string> send(options.size), recv(options.size);
-  if (options.rank == 0) {
-    if (absl::Status s = make("world", &world); !s.ok()) return s;
-  }
-  const int pair_peers = options.point_to_point ? options.size : 0;
-  for (int peer = 0; peer < pair_peers; ++peer) {
-    if (peer == options.rank) continue;
-    if (absl::Status s = make(absl::StrCat(options.rank, "-", peer), &send[peer]); !s.ok()) {
-      return s;
-    }
-  }
-  if (options.rank != 0) {
-    if (absl::Status s = fetch("world", &world); !s.ok()) return s;
-  }
-  for (int peer = 0; peer < pair_peers; ++peer) {
-    if (peer == options.rank) continue;
-    if (absl::Status s = fetch(absl::StrCat(peer, "-", options.rank), &recv[peer]); !s.ok()) {
-      return s;
-    }
-  }
+  absl::StatusOr<NcclIds> ids = ExchangeIds(store, plugin, options);
+  if (!ids.ok()) return ids.status();
   std::vector<const char*> send_ids(options.size, nullptr), recv_ids(options.size, nullptr);
   for (int peer = 0; peer < options.size; ++peer) {
-    send_ids[peer] = send[peer].data();
-    recv_ids[peer] = recv[peer].data();
+    send_ids[peer] = ids->send[peer].data();
+    recv_ids[peer] = ids->recv[peer].data();
   }
   const PpNcclConfig config{options.rank,
                             options.size,
                             options.cuda_device,
                             absl::ToDoubleSeconds(options.timeout),
-                            world.data(),
+                            ids->world.data(),
                             options.point_to_point ? send_ids.data() : nullptr,
                             options.point_to_point ? recv_ids.data() : nullptr};
   PpNccl* nccl = nullptr;

@@ -14,7 +14,7 @@
 #include "common/checkpoint.h"
 #include "common/job_spec.h"
 #include "common/step_math.h"
-#include "worker/daemon/model_compute.h"
+#include "worker/compute/model_compute.h"
 
 namespace pp::daemon {
 namespace {
@@ -78,6 +78,8 @@ absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(int rank, int size,
       absl::StrCat("device '", env.device, "': want cpu or cuda:N"));
 }
 
+}  // namespace
+
 // Writes this rank's checkpoint shards, inline or on a background thread with one write in flight,
 // and reports each to the coordinator.
 class ShardWriter {
@@ -88,7 +90,7 @@ class ShardWriter {
 
   // Writes (async: starts writing) the shard of `step` after the previous write ended; returns
   // the previous write's error, or this one's when inline.
-  absl::Status Save(int step, ModelCompute::ShardContents shard) {
+  absl::Status Save(int step, compute::ModelCompute::ShardContents shard) {
     if (absl::Status previous = Wait(); !previous.ok()) return previous;
     if (!env_.async_checkpoints) return Write(step, shard);
     thread_ = std::thread([this, step, shard = std::move(shard)] {
@@ -104,7 +106,7 @@ class ShardWriter {
   }
 
  private:
-  absl::Status Write(int step, const ModelCompute::ShardContents& contents) {
+  absl::Status Write(int step, const compute::ModelCompute::ShardContents& contents) {
     const auto start = std::chrono::steady_clock::now();
     if (step == env_.pause_shard_step) absl::SleepFor(env_.pause_shard_for);
     const pp::v1::TrainSpec& train = plan_.spec().train();
@@ -149,6 +151,8 @@ class ShardWriter {
   std::thread thread_;
   absl::Status status_;  // of the last write; read after joining its thread
 };
+
+namespace {
 
 // The step loss over every replica: the replicas' microbatch losses gathered in replica order
 // (= the step's global microbatch order), summed in double and divided by the step's M, exactly
@@ -199,27 +203,78 @@ absl::Status Task::CheckAborted() {
   return absl::OkStatus();
 }
 
-absl::Status Task::Run(TaskReporter& reporter) {
-  const std::string where = absl::StrCat("job ", plan_.job_id(), " rank ", plan_.rank());
-  auto fail = [&](const absl::Status& status) {
-    // An abort explains every error it causes.
-    if (absl::Status aborted = CheckAborted(); !aborted.ok()) return aborted;
-    if (absl::StrContains(status.message(), where)) return status;
-    return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
-  };
-  common::ApplyDefaults(plan_.mutable_spec());
-  if (absl::Status s = common::ValidateJobSpec(plan_.spec()); !s.ok()) {
-    return fail(absl::InvalidArgumentError(absl::StrCat("spec.", s.message())));
-  }
-  if (absl::Status s = CheckPlan(plan_); !s.ok()) return fail(s);
-  if (absl::Status s = CheckAborted(); !s.ok()) return s;
-
-  // The data-parallel group (the replicas' ranks at this rank's pp and tp) and the tensor-parallel
-  // group (the ranks at its dp and pp), each connected on its own rendezvous keys.
-  const int replicas = std::max(1, plan_.spec().parallel().data());
-  const int tensor = std::max(1, plan_.spec().parallel().tensor());
+// What a running task owns, in construction order (destroyed in reverse: the executor before the
+// transport and compute it uses, the compute before the groups it all-reduces over).
+struct Task::Running {
   std::unique_ptr<comm::Transport> data_transport, tensor_transport;
   std::unique_ptr<parallel::Collectives> data_group, tensor_group;
+  std::unique_ptr<compute::ModelCompute> compute;
+  std::unique_ptr<comm::Transport> transport;  // the pipeline's point-to-point transport
+  std::unique_ptr<executor::Executor> executor;
+};
+
+absl::Status Task::Run(TaskReporter& reporter) {
+  Running running;
+  if (absl::Status s = SetUp(running); !s.ok()) return Failed(s);
+  struct Unregister {
+    Task* task;
+    ~Unregister() {
+      absl::MutexLock lock(&task->mu_);
+      task->executor_ = nullptr;
+      task->groups_.clear();
+    }
+  } unregister{this};
+  ShardWriter writer(plan_, env_, reporter);
+  if (absl::Status s = RunSteps(running, reporter, writer); !s.ok()) return Failed(s);
+  if (absl::Status s = Report(running, writer); !s.ok()) return Failed(s);
+  return absl::OkStatus();
+}
+
+absl::Status Task::Failed(const absl::Status& status) {
+  // An abort explains every error it causes.
+  if (absl::Status aborted = CheckAborted(); !aborted.ok()) return aborted;
+  const std::string where = absl::StrCat("job ", plan_.job_id(), " rank ", plan_.rank());
+  if (absl::StrContains(status.message(), where)) return status;
+  return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
+}
+
+// Setup: the checked plan, the groups, the compute (resumed), the executor, registered for Abort.
+absl::Status Task::SetUp(Running& running) {
+  common::ApplyDefaults(plan_.mutable_spec());
+  if (absl::Status s = common::ValidateJobSpec(plan_.spec()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
+  }
+  if (absl::Status s = CheckPlan(plan_); !s.ok()) return s;
+  if (absl::Status s = CheckAborted(); !s.ok()) return s;
+  if (absl::Status s = ConnectGroups(running); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<compute::ModelCompute>> model_compute =
+      compute::ModelCompute::Create(plan_, env_.device, running.data_group.get(),
+                                    running.tensor_group.get());
+  if (!model_compute.ok()) return model_compute.status();
+  running.compute = *std::move(model_compute);
+  if (absl::Status s = Resume(*running.compute); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<comm::Transport>> transport =
+      Connect(plan_.rank(), plan_.world_size(), plan_.rendezvous_prefix(), env_,
+              /*point_to_point=*/true);
+  if (!transport.ok()) return transport.status();
+  running.transport = *std::move(transport);
+  executor::ExecutorOptions options;
+  options.rank = plan_.rank();
+  options.microbatches = plan_.spec().train().microbatches();
+  options.stage_to_rank.assign(plan_.stage_to_rank().begin(), plan_.stage_to_rank().end());
+  absl::StatusOr<std::unique_ptr<executor::Executor>> executor = executor::Executor::Create(
+      options, plan_.program(), running.compute.get(), running.transport.get());
+  if (!executor.ok()) return executor.status();
+  running.executor = *std::move(executor);
+  Register(running);
+  return absl::OkStatus();
+}
+
+// The data-parallel group (the replicas' ranks at this rank's pp and tp) and the tensor-parallel
+// group (the ranks at its dp and pp), each connected on its own rendezvous keys.
+absl::Status Task::ConnectGroups(Running& running) {
+  const int replicas = std::max(1, plan_.spec().parallel().data());
+  const int tensor = std::max(1, plan_.spec().parallel().tensor());
   // Connects this rank (`rank` of `size`) to the group named `key` under the job's prefix.
   auto connect_group = [&](int rank, int size, const std::string& key,
                            std::unique_ptr<comm::Transport>& transport,
@@ -234,113 +289,79 @@ absl::Status Task::Run(TaskReporter& reporter) {
   };
   if (tensor > 1) {
     const std::string key = absl::StrCat("tp/", plan_.dp_rank(), ".", plan_.pp_rank());
-    if (absl::Status s = connect_group(plan_.tp_rank(), tensor, key, tensor_transport,
-                                       tensor_group);
+    if (absl::Status s = connect_group(plan_.tp_rank(), tensor, key, running.tensor_transport,
+                                       running.tensor_group);
         !s.ok()) {
-      return fail(s);
+      return s;
     }
   }
   if (replicas > 1) {
     const std::string key = absl::StrCat("dp/", plan_.pp_rank(), ".", plan_.tp_rank());
-    if (absl::Status s = connect_group(plan_.dp_rank(), replicas, key, data_transport,
-                                       data_group);
+    if (absl::Status s = connect_group(plan_.dp_rank(), replicas, key, running.data_transport,
+                                       running.data_group);
         !s.ok()) {
-      return fail(s);
+      return s;
     }
   }
-  absl::StatusOr<std::unique_ptr<ModelCompute>> compute =
-      ModelCompute::Create(plan_, env_.device, data_group.get(), tensor_group.get());
-  if (!compute.ok()) return fail(compute.status());
-  if (!plan_.resume_from().empty()) {
-    // Only the shards holding this rank's tensors are read.
-    const std::set<std::string> needed = (*compute)->CheckpointTensorNames();
-    absl::StatusOr<common::Checkpoint> checkpoint = common::LoadCheckpoint(
-        plan_.resume_from(), [&](const std::string& name) { return needed.count(name) > 0; });
-    if (!checkpoint.ok()) return fail(checkpoint.status());
-    if (checkpoint->manifest.step() != plan_.start_step()) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("resume_from ", plan_.resume_from(), " holds step ",
-                       checkpoint->manifest.step(), ", the plan starts at step ",
-                       plan_.start_step())));
-    }
-    if (absl::Status s = (*compute)->LoadCheckpointTensors(checkpoint->tensors); !s.ok()) {
-      return fail(s);
-    }
-  }
-  absl::StatusOr<std::unique_ptr<comm::Transport>> transport =
-      Connect(plan_.rank(), plan_.world_size(), plan_.rendezvous_prefix(), env_,
-              /*point_to_point=*/true);
-  if (!transport.ok()) return fail(transport.status());
+  return absl::OkStatus();
+}
 
+// With resume_from: the held tensors and moments of that committed step, which must be the
+// plan's start step. Only the shards holding this rank's tensors are read.
+absl::Status Task::Resume(compute::ModelCompute& model_compute) {
+  if (plan_.resume_from().empty()) return absl::OkStatus();
+  const std::set<std::string> needed = model_compute.CheckpointTensorNames();
+  absl::StatusOr<common::Checkpoint> checkpoint = common::LoadCheckpoint(
+      plan_.resume_from(), [&](const std::string& name) { return needed.count(name) > 0; });
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (checkpoint->manifest.step() != plan_.start_step()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resume_from ", plan_.resume_from(), " holds step ",
+                     checkpoint->manifest.step(), ", the plan starts at step ",
+                     plan_.start_step()));
+  }
+  return model_compute.LoadCheckpointTensors(checkpoint->tensors);
+}
+
+// Makes the executor and the groups' transports reachable by Abort (aborting them at once when
+// the task was aborted meanwhile).
+void Task::Register(Running& running) {
+  absl::MutexLock lock(&mu_);
+  executor_ = running.executor.get();
+  for (auto* group : {running.data_transport.get(), running.tensor_transport.get()}) {
+    if (group != nullptr) groups_.push_back(group);
+  }
+  if (aborted_) {
+    executor_->Abort();
+    for (comm::Transport* group : groups_) group->Abort();
+  }
+}
+
+// Steps: each step run, reported, and checkpointed when due; a coordinator's stop ends early.
+absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWriter& writer) {
   const pp::v1::JobSpec& spec = plan_.spec();
-  executor::ExecutorOptions options;
-  options.rank = plan_.rank();
-  options.microbatches = spec.train().microbatches();
-  options.stage_to_rank.assign(plan_.stage_to_rank().begin(), plan_.stage_to_rank().end());
-  absl::StatusOr<std::unique_ptr<executor::Executor>> executor =
-      executor::Executor::Create(options, plan_.program(), compute->get(), transport->get());
-  if (!executor.ok()) return fail(executor.status());
-  {
-    absl::MutexLock lock(&mu_);
-    executor_ = executor->get();
-    for (auto* group : {data_transport.get(), tensor_transport.get()}) {
-      if (group != nullptr) groups_.push_back(group);
-    }
-    if (aborted_) {
-      executor_->Abort();
-      for (comm::Transport* group : groups_) group->Abort();
-    }
-  }
-  struct Unregister {
-    Task* task;
-    ~Unregister() {
-      absl::MutexLock lock(&task->mu_);
-      task->executor_ = nullptr;
-      task->groups_.clear();
-    }
-  } unregister{this};
-
-  const int64_t tokens_per_step = common::ReplicaTokensPerStep(spec);
   const int every = spec.checkpoint().every_steps();
   const int steps = spec.train().steps();
-  ShardWriter writer(plan_, env_, reporter);
   for (int step = plan_.start_step(); step < steps; ++step) {
-    absl::StatusOr<executor::StepResult> result = (*executor)->RunStep(step);
-    if (!result.ok()) return fail(result.status());
-    if (data_group != nullptr && result->has_loss) {
-      if (absl::Status s = ReplicaLoss(*data_group, *result); !s.ok()) return fail(s);
+    absl::StatusOr<executor::StepResult> result = running.executor->RunStep(step);
+    if (!result.ok()) return result.status();
+    if (running.data_group != nullptr && result->has_loss) {
+      if (absl::Status s = ReplicaLoss(*running.data_group, *result); !s.ok()) return s;
     }
     const int done = step + 1;
     completed_steps_ = done;
-
-    pp::v1::StepReport report;
-    report.set_job_id(plan_.job_id());
-    report.set_attempt(plan_.attempt());
-    report.set_rank(plan_.rank());
-    report.set_step(done);
-    report.set_has_loss(result->has_loss);
-    report.set_loss(result->loss);
-    report.set_step_seconds(result->step_seconds);
-    report.set_busy_seconds(
-        result->compute_seconds +
-        result->busy_seconds[static_cast<int>(executor::Phase::kOptimizer)]);
-    report.set_tokens(tokens_per_step);
-    report.set_draining(draining_);
-    report.set_dp_allreduce_seconds((*compute)->last_all_reduce_times().spent_seconds);
-    report.set_dp_exposed_seconds((*compute)->last_all_reduce_times().exposed_seconds);
-    *report.mutable_trace() = result->trace;
-    const pp::v1::ReportResponse answer = reporter.ReportStep(report, *result);
+    const pp::v1::ReportResponse answer =
+        reporter.ReportStep(StepReportOf(done, *result, *running.compute), *result);
     if (answer.abort()) {
       Abort("the coordinator asked to stop");
       return CheckAborted();
     }
-
     // Every rank gets the same stop step, so all of them stop (and checkpoint) after it.
     const bool stop = answer.stop_after_step() == done && done < steps;
     const bool due = stop || common::CheckpointDue(done, steps, every);
     if (due && !plan_.checkpoint_dir().empty()) {
-      if (absl::Status s = writer.Save(done, (*compute)->CheckpointShard()); !s.ok()) {
-        return fail(s);
+      if (absl::Status s = writer.Save(done, running.compute->CheckpointShard()); !s.ok()) {
+        return s;
       }
     }
     if (stop) {
@@ -348,15 +369,41 @@ absl::Status Task::Run(TaskReporter& reporter) {
       break;
     }
   }
-  if (absl::Status s = writer.Wait(); !s.ok()) return fail(s);
-  if (data_group != nullptr) {
-    if (absl::Status s = CheckReplicasEqual(*data_group, (*compute)->StateDigest()); !s.ok()) {
-      return fail(s);
+  return absl::OkStatus();
+}
+
+pp::v1::StepReport Task::StepReportOf(int done, const executor::StepResult& result,
+                                      const compute::ModelCompute& model_compute) const {
+  const pp::v1::JobSpec& spec = plan_.spec();
+  pp::v1::StepReport report;
+  report.set_job_id(plan_.job_id());
+  report.set_attempt(plan_.attempt());
+  report.set_rank(plan_.rank());
+  report.set_step(done);
+  report.set_has_loss(result.has_loss);
+  report.set_loss(result.loss);
+  report.set_step_seconds(result.step_seconds);
+  report.set_busy_seconds(result.compute_seconds +
+                          result.busy_seconds[static_cast<int>(executor::Phase::kOptimizer)]);
+  report.set_tokens(common::ReplicaTokensPerStep(spec));
+  report.set_draining(draining_);
+  report.set_dp_allreduce_seconds(model_compute.last_all_reduce_times().spent_seconds);
+  report.set_dp_exposed_seconds(model_compute.last_all_reduce_times().exposed_seconds);
+  *report.mutable_trace() = result.trace;
+  return report;
+}
+
+// Report: the last checkpoint written and reported, replicas checked equal, every peer done.
+absl::Status Task::Report(Running& running, ShardWriter& writer) {
+  if (absl::Status s = writer.Wait(); !s.ok()) return s;
+  if (running.data_group != nullptr) {
+    if (absl::Status s = CheckReplicasEqual(*running.data_group, running.compute->StateDigest());
+        !s.ok()) {
+      return s;
     }
   }
   // Nobody closes its connections while a peer may still be finishing its last transfers.
-  if (absl::Status s = (*transport)->Barrier(); !s.ok()) return fail(s);
-  return absl::OkStatus();
+  return running.transport->Barrier();
 }
 
 }  // namespace pp::daemon

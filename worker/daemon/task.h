@@ -35,7 +35,13 @@
 #include "worker/comm/transport.h"
 #include "worker/executor/executor.h"
 
+namespace pp::compute {
+class ModelCompute;
+}
+
 namespace pp::daemon {
+
+class ShardWriter;
 
 class TaskReporter {
  public:
@@ -75,7 +81,20 @@ class Task {
   bool drained() const { return drained_; }
 
  private:
+  struct Running;
   absl::Status CheckAborted();
+  // `status` named after this job and rank (or the abort that caused it).
+  absl::Status Failed(const absl::Status& status);
+  // Run's three phases: setup, steps, report.
+  absl::Status SetUp(Running& running);
+  absl::Status RunSteps(Running& running, TaskReporter& reporter, ShardWriter& writer);
+  absl::Status Report(Running& running, ShardWriter& writer);
+  // Steps of SetUp and RunSteps.
+  absl::Status ConnectGroups(Running& running);
+  absl::Status Resume(compute::ModelCompute& model_compute);
+  void Register(Running& running);
+  pp::v1::StepReport StepReportOf(int done, const executor::StepResult& result,
+                                  const compute::ModelCompute& model_compute) const;
 
   pp::v1::TaskPlan plan_;
   TaskEnv env_;

@@ -15,7 +15,7 @@
 // Since gcd(P, W) = 1, every start is used once per W sequences.
 // Sequence numbering: the data position is the number of sequences consumed before a step; row b of
 // microbatch j reads sequence s = position + j*B + b, and a step advances the position by M*B. A
-// fresh run is at position step*M*B (DataPositionAtStep), so microbatch j of step k reads
+// fresh run is at position step*M*B (common::DataPositionAtStep), so microbatch j of step k reads
 // s = (k*M + j)*B + b. With data parallelism, replica r's microbatch j is j' = r*M + j of M' = R*M.
 #ifndef PP_WORKER_DATA_DATA_H_
 #define PP_WORKER_DATA_DATA_H_
@@ -28,7 +28,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/file_io.h"
-#include "common/step_math.h"
 #include "pp/v1/job.pb.h"
 
 namespace pp::data {
@@ -60,10 +59,6 @@ std::string GenerateCorpus(uint64_t seed, int64_t n_bytes);
 // P and start(s) of the formula above; require n_tokens >= seq_len + 1 and seq_len >= 1.
 int64_t WindowStride(int64_t n_tokens, int64_t seq_len);
 int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len);
-
-// Sequences consumed before `step` in a run that started at step 0: step * M * B. Step arithmetic
-// the coordinator needs too, so it lives in common/step_math.h.
-using pp::common::DataPositionAtStep;
 
 // inputs (B,T) and targets (B,T), int32, row-major.
 struct Microbatch {

@@ -18,24 +18,23 @@
 #define PP_WORKER_EXECUTOR_EXECUTOR_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "pp/v1/schedule.pb.h"
 #include "worker/comm/transport.h"
+#include "worker/executor/sum_squares.h"
 
 namespace pp::executor {
-
-struct TensorSumSq {
-  std::string name;  // global tensor name
-  double sum_sq = 0;
-};
 
 // The numeric side of the stages one rank holds. Buffers are backend memory of AllocBuffer. An
 // output (out, grad_in) is complete when the call returns: the executor hands it straight to the
@@ -111,11 +110,53 @@ class Executor {
  private:
   struct Op;
   struct Buffers;
+  using Clock = std::chrono::steady_clock;
+  using BufferKey = std::pair<int, int>;  // (stage, microbatch)
+  using InputGradient = std::function<absl::Status(int stage, int mb, const float* grad_out,
+                                                   float* grad_in)>;
   Executor(const ExecutorOptions& options, std::vector<Op> ops, StageCompute* compute,
            comm::Transport* transport);
-  absl::Status Execute(size_t index, Buffers& buffers, StepResult& result);
-  absl::Status PostReceivesUpTo(size_t index, Buffers& buffers);
+
+  // Create: the layout, then each action resolved to its edge and tag.
+  static absl::Status CheckOptions(const ExecutorOptions& options, int world_size);
+  static absl::StatusOr<Op> ResolveAction(const ExecutorOptions& options, int index,
+                                          const pp::v1::Action& action);
+
+  // RunStep, in order; Fail frees the step's buffers after any error.
+  absl::Status RunProgram(int step, Clock::time_point start, Buffers& buffers,
+                          StepResult& result);
+  void RecordAction(const pp::v1::Action& action, double t0, double t1, StepResult& result);
+  absl::Status DrainSends(Clock::time_point start, Buffers& buffers, StepResult& result);
+  absl::Status CheckAllConsumed(const Buffers& buffers) const;
+  absl::Status UpdateWeights(int step, Clock::time_point start, StepResult& result);
   absl::StatusOr<float> GatherClipScale(StepResult& result);
+  absl::Status Fail(Buffers& buffers, absl::Status status);
+
+  // One method per action kind; Execute dispatches (and fails on a kind it has no case for).
+  absl::Status Execute(size_t index, Buffers& buffers, StepResult& result);
+  absl::Status ExecuteForward(size_t index, Buffers& buffers, StepResult& result);
+  absl::Status ExecuteBackward(size_t index, Buffers& buffers);
+  absl::Status ExecuteBackwardInput(size_t index, Buffers& buffers);
+  absl::Status ExecuteBackwardWeight(size_t index);
+  absl::Status ExecuteSendActivation(size_t index, Buffers& buffers);
+  absl::Status ExecuteSendGrad(size_t index, Buffers& buffers);
+  absl::Status ExecuteRecvActivation(size_t index, Buffers& buffers);
+  absl::Status ExecuteRecvGrad(size_t index, Buffers& buffers);
+  // What the kinds share.
+  absl::Status RunInputGradient(size_t index, Buffers& buffers, const InputGradient& backward);
+  absl::Status Send(size_t index, Buffers& buffers, float* data, size_t n);
+  absl::Status Receive(size_t index, Buffers& buffers, size_t n,
+                       std::map<BufferKey, float*>& into, BufferKey at);
+  absl::Status PostReceivesUpTo(size_t index, Buffers& buffers);
+
+  // Boundary buffers: moved out of a map (null when absent), allocated, released.
+  static float* Take(std::map<BufferKey, float*>& from, BufferKey key);
+  float* Alloc(Buffers& buffers, size_t n);
+  void Release(Buffers& buffers, float* data, size_t n);
+  absl::Status Missing(size_t index, const std::string& what) const;
+  bool IsLocal(int stage) const;
+  int NumStages() const;
+  static double SecondsSince(Clock::time_point from);
 
   ExecutorOptions options_;
   std::vector<Op> ops_;

@@ -118,7 +118,8 @@ class StageModel::Impl {
   absl::Status Build() {
     for (int u = opt_.first_unit; u <= opt_.last_unit; ++u) {
       for (const TensorShape& shape : UnitTensors(cfg_, u)) {
-        absl::StatusOr<TensorSlice> slice = TensorParallelSlice(cfg_, shape, tp_rank_, tp_);
+        absl::StatusOr<common::TensorSlice> slice =
+            TensorParallelSlice(cfg_, shape, tp_rank_, tp_);
         if (!slice.ok()) return slice.status();
         // The unsplit tensor's initial values, cut: a slice starts as the same bits.
         std::vector<float> init = InitTensorValues(shape, cfg_.n_layers, opt_.seed);
@@ -127,11 +128,14 @@ class StageModel::Impl {
         t.shape = shape.shape;
         t.full_shape = shape.shape;
         t.slice = *slice;
-        if (!IsWhole(*slice, shape.shape)) {
-          absl::StatusOr<std::vector<float>> part = CutSlice(shape, *slice, init);
-          if (!part.ok()) return part.status();
+        if (!common::IsWhole(*slice, shape.shape)) {
+          absl::StatusOr<std::vector<float>> part = common::CutSlice(shape.shape, *slice, init);
+          if (!part.ok()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(shape.name, ": ", part.status().message()));
+          }
           init = std::move(*part);
-          t.shape = *SliceShape(shape.shape, *slice);
+          t.shape = *common::SliceShape(shape.shape, *slice);
         }
         t.size = init.size();
         t.value = ops_->Alloc(t.size);
@@ -496,12 +500,6 @@ std::map<std::string, std::vector<float>> StageModel::ValuesToHost() {
   return impl_->ValuesToHost();
 }
 std::vector<ModelTensor>& StageModel::tensors() { return impl_->tensors(); }
-ModelTensor* StageModel::FindTensor(const std::string& name) {
-  for (auto& t : impl_->tensors()) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
-}
 int64_t StageModel::live_activation_bytes() const { return impl_->live_bytes(); }
 
 }  // namespace pp::model

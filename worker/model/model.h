@@ -2,7 +2,7 @@
 //
 // Contract:
 // - Units: 0 = embedding (wte, wpe), 1..n_layers = blocks h.{u-1}.*, n_layers+1 = ln_f, lm_head
-//   and the cross-entropy loss. A StageModel over units [first, last] holds exactly the DESIGN.md
+//   and the cross-entropy loss. A StageModel over units [first, last] holds exactly the GPT-2
 //   tensors of that range (names, torch Linear shapes), in unit order.
 // - Initial values depend only on (seed, tensor name) (InitTensorValues), so any layout starts
 //   from the same weights.
@@ -27,7 +27,7 @@
 //   all-reduces, which leave the same bits everywhere), so TP ranks need no gradient all-reduce;
 //   the clipping norm combines the ranks' per-tensor sums with parallel::AllReduceSumSquares.
 //   The ranks of a group make the same Forward/Backward calls in the same order.
-// - A held tensor keeps its DESIGN.md name; ModelTensor::shape is the held slice's and
+// - A held tensor keeps its GPT-2 name; ModelTensor::shape is the held slice's and
 //   ModelTensor::slice says which part of the named tensor it is. A TP rank's initial slice equals
 //   the same slice of the unsplit tensor, bitwise. With no tensor parallelism nothing changes.
 #ifndef PP_WORKER_MODEL_MODEL_H_
@@ -41,6 +41,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/safetensors.h"
+#include "common/tensor_slice.h"
 #include "kernels/ops.h"
 #include "pp/v1/job.pb.h"
 #include "worker/parallel/parallel.h"  // the Collectives interface only (header-only)
@@ -65,7 +67,7 @@ struct TensorShape {
   std::vector<int> shape;
   size_t size() const;
 };
-// The tensors unit `unit` owns, in DESIGN.md order.
+// The tensors unit `unit` owns, in GPT-2 order (these names are the checkpoint contract).
 std::vector<TensorShape> UnitTensors(const ModelConfig& config, int unit);
 // Every tensor of the model, in unit order.
 std::vector<TensorShape> ModelTensors(const ModelConfig& config);
@@ -77,35 +79,12 @@ int64_t NumParameters(const ModelConfig& config);
 // from a counter-based generator keyed by (seed, name): the same for every layout.
 std::vector<float> InitTensorValues(const TensorShape& tensor, int n_layers, uint64_t seed);
 
-// The part of a full named tensor that a tensor-parallel rank holds: along dimension `dim`, which
-// is `parts` equal blocks (3 for attn.qkv: q, k, v), the elements [offset, offset + length) of
-// every block. The held tensor is those pieces in order: its dim has parts * length elements.
-struct TensorSlice {
-  int dim = 0;
-  int parts = 1;
-  int offset = 0;
-  int length = 0;
-};
-// True when `slice` is all of a tensor of shape `full` (a replicated tensor).
-bool IsWhole(const TensorSlice& slice, const std::vector<int>& full);
 // The slice of `tensor` (full shape) that rank `tp_rank` of `tp_size` holds. InvalidArgument for
 // a rank outside [0, tp_size) or a tp_size that does not divide n_heads.
-absl::StatusOr<TensorSlice> TensorParallelSlice(const ModelConfig& config,
-                                                const TensorShape& tensor, int tp_rank,
-                                                int tp_size);
-// The held tensor's shape. InvalidArgument when the slice does not fit `full`.
-absl::StatusOr<std::vector<int>> SliceShape(const std::vector<int>& full, const TensorSlice& slice);
-// full values (tensor.shape) -> the slice's values (SliceShape).
-absl::StatusOr<std::vector<float>> CutSlice(const TensorShape& tensor, const TensorSlice& slice,
-                                            const std::vector<float>& full);
-struct SliceValues {
-  TensorSlice slice;
-  std::vector<float> values;
-};
-// Slices -> the full tensor. Every element must be covered; where slices overlap (replicated
-// tensors) they must agree bitwise. InvalidArgument naming the tensor otherwise.
-absl::StatusOr<std::vector<float>> AssembleSlices(const TensorShape& tensor,
-                                                  const std::vector<SliceValues>& pieces);
+// (common/tensor_slice.h: the slice type and its cut / assemble functions.)
+absl::StatusOr<common::TensorSlice> TensorParallelSlice(const ModelConfig& config,
+                                                        const TensorShape& tensor, int tp_rank,
+                                                        int tp_size);
 
 // One named parameter (or this rank's slice of it) in backend memory, with its gradient and
 // AdamW moments.
@@ -113,13 +92,17 @@ struct ModelTensor {
   std::string name;
   std::vector<int> shape;       // held shape
   std::vector<int> full_shape;  // of the named tensor
-  TensorSlice slice;            // which part of the named tensor this is
+  common::TensorSlice slice;    // which part of the named tensor this is
   size_t size = 0;
   float* value = nullptr;
   float* grad = nullptr;
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
 };
+
+// Host copies of the tensors' values and AdamW moments under their checkpoint names (the name,
+// common::ExpAvgName, common::ExpAvgSqName), tensor after tensor, each in its held shape.
+std::vector<common::Tensor> HostTensors(kernels::Ops& ops, const std::vector<ModelTensor>& tensors);
 
 struct StageOptions {
   int first_unit = 0;
@@ -167,7 +150,6 @@ class StageModel {
 
   void ZeroGrads();
   std::vector<ModelTensor>& tensors();
-  ModelTensor* FindTensor(const std::string& name);
   // Host copies of every tensor's values, by name.
   std::map<std::string, std::vector<float>> ValuesToHost();
   // Saved activations (and kept input-gradients) of in-flight microbatches.

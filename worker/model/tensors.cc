@@ -1,10 +1,10 @@
-// Tensor names, shapes and deterministic initial values.
+// Tensor names, shapes, deterministic initial values, tensor-parallel slices and host copies.
 #include <cmath>
-#include <cstring>
 #include <numbers>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/checkpoint.h"
 #include "worker/model/model.h"
 
 namespace pp::model {
@@ -27,40 +27,6 @@ uint64_t HashName(const std::string& s) {
     h *= 0x100000001b3ULL;
   }
   return h;
-}
-
-// A tensor seen as (outer, dim, inner) around the sliced dimension.
-struct Around {
-  size_t outer = 1, dim = 0, inner = 1;
-};
-Around AroundDim(const std::vector<int>& shape, int dim) {
-  Around a;
-  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
-    if (i < dim) a.outer *= shape[i];
-    if (i > dim) a.inner *= shape[i];
-  }
-  a.dim = shape[dim];
-  return a;
-}
-
-// Calls copy(full_offset, slice_offset, n) for every contiguous run of the slice.
-template <typename F>
-void ForEachRun(const std::vector<int>& full, const TensorSlice& slice, F copy) {
-  const Around a = AroundDim(full, slice.dim);
-  const size_t block = a.dim / slice.parts, run = slice.length * a.inner;
-  size_t at = 0;
-  for (size_t o = 0; o < a.outer; ++o) {
-    for (int p = 0; p < slice.parts; ++p) {
-      copy((o * a.dim + p * block + slice.offset) * a.inner, at, run);
-      at += run;
-    }
-  }
-}
-
-std::string ShapeString(const std::vector<int>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&s, i ? ", " : "", shape[i]);
-  return s + "]";
 }
 
 }  // namespace
@@ -159,15 +125,9 @@ std::vector<float> InitTensorValues(const TensorShape& tensor, int n_layers, uin
   return out;
 }
 
-bool IsWhole(const TensorSlice& slice, const std::vector<int>& full) {
-  // parts blocks of length extent/parts from offset 0 cover the tensor (qkv on one TP rank).
-  return slice.offset == 0 && slice.dim >= 0 && slice.dim < static_cast<int>(full.size()) &&
-         static_cast<int64_t>(slice.length) * slice.parts == full[slice.dim];
-}
-
-absl::StatusOr<TensorSlice> TensorParallelSlice(const ModelConfig& config,
-                                                const TensorShape& tensor, int tp_rank,
-                                                int tp_size) {
+absl::StatusOr<common::TensorSlice> TensorParallelSlice(const ModelConfig& config,
+                                                        const TensorShape& tensor, int tp_rank,
+                                                        int tp_size) {
   if (tp_size < 1 || tp_rank < 0 || tp_rank >= tp_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor-parallel rank ", tp_rank, " is outside [0, ", tp_size, ")"));
@@ -192,81 +152,29 @@ absl::StatusOr<TensorSlice> TensorParallelSlice(const ModelConfig& config,
   } else if (absl::EndsWith(n, ".mlp.proj.weight")) {
     dim = 1, block = 4 * C;
   } else {
-    return TensorSlice{0, 1, 0, tensor.shape[0]};
+    return common::TensorSlice{0, 1, 0, tensor.shape[0]};
   }
   const int length = block / tp_size;
-  return TensorSlice{dim, parts, tp_rank * length, length};
+  return common::TensorSlice{dim, parts, tp_rank * length, length};
 }
 
-absl::StatusOr<std::vector<int>> SliceShape(const std::vector<int>& full,
-                                            const TensorSlice& slice) {
-  const bool fits = slice.dim >= 0 && slice.dim < static_cast<int>(full.size()) &&
-                    slice.parts >= 1 && full[slice.dim] % slice.parts == 0 && slice.offset >= 0 &&
-                    slice.length >= 0 &&
-                    slice.offset + slice.length <= full[slice.dim] / slice.parts;
-  if (!fits) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("slice (dim ", slice.dim, ", parts ", slice.parts, ", offset ", slice.offset,
-                     ", length ", slice.length, ") does not fit shape ", ShapeString(full)));
+std::vector<common::Tensor> HostTensors(kernels::Ops& ops,
+                                        const std::vector<ModelTensor>& tensors) {
+  std::vector<common::Tensor> out;
+  auto add = [&](const std::string& name, const ModelTensor& t, const float* src) {
+    common::Tensor host;
+    host.name = name;
+    host.shape.assign(t.shape.begin(), t.shape.end());
+    host.data.resize(t.size);
+    ops.CopyToHost(host.data.data(), src, t.size);
+    out.push_back(std::move(host));
+  };
+  for (const ModelTensor& t : tensors) {
+    add(t.name, t, t.value);
+    add(common::ExpAvgName(t.name), t, t.exp_avg);
+    add(common::ExpAvgSqName(t.name), t, t.exp_avg_sq);
   }
-  std::vector<int> shape = full;
-  shape[slice.dim] = slice.parts * slice.length;
-  return shape;
-}
-
-absl::StatusOr<std::vector<float>> CutSlice(const TensorShape& tensor, const TensorSlice& slice,
-                                            const std::vector<float>& full) {
-  absl::StatusOr<std::vector<int>> shape = SliceShape(tensor.shape, slice);
-  if (!shape.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(tensor.name, ": ", shape.status().message()));
-  }
-  if (full.size() != tensor.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        tensor.name, ": ", full.size(), " values for shape ", ShapeString(tensor.shape)));
-  }
-  std::vector<float> out(TensorShape{tensor.name, *shape}.size());
-  ForEachRun(tensor.shape, slice, [&](size_t from, size_t to, size_t n) {
-    std::memcpy(out.data() + to, full.data() + from, n * sizeof(float));
-  });
   return out;
-}
-
-absl::StatusOr<std::vector<float>> AssembleSlices(const TensorShape& tensor,
-                                                  const std::vector<SliceValues>& pieces) {
-  std::vector<float> full(tensor.size());
-  std::vector<bool> covered(tensor.size(), false);
-  for (const SliceValues& piece : pieces) {
-    absl::StatusOr<std::vector<int>> shape = SliceShape(tensor.shape, piece.slice);
-    if (!shape.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(tensor.name, ": ", shape.status().message()));
-    }
-    if (piece.values.size() != TensorShape{tensor.name, *shape}.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(tensor.name, ": a slice of shape ",
-                                                     ShapeString(*shape), " has ",
-                                                     piece.values.size(), " values"));
-    }
-    bool agree = true;
-    ForEachRun(tensor.shape, piece.slice, [&](size_t to, size_t from, size_t n) {
-      for (size_t i = 0; i < n; ++i) {
-        const float v = piece.values[from + i];
-        if (covered[to + i]) {
-          agree = agree && std::memcmp(&full[to + i], &v, sizeof(float)) == 0;
-        }
-        full[to + i] = v, covered[to + i] = true;
-      }
-    });
-    if (!agree) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(tensor.name, ": overlapping slices hold different values"));
-    }
-  }
-  for (size_t i = 0; i < covered.size(); ++i) {
-    if (!covered[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          tensor.name, ": element ", i, " is in none of the ", pieces.size(), " slices"));
-    }
-  }
-  return full;
 }
 
 }  // namespace pp::model

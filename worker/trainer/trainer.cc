@@ -17,25 +17,10 @@
 namespace pp::trainer {
 namespace {
 
-common::Tensor ToTensor(kernels::Ops& ops, const std::string& name, const std::vector<int>& shape,
-                        const float* src, size_t n) {
-  common::Tensor t;
-  t.name = name;
-  t.shape.assign(shape.begin(), shape.end());
-  t.data.resize(n);
-  ops.CopyToHost(t.data.data(), src, n);
-  return t;
-}
-
 // Checkpoint of `step` completed steps: one shard, then the manifest, then pruning.
 absl::Status WriteCheckpoint(kernels::Ops& ops, model::StageModel& model,
                              const pp::v1::JobSpec& spec, const std::string& root, int step) {
-  std::vector<common::Tensor> tensors;
-  for (const auto& t : model.tensors()) {
-    tensors.push_back(ToTensor(ops, t.name, t.shape, t.value, t.size));
-    tensors.push_back(ToTensor(ops, common::ExpAvgName(t.name), t.shape, t.exp_avg, t.size));
-    tensors.push_back(ToTensor(ops, common::ExpAvgSqName(t.name), t.shape, t.exp_avg_sq, t.size));
-  }
+  const std::vector<common::Tensor> tensors = model::HostTensors(ops, model.tensors());
   const std::string dir = common::StepDir(root, spec.name(), step);
   auto shard = common::WriteShard(dir, common::ShardFileName(0), tensors);
   if (!shard.ok()) return shard.status();
@@ -51,6 +36,27 @@ absl::Status WriteCheckpoint(kernels::Ops& ops, model::StageModel& model,
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   if (auto s = common::CommitManifest(dir, manifest); !s.ok()) return s;
   return common::PruneCheckpoints(root, spec.name(), spec.checkpoint().keep());
+}
+
+// Step `step`'s gradients of the M microbatches (B sequences of T tokens each), in microbatch
+// order; the step loss = the microbatch losses summed in double, divided by M.
+absl::StatusOr<double> ForwardBackward(model::StageModel& model, const data::TokenSource& source,
+                                       int step, int M, int B, int T) {
+  model.ZeroGrads();
+  const int64_t position = common::DataPositionAtStep(step, M, B);
+  double loss = 0.0;
+  for (int j = 0; j < M; ++j) {
+    auto batch = data::ReadMicrobatch(source, position, j, B, T);
+    if (!batch.ok()) return batch.status();
+    model::StageInput in;
+    in.tokens = batch->inputs.data();
+    in.targets = batch->targets.data();
+    auto mb_loss = model.Forward(j, in, nullptr);
+    if (!mb_loss.ok()) return mb_loss.status();
+    if (auto s = model.Backward(j, nullptr, nullptr); !s.ok()) return s;
+    loss += *mb_loss;
+  }
+  return loss / M;
 }
 
 }  // namespace
@@ -80,21 +86,9 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
-    (*model)->ZeroGrads();
-    const int64_t position = common::DataPositionAtStep(step, M, B);
-    double loss = 0.0;
-    for (int j = 0; j < M; ++j) {
-      auto batch = data::ReadMicrobatch(*source, position, j, B, T);
-      if (!batch.ok()) return batch.status();
-      model::StageInput in;
-      in.tokens = batch->inputs.data();
-      in.targets = batch->targets.data();
-      auto mb_loss = (*model)->Forward(j, in, nullptr);
-      if (!mb_loss.ok()) return mb_loss.status();
-      if (auto s = (*model)->Backward(j, nullptr, nullptr); !s.ok()) return s;
-      loss += *mb_loss;
-    }
-    loss /= M;
+    absl::StatusOr<double> step_loss = ForwardBackward(**model, *source, step, M, B, T);
+    if (!step_loss.ok()) return step_loss.status();
+    const double loss = *step_loss;
     const double norm = optim::Step(**ops, (*model)->tensors(), adamw, step + 1);
     result.losses.push_back(loss);
     result.step_seconds.push_back(
@@ -106,8 +100,8 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
                                       step + 1, steps, loss, norm, dt,
                                       static_cast<double>(common::ReplicaTokensPerStep(spec)) / dt);
     }
-    if (!options.checkpoint_root.empty() &&
-        common::CheckpointDue(step + 1, steps, spec.checkpoint().every_steps())) {
+    const bool due = common::CheckpointDue(step + 1, steps, spec.checkpoint().every_steps());
+    if (!options.checkpoint_root.empty() && due) {
       if (auto s = WriteCheckpoint(**ops, **model, spec, options.checkpoint_root, step + 1);
           !s.ok()) {
         return s;

@@ -6,10 +6,10 @@
 // - Step k (0-based) zeroes the gradients, runs forward then backward of microbatches j = 0..M-1
 //   in order on the windows of worker/data/data.h (position k*M*B), then one AdamW update with
 //   step number k+1. Its loss = (sum over j in order of microbatch mean loss, in double) / M.
-// - With options.checkpoint_root set, a checkpoint in the DESIGN.md layout is written every
-//   spec.checkpoint.every_steps steps and after the last step: one shard rank-00000.safetensors
-//   with the model tensors and optim.exp_avg.* / optim.exp_avg_sq.*, then the manifest; only the
-//   newest spec.checkpoint.keep are kept.
+// - With options.checkpoint_root set, a checkpoint in the common/checkpoint.h layout is written
+//   every spec.checkpoint.every_steps steps and after the last step: one shard
+//   rank-00000.safetensors with the model tensors and optim.exp_avg.* / optim.exp_avg_sq.*, then
+//   the manifest; only the newest spec.checkpoint.keep are kept.
 #ifndef PP_WORKER_TRAINER_TRAINER_H_
 #define PP_WORKER_TRAINER_TRAINER_H_
 

@@ -1,4 +1,4 @@
-// Internal to worker/daemon: the executor's StageCompute over the GPT stage models (worker/model),
+// The executor's StageCompute over the GPT stage models (worker/model),
 // the data windows (worker/data) and AdamW with canonical clipping (worker/optim), doing exactly
 // the reference trainer's arithmetic (worker/trainer) for the stages one rank holds.
 // Data parallel (a data group of size > 1): the program's microbatch j is the step's global
@@ -9,8 +9,8 @@
 // tensor group of size > 1): the stage models hold Megatron slices (model::StageOptions); the
 // gradient norm's partial sums are combined over the group (parallel::AllReduceSumSquares) and
 // TP rank 0 reports them.
-#ifndef PP_WORKER_DAEMON_MODEL_COMPUTE_H_
-#define PP_WORKER_DAEMON_MODEL_COMPUTE_H_
+#ifndef PP_WORKER_COMPUTE_MODEL_COMPUTE_H_
+#define PP_WORKER_COMPUTE_MODEL_COMPUTE_H_
 
 #include <map>
 #include <set>
@@ -29,7 +29,7 @@
 #include "worker/optim/optim.h"
 #include "worker/parallel/parallel.h"
 
-namespace pp::daemon {
+namespace pp::compute {
 
 class ModelCompute : public executor::StageCompute {
  public:
@@ -42,7 +42,7 @@ class ModelCompute : public executor::StageCompute {
   ~ModelCompute() override;
 
   // What this rank writes of a checkpoint: the held tensors and their AdamW moments under their
-  // DESIGN.md names (slices under the whole tensor's name, marked in `metadata` by
+  // model names (model::UnitTensors; slices under the whole tensor's name, marked in `metadata` by
   // common::SliceKey), each written once per mesh: none on replicas other than 0, and replicated
   // tensors only on TP rank 0.
   struct ShardContents {
@@ -109,6 +109,6 @@ class ModelCompute : public executor::StageCompute {
   std::unique_ptr<BucketReducer> reducer_;
 };
 
-}  // namespace pp::daemon
+}  // namespace pp::compute
 
-#endif  // PP_WORKER_DAEMON_MODEL_COMPUTE_H_
+#endif  // PP_WORKER_COMPUTE_MODEL_COMPUTE_H_

@@ -1,4 +1,4 @@
-#include "worker/daemon/model_compute.h"
+#include "worker/compute/model_compute.h"
 
 #include <chrono>
 #include <deque>
@@ -10,8 +10,9 @@
 #include "absl/synchronization/mutex.h"
 #include "common/checkpoint.h"
 #include "common/sha256.h"
+#include "common/step_math.h"
 
-namespace pp::daemon {
+namespace pp::compute {
 namespace {
 
 // Gradient bytes per data-parallel all-reduce when parallel.bucket_bytes is 0: large enough to
@@ -130,7 +131,7 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
   std::unique_ptr<ModelCompute> compute(new ModelCompute());
   const int replicas = data_group == nullptr ? 1 : data_group->size();
   // The step's microbatches over every replica; this replica runs its share.
-  compute->microbatches_ = spec.train().microbatches() * replicas;
+  compute->microbatches_ = common::GlobalMicrobatches(spec);
   if (data_group != nullptr) {
     absl::StatusOr<parallel::MicrobatchRange> share =
         parallel::ReplicaMicrobatches(data_group->rank(), replicas, compute->microbatches_);
@@ -244,7 +245,7 @@ void ModelCompute::FreeBuffer(float* buffer) { ops_->Free(buffer); }
 absl::Status ModelCompute::BeginStep(int step) {
   for (auto& [s, stage] : stages_) stage->ZeroGrads();
   weight_gradients_done_ = 0;
-  position_ = data::DataPositionAtStep(step, microbatches_, batch_);
+  position_ = common::DataPositionAtStep(step, microbatches_, batch_);
   return absl::OkStatus();
 }
 
@@ -302,7 +303,7 @@ std::vector<executor::TensorSumSq> ModelCompute::GradSumSquares() {
       held[name] = sum;
     }
     for (const model::ModelTensor& t : stage->tensors()) {
-      if (!model::IsWhole(t.slice, t.full_shape)) sharded.insert(t.name);
+      if (!common::IsWhole(t.slice, t.full_shape)) sharded.insert(t.name);
     }
   }
   if (gradient_status_.ok() && tensor_group_ != nullptr) {
@@ -358,9 +359,8 @@ ModelCompute::ShardContents ModelCompute::CheckpointShard() {
   std::map<std::string, std::string> slice_of;  // held sliced tensor -> its encoded slice
   for (auto& [s, stage] : stages_) {
     for (const model::ModelTensor& t : stage->tensors()) {
-      if (model::IsWhole(t.slice, t.full_shape)) continue;
-      common::ShardSlice slice{t.slice.dim, t.slice.parts, t.slice.offset, t.slice.length, {}};
-      slice.full_shape.assign(t.full_shape.begin(), t.full_shape.end());
+      if (common::IsWhole(t.slice, t.full_shape)) continue;
+      common::ShardSlice slice{t.slice, {t.full_shape.begin(), t.full_shape.end()}};
       const std::string encoded = common::EncodeSlice(slice);
       for (const std::string& name :
            {t.name, common::ExpAvgName(t.name), common::ExpAvgSqName(t.name)}) {
@@ -382,19 +382,9 @@ ModelCompute::ShardContents ModelCompute::CheckpointShard() {
 
 std::vector<common::Tensor> ModelCompute::HeldTensors() {
   std::vector<common::Tensor> tensors;
-  auto add = [&](const std::string& name, const model::ModelTensor& t, const float* src) {
-    common::Tensor out;
-    out.name = name;
-    out.shape.assign(t.shape.begin(), t.shape.end());
-    out.data.resize(t.size);
-    ops_->CopyToHost(out.data.data(), src, t.size);
-    tensors.push_back(std::move(out));
-  };
   for (auto& [s, stage] : stages_) {
-    for (const model::ModelTensor& t : stage->tensors()) {
-      add(t.name, t, t.value);
-      add(common::ExpAvgName(t.name), t, t.exp_avg);
-      add(common::ExpAvgSqName(t.name), t, t.exp_avg_sq);
+    for (common::Tensor& t : model::HostTensors(*ops_, stage->tensors())) {
+      tensors.push_back(std::move(t));
     }
   }
   return tensors;
@@ -424,12 +414,15 @@ absl::Status ModelCompute::LoadCheckpointTensors(
                                                      it->second.data.size(), " values, want ",
                                                      full.size()));
     }
-    if (model::IsWhole(t.slice, t.full_shape)) {
+    if (common::IsWhole(t.slice, t.full_shape)) {
       ops_->CopyToDevice(dst, it->second.data.data(), t.size);
       return absl::OkStatus();
     }
-    absl::StatusOr<std::vector<float>> slice = model::CutSlice(full, t.slice, it->second.data);
-    if (!slice.ok()) return slice.status();
+    absl::StatusOr<std::vector<float>> slice =
+        common::CutSlice(t.full_shape, t.slice, it->second.data);
+    if (!slice.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", slice.status().message()));
+    }
     ops_->CopyToDevice(dst, slice->data(), t.size);
     return absl::OkStatus();
   };
@@ -445,4 +438,4 @@ absl::Status ModelCompute::LoadCheckpointTensors(
   return absl::OkStatus();
 }
 
-}  // namespace pp::daemon
+}  // namespace pp::compute
