@@ -1,4 +1,4 @@
-// Prometheus metrics of ppcoord (internal); names and labels as in README.md's metrics table.
+// Prometheus metrics of ppcoord (internal); names and labels as in docs/monitoring.md's metrics table.
 // Thread-safe (prometheus-cpp metrics are atomic; family lookups are locked inside the library).
 #ifndef PP_COORDINATOR_METRICS_H_
 #define PP_COORDINATOR_METRICS_H_

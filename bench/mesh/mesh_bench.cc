@@ -1,4 +1,4 @@
-// Issue 6's figures on this machine: data- and tensor-parallel scaling at a fixed global batch,
+// Figures on this machine: data- and tensor-parallel scaling at a fixed global batch,
 // and how much of the data-parallel gradient all-reduce backwards hide. Every rank is a Task
 // (worker/daemon/task.h) on a thread, planned the way ppcoord plans it (coordinator/placement.h),
 // talking Gloo over loopback, so the figures include the real transport but share the machine's

@@ -1,4 +1,4 @@
-// Runtime figures of issue 4, measured on a loopback cluster of the real binaries (ppcoord and
+// Runtime figures, measured on a loopback cluster of the real binaries (ppcoord and
 // ppworker processes, driven like a user would with ppctl):
 //  (a) 1f1b, D=4, M=8: the measured idle fraction of a step (from `ppctl trace`) next to the
 //      simulator's prediction under the per-action costs measured in the same run: mean F and B
@@ -10,7 +10,7 @@
 //      Control: two `ppctl train` at once, their summed tokens/s over one alone: what two busy
 //      processes can get from the machine at that moment (2.0 on two idle cores).
 // Idle fraction = 1 - sum(compute) / (D * span), span from the first action of any rank to the
-// last (DESIGN.md); each rank's times count from its own step start (ranks leave the previous
+// last (docs/architecture.md, "Words"); each rank's times count from its own step start (ranks leave the previous
 // step's gradient-norm gather together, so the clocks line up to well under an action).
 // Each part is repeated --repeats times; the median is printed last.
 #include <unistd.h>

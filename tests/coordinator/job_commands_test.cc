@@ -76,7 +76,7 @@ class JobCommandsTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  // A job spec file in DESIGN.md's JSON shape; `extra` is spliced into "train".
+  // A job spec file in the JSON shape of docs/jobs.md; `extra` is spliced into "train".
   std::string SpecFile(const std::string& schedule, const std::string& n_heads = "4") {
     const std::string path = (dir_ / "job.json").string();
     std::ofstream(path) << absl::StrCat(

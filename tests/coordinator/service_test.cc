@@ -56,7 +56,7 @@ class ServiceTest : public ::testing::Test {
     client_ = pp::v1::Coordinator::NewStub(channel_);
   }
 
-  // The DESIGN.md example job, scaled down.
+  // The example job of docs/jobs.md, scaled down.
   pp::v1::JobSpec ValidSpec(int pipeline = 2) {
     pp::v1::JobSpec spec;
     spec.set_name("tiny");

@@ -361,7 +361,7 @@ struct GptShape {
 };
 
 // Parameter offsets in one flat buffer, per layer then the final LayerNorm and head
-// (DESIGN.md's tensors, untied head).
+// (the tensors of docs/model.md, untied head).
 struct GptLayout {
   explicit GptLayout(const GptShape& s) {
     const size_t C = s.channels;

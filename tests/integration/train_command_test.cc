@@ -1,5 +1,5 @@
 // `ppctl train` (the real binary): one loss line per step, the reference trainer's losses, and
-// checkpoints in the DESIGN.md layout holding the trainer's final weights; bad input is one line.
+// checkpoints in the layout of docs/recovery.md holding the trainer's final weights; bad input is one line.
 #include <algorithm>
 #include <cstring>
 #include <string>

@@ -1,4 +1,4 @@
-// Issue 6 acceptance with real processes (ppcoord + one ppworker per rank on loopback): a job on a
+// Data and tensor parallelism end to end, with real processes (ppcoord + one ppworker per rank on loopback): a job on a
 // DP x PP (x TP) mesh trains like the single-process reference trainer running the step's M
 // microbatches of every replica (losses within 1e-5 relative per step: the replicas' gradient
 // sums round differently from one accumulation), and its replicas end bitwise identical (each

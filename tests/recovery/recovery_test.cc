@@ -1,4 +1,4 @@
-// Issue 5 acceptance with real processes (ppcoord + ppworker on loopback): resume onto the same
+// Checkpoints, resume and failures end to end, with real processes (ppcoord + ppworker on loopback): resume onto the same
 // and another layout, a worker killed mid-run and mid-checkpoint, the coordinator killed and
 // restarted, a worker drained with SIGTERM, a tampered shard. Every run must end bitwise equal
 // (per-step losses, final weights) to the single-process reference trainer, which the

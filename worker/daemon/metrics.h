@@ -1,4 +1,4 @@
-// Internal to worker/daemon: the ppworker Prometheus metrics (names in README.md). The series of
+// Internal to worker/daemon: the ppworker Prometheus metrics (names in docs/monitoring.md). The series of
 // one task (labels job, rank) are dropped when the next task starts, keeping labels bounded.
 #ifndef PP_WORKER_DAEMON_METRICS_H_
 #define PP_WORKER_DAEMON_METRICS_H_
