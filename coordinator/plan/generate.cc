@@ -129,8 +129,9 @@ Schedule ZbH1(int D, int M) {
 //   3. the oldest pending W (no one waits for a W, so it fills what would be a bubble).
 // The order in which each rank ran its actions is its program. Of the 120 priority orders of
 // {F near, F far, I near, I far, W} this one reaches the lower bound 6M + D - 1 (f=I=W=1 per
-// chunk) for the most M; see tests/plan/simulate_test.cc for the exact figures. ZbVScheduler
-// holds the list scheduler's state: what each stage has run and when, what each rank holds.
+// chunk) for the most M; see tests/coordinator/plan/simulate_test.cc for the exact figures.
+// ZbVScheduler holds the list scheduler's state: what each stage has run and when, what each rank
+// holds.
 class ZbVScheduler {
  public:
   ZbVScheduler(int D, int M)

@@ -54,7 +54,7 @@ bool SameTensor(const std::string& name, const std::vector<float>& got,
     return std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0;
   }
   // The key biases' gradient is exactly zero; AdamW turns its rounding noise, which differs
-  // between summation orders, into updates of up to lr per step (tests/parallel/training_test.cc).
+  // between summation orders, into updates of up to lr per step (tests/worker/parallel/training_test.cc).
   const bool noise = name.find("attn.qkv.bias") != std::string::npos;
   const double tolerance = noise ? 2 * spec.train().lr() * spec.train().steps() : 1e-4;
   double diff = 0, scale = noise ? 1 : 1e-30;

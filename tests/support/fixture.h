@@ -1,5 +1,5 @@
-// The gtest fixture of the tests that run jobs on the real daemons (tests/integration,
-// tests/recovery, tests/mesh): a folder of the test's own with a generated corpus in it, a
+// The gtest fixture of the tests that run jobs on the real daemons (tests/e2e/integration,
+// tests/e2e/recovery, tests/e2e/mesh): a folder of the test's own with a generated corpus in it, a
 // loopback cluster of the binaries in PP_BIN_DIR started on demand, job specs built from shared
 // settings, and the comparison of a finished job with the single-process reference trainer.
 // Contract: the folder is fresh at SetUp and gone after TearDown, the cluster's processes are

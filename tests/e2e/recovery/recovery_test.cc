@@ -2,7 +2,7 @@
 // and another layout, a worker killed mid-run and mid-checkpoint, the coordinator killed and
 // restarted, a worker drained with SIGTERM, a tampered shard. Every run must end bitwise equal
 // (per-step losses, final weights) to the single-process reference trainer, which the
-// distributed runtime matches bit for bit (tests/worker/task_test.cc).
+// distributed runtime matches bit for bit (tests/worker/daemon/task_test.cc).
 #include <signal.h>
 
 #include <filesystem>

@@ -13,7 +13,7 @@
 #include "common/job_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/integration/fixture.h"
+#include "tests/e2e/integration/fixture.h"
 #include "tests/support/process.h"
 #include "worker/trainer/trainer.h"
 

@@ -16,7 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/test_support.h"
-#include "tests/integration/fixture.h"
+#include "tests/e2e/integration/fixture.h"
 #include "tests/support/cluster.h"
 #include "tests/support/process.h"
 

@@ -14,7 +14,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "tests/plan/plan_test_util.h"
+#include "tests/coordinator/plan/plan_test_util.h"
 
 namespace pp::plan {
 namespace {

@@ -3,7 +3,7 @@
 #include "coordinator/plan/plan.h"
 
 #include "gtest/gtest.h"
-#include "tests/plan/plan_test_util.h"
+#include "tests/coordinator/plan/plan_test_util.h"
 
 namespace pp::plan {
 namespace {

@@ -5,7 +5,7 @@
 #include "coordinator/plan/lower.h"
 #include "coordinator/plan/validate.h"
 #include "gtest/gtest.h"
-#include "tests/plan/plan_test_util.h"
+#include "tests/coordinator/plan/plan_test_util.h"
 
 namespace pp::plan {
 namespace {

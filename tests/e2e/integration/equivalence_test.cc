@@ -10,7 +10,7 @@
 #include "common/checkpoint.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
-#include "tests/integration/fixture.h"
+#include "tests/e2e/integration/fixture.h"
 #include "tests/support/cluster.h"
 #include "worker/trainer/trainer.h"
 

@@ -12,7 +12,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/test_support.h"
-#include "tests/integration/fixture.h"
+#include "tests/e2e/integration/fixture.h"
 #include "tests/support/cluster.h"
 #include "tests/support/process.h"
 
