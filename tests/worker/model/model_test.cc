@@ -10,22 +10,17 @@
 
 #include "gtest/gtest.h"
 #include "kernels/ops.h"
+#include "tests/worker/model/model_test_util.h"
 #include "worker/optim/optim.h"
 
 namespace pp::model {
 namespace {
 
+using testing::BitwiseEqual;
+using testing::FindTensor;
 using Values = std::map<std::string, std::vector<float>>;
 
-ModelConfig Tiny() {
-  ModelConfig c;
-  c.vocab_size = 13;
-  c.seq_len = 6;
-  c.d_model = 8;
-  c.n_heads = 2;
-  c.n_layers = 3;
-  return c;
-}
+ModelConfig Tiny() { return testing::SmallConfig(13, 6, 8, 2, 3); }
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
@@ -34,12 +29,13 @@ struct Batch {
 std::vector<Batch> MakeBatches(const ModelConfig& c, int B, int M, uint64_t seed) {
   std::vector<Batch> out(M);
   uint64_t s = seed;
-  auto next = [&] {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<int32_t>((s >> 33) % c.vocab_size);
-  };
   for (auto& b : out) {
-    for (int i = 0; i < B * c.seq_len; ++i) b.tokens.push_back(next()), b.targets.push_back(next());
+    // Tokens and targets interleave in one stream, so each batch draws 2 x B x T values.
+    const std::vector<int32_t> stream = testing::LcgTokens(s, c.vocab_size, 2 * B * c.seq_len);
+    for (size_t i = 0; i < stream.size(); i += 2) {
+      b.tokens.push_back(stream[i]);
+      b.targets.push_back(stream[i + 1]);
+    }
   }
   return out;
 }
@@ -50,17 +46,6 @@ std::vector<float> Host(kernels::Ops& ops, const float* p, size_t n) {
   return v;
 }
 
-// The held tensor called `name`, or null (StageModel::FindTensor had no production caller).
-ModelTensor* FindTensor(StageModel& model, const std::string& name) {
-  for (ModelTensor& t : model.tensors()) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
-}
-
-bool BitwiseEqual(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 class ModelTest : public ::testing::Test {
  protected:

@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "kernels/ops.h"
 #include "worker/model/model.h"
+#include "tests/worker/model/model_test_util.h"
 #include "worker/parallel/parallel.h"
 
 namespace pp::model {
@@ -19,27 +20,10 @@ using common::SliceShape;
 using common::SliceValues;
 using common::TensorSlice;
 
-ModelConfig Config() {
-  ModelConfig c;
-  c.vocab_size = 11;
-  c.seq_len = 4;
-  c.d_model = 8;
-  c.n_heads = 4;
-  c.n_layers = 2;
-  return c;
-}
+using testing::FindTensor;
+using testing::BitwiseEqual;
 
-// The held tensor called `name`, or null (StageModel::FindTensor had no production caller).
-ModelTensor* FindTensor(StageModel& model, const std::string& name) {
-  for (ModelTensor& t : model.tensors()) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
-}
-
-bool Same(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+ModelConfig Config() { return testing::SmallConfig(11, 4, 8, 4, 2); }
 
 TEST(SliceTest, MegatronLayoutOfEachTensor) {
   const ModelConfig c = Config();
@@ -89,7 +73,7 @@ TEST(SliceTest, CutThenAssembleRoundTripsBitwise) {
       absl::StatusOr<std::vector<float>> back =
           AssembleSlices(t.name, t.shape, pieces, Overlap::kMustAgree);
       ASSERT_TRUE(back.ok()) << back.status();
-      EXPECT_TRUE(Same(*back, full)) << t.name << " tp " << tp;
+      EXPECT_TRUE(BitwiseEqual(*back, full)) << t.name << " tp " << tp;
     }
   }
 }
@@ -136,7 +120,7 @@ TEST(SliceTest, TensorParallelRanksStartFromSlicesOfTheUnsplitInit) {
       EXPECT_EQ(mt->shape, *SliceShape(t.shape, mt->slice)) << t.name;
       std::vector<float> expected =
           *CutSlice(t.shape, mt->slice, InitTensorValues(t, c.n_layers, 3));
-      EXPECT_TRUE(Same(held[t.name], expected)) << t.name << " rank " << r;
+      EXPECT_TRUE(BitwiseEqual(held[t.name], expected)) << t.name << " rank " << r;
     }
   }
   // A group size that does not divide the heads is refused by name.

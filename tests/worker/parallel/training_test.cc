@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "worker/model/model.h"
 #include "worker/optim/optim.h"
+#include "tests/worker/model/model_test_util.h"
 #include "worker/parallel/parallel.h"
 
 namespace pp {
@@ -33,15 +34,7 @@ optim::AdamWConfig Adam() {
   return a;
 }
 
-model::ModelConfig Config() {
-  model::ModelConfig c;
-  c.vocab_size = 29;
-  c.seq_len = 8;
-  c.d_model = 16;
-  c.n_heads = 4;
-  c.n_layers = 2;
-  return c;
-}
+model::ModelConfig Config() { return model::testing::SmallConfig(29, 8, 16, 4, 2); }
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
@@ -50,13 +43,14 @@ struct Batch {
 // Microbatch j of step k: the same tokens for every layout.
 Batch MakeBatch(const model::ModelConfig& c, int step, int j) {
   uint64_t s = 1000003ULL * (step * kMicrobatches + j + 1);
-  auto next = [&] {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    return static_cast<int32_t>((s >> 33) % c.vocab_size);
-  };
+  // Tokens and targets interleave in one stream of 2 x B x T values.
+  const std::vector<int32_t> stream =
+      model::testing::LcgTokens(s, c.vocab_size, 2 * kBatch * c.seq_len);
   Batch b;
-  for (int i = 0; i < kBatch * c.seq_len; ++i)
-    b.tokens.push_back(next()), b.targets.push_back(next());
+  for (size_t i = 0; i < stream.size(); i += 2) {
+    b.tokens.push_back(stream[i]);
+    b.targets.push_back(stream[i + 1]);
+  }
   return b;
 }
 
