@@ -10,11 +10,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/exit_code.h"
 
 namespace pp::client {
 namespace {
-
-constexpr int kUsageError = 2;
 
 std::string Usage(const std::vector<Command>& commands) {
   std::string out = "Usage: ppctl <command> [flags] [args]\n\nCommands:\n";
@@ -125,33 +124,32 @@ int RunPpctl(const std::vector<Command>& commands, int argc, char** argv) {
   }
   if (positional.empty()) {
     (help ? std::cout : std::cerr) << Usage(commands);
-    return help ? 0 : kUsageError;
+    return help ? pp::common::kExitOk : pp::common::kExitUsage;
   }
   const auto command = std::find_if(commands.begin(), commands.end(),
                                     [&](const Command& c) { return c.name == positional[0]; });
   if (command == commands.end()) {
     std::cerr << "ppctl: unknown command '" << positional[0] << "' (run ppctl --help)\n";
-    return kUsageError;
+    return pp::common::kExitUsage;
   }
   if (help) {
     std::cout << CommandHelp(*command);
-    return 0;
+    return pp::common::kExitOk;
   }
   positional.erase(positional.begin());
   for (const std::string& flag : flags) {
     if (std::optional<std::string> error = SetFlag(command->flags, flag)) {
       std::cerr << "ppctl " << command->name << ": " << *error << " (see ppctl " << command->name
                 << " --help)\n";
-      return kUsageError;
+      return pp::common::kExitUsage;
     }
   }
   return command->run(positional);
 }
 
 int ExitCode(const std::string& command, const absl::Status& status) {
-  if (status.ok()) return 0;
-  std::cerr << "ppctl " << command << ": " << status.message() << "\n";
-  return absl::IsInvalidArgument(status) ? kUsageError : 1;
+  if (!status.ok()) std::cerr << "ppctl " << command << ": " << status.message() << "\n";
+  return pp::common::ExitCodeFor(status);
 }
 
 }  // namespace pp::client
