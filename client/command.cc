@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <iostream>
-#include <optional>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/daemon_flags.h"
 #include "common/exit_code.h"
 
 namespace pp::client {
@@ -53,42 +53,6 @@ std::string CommandHelp(const Command& c) {
                     Wrap(flag->Help(), "      ", 90));
   }
   return out;
-}
-
-// Sets one `--name=value`, `--bool` or `--nobool` among the flags `allowed` names. Returns an
-// error line, or nothing when the flag was set.
-std::optional<std::string> SetFlag(const std::vector<std::string>& allowed,
-                                   const std::string& token) {
-  std::string name = token.substr(2), value;
-  const size_t eq = name.find('=');
-  const bool has_value = eq != std::string::npos;
-  if (has_value) {
-    value = name.substr(eq + 1);
-    name = name.substr(0, eq);
-  }
-  auto find_allowed = [&](const std::string& n) -> absl::CommandLineFlag* {
-    if (std::find(allowed.begin(), allowed.end(), n) == allowed.end()) return nullptr;
-    return absl::FindCommandLineFlag(n);
-  };
-  absl::CommandLineFlag* flag = find_allowed(name);
-  if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
-    flag = find_allowed(name.substr(2));
-    if (flag == nullptr || !flag->IsOfType<bool>()) {
-      flag = nullptr;
-    } else {
-      name = name.substr(2);
-      value = "false";
-    }
-  } else if (flag != nullptr && !has_value) {
-    if (!flag->IsOfType<bool>()) return absl::StrCat("flag --", name, " needs a value");
-    value = "true";
-  }
-  if (flag == nullptr) return absl::StrCat("unknown flag --", name);
-  std::string error;
-  if (!flag->ParseFrom(value, &error)) {
-    return absl::StrCat("bad value '", value, "' for --", name, ": ", error);
-  }
-  return std::nullopt;
 }
 
 // `--name value` for a non-boolean flag takes the next token as its value.
@@ -137,10 +101,20 @@ int RunPpctl(const std::vector<Command>& commands, int argc, char** argv) {
     return pp::common::kExitOk;
   }
   positional.erase(positional.begin());
+  // Only the command's own flags: `ppctl <command> --help` lists exactly those.
+  auto find_own = [&](absl::string_view name) -> absl::CommandLineFlag* {
+    if (std::find(command->flags.begin(), command->flags.end(), name) == command->flags.end()) {
+      return nullptr;
+    }
+    return absl::FindCommandLineFlag(name);
+  };
   for (const std::string& flag : flags) {
-    if (std::optional<std::string> error = SetFlag(command->flags, flag)) {
-      std::cerr << "ppctl " << command->name << ": " << *error << " (see ppctl " << command->name
-                << " --help)\n";
+    bool unused = false;  // a separate value is already joined on: --name=value
+    if (absl::Status s = pp::common::SetFlagToken(absl::string_view(flag).substr(2), nullptr,
+                                                  &unused, find_own);
+        !s.ok()) {
+      std::cerr << "ppctl " << command->name << ": " << s.message() << " (see ppctl "
+                << command->name << " --help)\n";
       return pp::common::kExitUsage;
     }
   }
