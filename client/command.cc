@@ -3,18 +3,17 @@
 
 #include <algorithm>
 #include <iostream>
-#include <optional>
 
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/reflection.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/daemon_flags.h"
+#include "common/exit_code.h"
 
 namespace pp::client {
 namespace {
-
-constexpr int kUsageError = 2;
 
 std::string Usage(const std::vector<Command>& commands) {
   std::string out = "Usage: ppctl <command> [flags] [args]\n\nCommands:\n";
@@ -56,42 +55,6 @@ std::string CommandHelp(const Command& c) {
   return out;
 }
 
-// Sets one `--name=value`, `--bool` or `--nobool` among the flags `allowed` names. Returns an
-// error line, or nothing when the flag was set.
-std::optional<std::string> SetFlag(const std::vector<std::string>& allowed,
-                                   const std::string& token) {
-  std::string name = token.substr(2), value;
-  const size_t eq = name.find('=');
-  const bool has_value = eq != std::string::npos;
-  if (has_value) {
-    value = name.substr(eq + 1);
-    name = name.substr(0, eq);
-  }
-  auto find_allowed = [&](const std::string& n) -> absl::CommandLineFlag* {
-    if (std::find(allowed.begin(), allowed.end(), n) == allowed.end()) return nullptr;
-    return absl::FindCommandLineFlag(n);
-  };
-  absl::CommandLineFlag* flag = find_allowed(name);
-  if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
-    flag = find_allowed(name.substr(2));
-    if (flag == nullptr || !flag->IsOfType<bool>()) {
-      flag = nullptr;
-    } else {
-      name = name.substr(2);
-      value = "false";
-    }
-  } else if (flag != nullptr && !has_value) {
-    if (!flag->IsOfType<bool>()) return absl::StrCat("flag --", name, " needs a value");
-    value = "true";
-  }
-  if (flag == nullptr) return absl::StrCat("unknown flag --", name);
-  std::string error;
-  if (!flag->ParseFrom(value, &error)) {
-    return absl::StrCat("bad value '", value, "' for --", name, ": ", error);
-  }
-  return std::nullopt;
-}
-
 // `--name value` for a non-boolean flag takes the next token as its value.
 bool TakesNextToken(const std::string& token) {
   if (token.find('=') != std::string::npos) return false;
@@ -125,33 +88,42 @@ int RunPpctl(const std::vector<Command>& commands, int argc, char** argv) {
   }
   if (positional.empty()) {
     (help ? std::cout : std::cerr) << Usage(commands);
-    return help ? 0 : kUsageError;
+    return help ? pp::common::kExitOk : pp::common::kExitUsage;
   }
   const auto command = std::find_if(commands.begin(), commands.end(),
                                     [&](const Command& c) { return c.name == positional[0]; });
   if (command == commands.end()) {
     std::cerr << "ppctl: unknown command '" << positional[0] << "' (run ppctl --help)\n";
-    return kUsageError;
+    return pp::common::kExitUsage;
   }
   if (help) {
     std::cout << CommandHelp(*command);
-    return 0;
+    return pp::common::kExitOk;
   }
   positional.erase(positional.begin());
+  // Only the command's own flags: `ppctl <command> --help` lists exactly those.
+  auto find_own = [&](absl::string_view name) -> absl::CommandLineFlag* {
+    if (std::find(command->flags.begin(), command->flags.end(), name) == command->flags.end()) {
+      return nullptr;
+    }
+    return absl::FindCommandLineFlag(name);
+  };
   for (const std::string& flag : flags) {
-    if (std::optional<std::string> error = SetFlag(command->flags, flag)) {
-      std::cerr << "ppctl " << command->name << ": " << *error << " (see ppctl " << command->name
-                << " --help)\n";
-      return kUsageError;
+    bool unused = false;  // a separate value is already joined on: --name=value
+    if (absl::Status s = pp::common::SetFlagToken(absl::string_view(flag).substr(2), nullptr,
+                                                  &unused, find_own);
+        !s.ok()) {
+      std::cerr << "ppctl " << command->name << ": " << s.message() << " (see ppctl "
+                << command->name << " --help)\n";
+      return pp::common::kExitUsage;
     }
   }
   return command->run(positional);
 }
 
 int ExitCode(const std::string& command, const absl::Status& status) {
-  if (status.ok()) return 0;
-  std::cerr << "ppctl " << command << ": " << status.message() << "\n";
-  return absl::IsInvalidArgument(status) ? kUsageError : 1;
+  if (!status.ok()) std::cerr << "ppctl " << command << ": " << status.message() << "\n";
+  return pp::common::ExitCodeFor(status);
 }
 
 }  // namespace pp::client

@@ -26,7 +26,8 @@ struct Command {
 };
 
 // For commands written against absl::Status: prints a failure as one line "ppctl <command>:
-// message" on stderr and returns the exit code (InvalidArgument: 2, other errors: 1, OK: 0).
+// message" on stderr and returns common::ExitCodeFor(status) (InvalidArgument: 2, other errors:
+// 1, OK: 0).
 int ExitCode(const std::string& command, const absl::Status& status);
 
 // `ppctl plan`: client/plan_command.cc.

@@ -16,6 +16,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/clock_text.h"
+#include "common/exit_code.h"
+#include "common/host_port.h"
 #include "common/job_spec.h"
 #include "common/proto_io.h"
 #include "coordinator/plan/plan.h"
@@ -41,18 +43,13 @@ ABSL_DECLARE_FLAG(std::string, format);
 namespace pp::client {
 namespace {
 
-// Exit codes.
-constexpr int kOk = 0;
-constexpr int kFailed = 1;
-constexpr int kUsage = 2;
-
 struct Command {
   std::string usage;
   int positional;  // required positional arguments
   std::function<int(pp::v1::Coordinator::Stub&, const std::vector<std::string>&)> run;
 };
 
-int Fail(const std::string& command, const std::string& message, int code = kFailed) {
+int Fail(const std::string& command, const std::string& message, int code = common::kExitFailure) {
   std::cerr << "ppctl " << command << ": " << message << "\n";
   return code;
 }
@@ -110,7 +107,7 @@ int Submit(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args
   grpc::Status status = stub.SubmitJob(Context().get(), request, &response);
   if (!status.ok()) return Fail("submit", Describe(status));
   std::cout << response.job_id() << "\n";
-  return kOk;
+  return common::kExitOk;
 }
 
 int Get(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
@@ -120,7 +117,7 @@ int Get(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
   grpc::Status status = stub.GetJob(Context().get(), request, &job);
   if (!status.ok()) return Fail("get", Describe(status));
   std::cout << Json(job);
-  return kOk;
+  return common::kExitOk;
 }
 
 int List(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
@@ -137,7 +134,7 @@ int List(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
         job.step() > 0 ? absl::StrFormat("%.4f", job.loss()) : "-",
         absl::StrCat(p.schedule(), " D=", p.pipeline(), " V=", p.chunks()), job.reason());
   }
-  return kOk;
+  return common::kExitOk;
 }
 
 int Watch(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
@@ -158,8 +155,8 @@ int Watch(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args)
   if (live) std::cout << "\n";
   grpc::Status status = reader->Finish();
   if (!status.ok()) return Fail("watch", Describe(status));
-  if (last == pp::v1::EVENT_FINISHED) return kOk;
-  if (last == pp::v1::EVENT_FAILED || last == pp::v1::EVENT_CANCELLED) return kFailed;
+  if (last == pp::v1::EVENT_FINISHED) return common::kExitOk;
+  if (last == pp::v1::EVENT_FAILED || last == pp::v1::EVENT_CANCELLED) return common::kExitFailure;
   return Fail("watch", "the stream ended before the job did");
 }
 
@@ -170,7 +167,7 @@ int Cancel(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args
   grpc::Status status = stub.CancelJob(Context().get(), request, &job);
   if (!status.ok()) return Fail("cancel", Describe(status));
   std::cout << job.id() << " " << pp::v1::JobState_Name(job.state()) << "\n";
-  return kOk;
+  return common::kExitOk;
 }
 
 int Resume(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
@@ -181,14 +178,14 @@ int Resume(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args
   if (const std::string parallel = absl::GetFlag(FLAGS_parallel); !parallel.empty()) {
     if (absl::Status parsed = pp::common::JsonToMessage(parallel, request.mutable_parallel());
         !parsed.ok()) {
-      return Fail("resume", absl::StrCat("--parallel: ", parsed.message()), kUsage);
+      return Fail("resume", absl::StrCat("--parallel: ", parsed.message()), common::kExitUsage);
     }
   }
   pp::v1::Job job;
   grpc::Status status = stub.ResumeJob(Context().get(), request, &job);
   if (!status.ok()) return Fail("resume", Describe(status));
   std::cout << job.id() << " " << pp::v1::JobState_Name(job.state()) << "\n";
-  return kOk;
+  return common::kExitOk;
 }
 
 int Workers(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
@@ -204,14 +201,14 @@ int Workers(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
                                  w.job_id().empty() ? "-" : w.job_id(), w.device(), w.address(),
                                  now - w.last_heartbeat_unix());
   }
-  return kOk;
+  return common::kExitOk;
 }
 
 int Trace(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
   const std::string format = absl::GetFlag(FLAGS_format);
   if (format != "ascii" && format != "chrome" && format != "json") {
     return Fail("trace", absl::StrCat("--format: unknown \"", format, "\" (ascii, chrome, json)"),
-                kUsage);
+                common::kExitUsage);
   }
   pp::v1::GetTraceRequest request;
   request.set_job_id(args[0]);
@@ -221,7 +218,7 @@ int Trace(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args)
   if (!status.ok()) return Fail("trace", Describe(status));
   if (format == "json") {
     std::cout << Json(trace);
-    return kOk;
+    return common::kExitOk;
   }
   // The planner's renderers: a measured step reads like `ppctl plan`'s timeline.
   const pp::plan::Timeline timeline = pp::plan::TimelineFromTrace(trace);
@@ -231,7 +228,7 @@ int Trace(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args)
   } else {
     std::cout << pp::plan::RenderChrome(timeline, 1e6);
   }
-  return kOk;
+  return common::kExitOk;
 }
 
 const std::map<std::string, Command>& Commands() {
@@ -276,15 +273,22 @@ std::vector<std::string> JobCommandFlags(const std::string& command) {
 
 int RunJobCommand(const std::string& command, const std::vector<std::string>& args) {
   auto it = Commands().find(command);
-  if (it == Commands().end()) return Fail(command, "unknown command", kUsage);
+  if (it == Commands().end()) return Fail(command, "unknown command", common::kExitUsage);
   const Command& c = it->second;
   if (static_cast<int>(args.size()) != c.positional) {
     return Fail(command,
                 absl::StrCat("expected ", c.positional, " argument(s), got ", args.size(),
                              "; usage: ppctl ", c.usage),
-                kUsage);
+                common::kExitUsage);
   }
   const std::string address = absl::GetFlag(FLAGS_coordinator);
+  if (absl::StatusOr<common::HostPort> at = common::ParseHostPort(address, "coordinator");
+      !at.ok() || at->port == 0) {
+    return Fail(command,
+                absl::StrCat("--coordinator=", address,
+                             ": want HOST:PORT of ppcoord, e.g. 127.0.0.1:50051"),
+                common::kExitUsage);
+  }
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   const absl::Duration timeout = absl::GetFlag(FLAGS_rpc_timeout);

@@ -26,8 +26,8 @@ absl::StatusOr<std::filesystem::path> BinaryNextToMe(const std::string& name);
 
 class LocalCluster {
  public:
-  // Children start with `child_signal_mask` as their signal mask (ppctl blocks its stop signals;
-  // the daemons must not inherit that).
+  // Children start with `child_signal_mask` as their signal mask: the one from before ppctl
+  // installed its stop signals (StopSignals::original_mask), which the daemons must not inherit.
   explicit LocalCluster(const sigset_t& child_signal_mask) : child_mask_(child_signal_mask) {}
   ~LocalCluster() { Stop(); }
   LocalCluster(const LocalCluster&) = delete;

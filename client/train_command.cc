@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "client/command.h"
+#include "common/exit_code.h"
 #include "worker/trainer/trainer.h"
 
 ABSL_FLAG(std::string, checkpoint_dir, "",
@@ -23,12 +24,12 @@ Command TrainCommand() {
           [](const std::vector<std::string>& args) {
             if (args.size() != 1) {
               std::cerr << "ppctl train: expected one job spec FILE (see ppctl train --help)\n";
-              return 2;
+              return common::kExitUsage;
             }
             if (absl::GetFlag(FLAGS_threads) < 0) {
               std::cerr << "ppctl train: --threads must be >= 0, got "
                         << absl::GetFlag(FLAGS_threads) << "\n";
-              return 2;
+              return common::kExitUsage;
             }
             trainer::TrainOptions options;
             options.threads = absl::GetFlag(FLAGS_threads);

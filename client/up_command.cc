@@ -5,10 +5,12 @@
 // measured and simulated bubble, the measured timeline of the last step) and writes that step's
 // Chrome trace. Every process it starts is stopped and reaped before it returns: at the end, on
 // SIGINT/SIGTERM/SIGHUP (exit 128 + signal), and through PR_SET_PDEATHSIG if ppctl itself dies.
-// Exit codes: 2 for a usage error (a bad flag or argument), 1 for any other failure.
+// Exit codes (common/exit_code.h): 2 for a usage error (a bad flag or argument), 1 for any other
+// failure.
 //
 // The parts: up_spec.h (the job), work_dir.h (the data folder), local_cluster.h (the daemons),
-// address_file.h, up_progress.h (the live display), up_summary.h (the summary).
+// common/address_file.h (where they serve), common/stop_signals.h (how ppctl takes its stop
+// signals), up_progress.h (the live display), up_summary.h (the summary).
 #include <signal.h>
 #include <unistd.h>
 
@@ -29,14 +31,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/address_file.h"
 #include "client/command.h"
 #include "client/local_cluster.h"
 #include "client/up_progress.h"
 #include "client/up_spec.h"
 #include "client/up_summary.h"
 #include "client/work_dir.h"
+#include "common/address_file.h"
+#include "common/exit_code.h"
 #include "common/file_io.h"
+#include "common/stop_signals.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pp/v1/coordinator.grpc.pb.h"
@@ -59,9 +63,6 @@ ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(30),
 namespace pp::client {
 namespace {
 
-constexpr int kOk = 0;
-constexpr int kFailed = 1;
-constexpr int kUsage = 2;
 constexpr int kMaxWorkers = 64;
 
 // Events of the job, as the watch thread receives them.
@@ -99,15 +100,16 @@ struct RunFiles {
 
 class Up {
  public:
-  Up(const sigset_t& stop_signals, const sigset_t& child_mask)
-      : stop_signals_(stop_signals), cluster_(child_mask) {}
+  // The daemons start with the signal mask from before `stop_signals` was installed.
+  explicit Up(pp::common::StopSignals& stop_signals)
+      : stop_signals_(stop_signals), cluster_(stop_signals.original_mask()) {}
 
   int Run() {
     const int workers = absl::GetFlag(FLAGS_workers);
     if (workers < 1 || workers > kMaxWorkers) {
       return Fail(absl::InvalidArgumentError(
                       absl::StrCat("--workers must be 1..", kMaxWorkers, ", got ", workers)),
-                  kUsage);
+                  pp::common::kExitUsage);
     }
     absl::StatusOr<pp::v1::JobSpec> spec = LoadUpSpec(absl::GetFlag(FLAGS_job), workers);
     if (!spec.ok()) return Fail(spec.status());
@@ -139,15 +141,15 @@ class Up {
   }
 
  private:
-  int Fail(const absl::Status& status, int code = kFailed) {
-    if (status.ok()) return kOk;
+  int Fail(const absl::Status& status, int code = pp::common::kExitFailure) {
+    if (status.ok()) return pp::common::kExitOk;
     std::cerr << "ppctl up: " << status.message() << "\n";
     return code;
   }
 
   // Waits until done() holds. Ends early with an error when a stop signal arrives (Cancelled),
   // a daemon exits (Unavailable, naming it) or `timeout` passes (DeadlineExceeded, naming what).
-  // The stop signals are blocked in every thread (RunUp) and taken here, synchronously.
+  // Between two checks it waits one tick for a stop signal (StopSignals::Wait).
   absl::Status WaitFor(const std::string& what, absl::Duration timeout,
                        const std::function<bool()>& done) {
     const absl::Time deadline = absl::Now() + timeout;
@@ -159,28 +161,35 @@ class Up {
         return absl::DeadlineExceededError(
             absl::StrCat("no ", what, " within ", absl::FormatDuration(timeout)));
       }
-      const timespec tick = {0, 50'000'000};
-      const int signal = sigtimedwait(&stop_signals_, nullptr, &tick);
-      if (signal > 0) {
-        stop_signal_ = signal;
+      if (std::optional<int> signal = stop_signals_.Wait(absl::Milliseconds(50))) {
+        stop_signal_ = *signal;
         return absl::CancelledError(
-            absl::StrCat("interrupted by ", SignalName(signal), "; stopped the cluster"));
+            absl::StrCat("interrupted by ", SignalName(*signal), "; stopped the cluster"));
       }
     }
     return absl::OkStatus();
   }
 
-  // Waits for `names`' address files and keeps what they say in addresses_.
+  // Waits for `names`' address files and keeps what they say in addresses_. The daemons write
+  // them atomically, so a file that is there but unreadable will stay so: that ends the wait.
   absl::Status WaitForAddresses(const RunFiles& files, const std::vector<std::string>& names,
                                 const std::string& what) {
+    absl::Status unreadable;
     auto serving = [&](const std::string& name) {
       if (addresses_.contains(name)) return true;
-      std::optional<Addresses> a = ReadAddressFile(files.AddressFile(name));
-      if (a.has_value()) addresses_[name] = *a;
-      return a.has_value();
+      absl::StatusOr<pp::common::DaemonAddresses> a =
+          pp::common::ReadAddressFile(files.AddressFile(name));
+      if (!a.ok()) {
+        if (!absl::IsNotFound(a.status())) unreadable = a.status();
+        return false;
+      }
+      addresses_[name] = *std::move(a);
+      return true;
     };
-    return WaitFor(what, absl::GetFlag(FLAGS_startup_timeout),
-                   [&] { return std::all_of(names.begin(), names.end(), serving); });
+    absl::Status waited = WaitFor(what, absl::GetFlag(FLAGS_startup_timeout), [&] {
+      return std::all_of(names.begin(), names.end(), serving) || !unreadable.ok();
+    });
+    return unreadable.ok() ? waited : unreadable;
   }
 
   absl::Status StartCluster(const std::string& data_dir, const std::string& ppcoord,
@@ -336,10 +345,10 @@ class Up {
     (void)stub_->CancelJob(&context, request, &job);  // best effort: the daemons stop anyway
   }
 
-  sigset_t stop_signals_;
+  pp::common::StopSignals& stop_signals_;
   int stop_signal_ = 0;
   LocalCluster cluster_;
-  std::map<std::string, Addresses> addresses_;
+  std::map<std::string, pp::common::DaemonAddresses> addresses_;
   std::unique_ptr<pp::v1::Coordinator::Stub> stub_;
   grpc::ClientContext watch_context_;
   std::thread watcher_;
@@ -350,15 +359,17 @@ class Up {
 int RunUp(const std::vector<std::string>& args) {
   if (!args.empty()) {
     std::cerr << "ppctl up: unexpected argument '" << args[0] << "' (the job file is --job=FILE)\n";
-    return kUsage;
+    return pp::common::kExitUsage;
   }
-  // The stop signals are taken synchronously (sigtimedwait in Up::WaitFor): blocked here, before
-  // any thread starts, so every thread inherits the mask; children get the original one back.
-  sigset_t stop_signals, original;
-  sigemptyset(&stop_signals);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stop_signals, sig);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, &original);
-  return Up(stop_signals, original).Run();
+  // Once per process (ppctl runs one command), before this command starts any thread; why a
+  // handler and a pipe rather than a blocked mask alone is in common/stop_signals.h.
+  absl::StatusOr<pp::common::StopSignals> stop_signals =
+      pp::common::StopSignals::Install({SIGINT, SIGTERM, SIGHUP});
+  if (!stop_signals.ok()) {
+    std::cerr << "ppctl up: " << stop_signals.status().message() << "\n";
+    return pp::common::kExitFailure;
+  }
+  return Up(*stop_signals).Run();
 }
 
 }  // namespace

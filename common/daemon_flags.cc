@@ -14,10 +14,23 @@
 namespace pp::common {
 namespace {
 
-// Checks one flag token (without its dashes); `next` is the following token, which a non-bool
-// flag without "=value" takes as its value (then *used_next is set). Parsing into the flag is
-// harmless: absl::ParseCommandLine sets the same value again.
+// Checks one flag token (without its dashes) by setting it (SetFlagToken), which is harmless:
+// absl::ParseCommandLine sets the same value again.
 absl::Status CheckFlag(absl::string_view token, const char* next, bool* used_next) {
+  // absl's usage flags are no registered flags: absl::ParseCommandLine handles them.
+  const absl::string_view name = token.substr(0, token.find('='));
+  for (const char* usage : {"help", "helpfull", "helpshort", "helppackage", "helpon", "helpmatch",
+                            "version", "only_check_args"}) {
+    if (name == usage) return absl::OkStatus();
+  }
+  return SetFlagToken(token, next, used_next,
+                      [](absl::string_view n) { return absl::FindCommandLineFlag(n); });
+}
+
+}  // namespace
+
+absl::Status SetFlagToken(absl::string_view token, const char* next, bool* used_next,
+                          absl::FunctionRef<absl::CommandLineFlag*(absl::string_view)> find) {
   std::string name(token), value;
   const size_t eq = name.find('=');
   const bool has_value = eq != std::string::npos;
@@ -25,26 +38,25 @@ absl::Status CheckFlag(absl::string_view token, const char* next, bool* used_nex
     value = name.substr(eq + 1);
     name.resize(eq);
   }
-  // absl's usage flags are no registered flags: absl::ParseCommandLine handles them.
-  for (const char* usage : {"help", "helpfull", "helpshort", "helppackage", "helpon", "helpmatch",
-                            "version", "only_check_args"}) {
-    if (name == usage) return absl::OkStatus();
-  }
-  absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+  absl::CommandLineFlag* flag = find(name);
   if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
-    flag = absl::FindCommandLineFlag(name.substr(2));
-    if (flag != nullptr && flag->IsOfType<bool>()) return absl::OkStatus();
-    flag = nullptr;
-  }
-  if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-  if (!has_value && flag->IsOfType<bool>()) return absl::OkStatus();
-  if (!has_value) {
+    flag = find(name.substr(2));
+    if (flag == nullptr || !flag->IsOfType<bool>()) {
+      flag = nullptr;
+    } else {
+      name = name.substr(2);
+      value = "false";
+    }
+  } else if (flag != nullptr && !has_value && flag->IsOfType<bool>()) {
+    value = "true";
+  } else if (flag != nullptr && !has_value) {
     if (next == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
     }
     value = next;
     *used_next = true;
   }
+  if (flag == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
   std::string error;
   if (!flag->ParseFrom(value, &error)) {
     return absl::InvalidArgumentError(
@@ -52,8 +64,6 @@ absl::Status CheckFlag(absl::string_view token, const char* next, bool* used_nex
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status ParseDaemonFlags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {

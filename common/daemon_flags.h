@@ -11,11 +11,23 @@
 #ifndef PP_COMMON_DAEMON_FLAGS_H_
 #define PP_COMMON_DAEMON_FLAGS_H_
 
+#include "absl/flags/commandlineflag.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace pp::common {
 
 absl::Status ParseDaemonFlags(int argc, char** argv);
+
+// Sets one flag token as absl would: `token` without its leading dashes ("name=value", "name" for
+// a bool or with its value in `next`, "noname" for a bool). `next` is the token after it, which a
+// non-bool flag without "=value" takes as its value (then *used_next is set); null when there is
+// none. `find` looks a name up (absl::FindCommandLineFlag; ppctl narrows it to one command's
+// flags); null is an unknown flag. Bad input is InvalidArgument "unknown flag --x", "flag --x
+// needs a value" or "bad value 'v' for --x: why". ppctl parses its command lines with this too.
+absl::Status SetFlagToken(absl::string_view token, const char* next, bool* used_next,
+                          absl::FunctionRef<absl::CommandLineFlag*(absl::string_view)> find);
 
 }  // namespace pp::common
 

@@ -3,8 +3,9 @@
 // format otherwise); ApplyDefaults fills the documented zero-means-default fields; ValidateJobSpec
 // (call after ApplyDefaults) returns InvalidArgument whose message starts with the offending field
 // path, e.g. "model.n_heads: 5 does not divide model.d_model 128". It also opens the data file
-// (must exist and hold at least seq_len+1 tokens; uint16 tokens must be < vocab_size). Rules that
-// depend on microbatch counts per schedule belong to the planner, not here.
+// (must exist and hold at least seq_len+1 tokens; uint16 tokens must be < vocab_size). The
+// schedule names and chunk rules are those of the schedule table (common/schedules.h); its rules
+// that depend on microbatch counts (ScheduleRule::constraints) are for the planner to apply.
 #ifndef PP_COMMON_JOB_SPEC_H_
 #define PP_COMMON_JOB_SPEC_H_
 

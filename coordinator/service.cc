@@ -4,6 +4,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
+#include "common/host_port.h"
 #include "common/mesh.h"
 #include "coordinator/jobs.h"
 #include "coordinator/metrics.h"
@@ -29,11 +30,6 @@ grpc::Status ToGrpc(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-// Split "host:port" at the last colon (IPv6 hosts keep their brackets).
-std::string HostOf(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
 
 class CoordinatorService final : public pp::v1::Coordinator::Service {
  public:
@@ -225,12 +221,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::InvalidArgumentError(
         "--heartbeat_interval: must be positive and shorter than --worker_timeout");
   }
+  absl::StatusOr<common::HostPort> grpc_at = common::ParseHostPort(options.grpc_address, "grpc");
+  if (!grpc_at.ok()) return grpc_at.status();
+  absl::StatusOr<common::HostPort> metrics_at =
+      common::ParseHostPort(options.metrics_address, "metrics");
+  if (!metrics_at.ok()) return metrics_at.status();
   auto impl = std::make_unique<Impl>();
   absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics =
       CoordinatorMetrics::Serve(options.metrics_address);
   if (!metrics.ok()) return metrics.status();
   impl->metrics = *std::move(metrics);
-  impl->metrics_address = absl::StrCat(HostOf(options.metrics_address), ":", impl->metrics->port());
+  metrics_at->port = impl->metrics->port();  // the one port 0 picked
+  impl->metrics_address = metrics_at->ToString();
 
   ManagerOptions manager;
   manager.data_dir = options.data_dir;
@@ -255,7 +257,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     impl->jobs->Stop();
     return absl::UnavailableError(absl::StrCat("--grpc: cannot listen on ", options.grpc_address));
   }
-  impl->grpc_address = absl::StrCat(HostOf(options.grpc_address), ":", port);
+  grpc_at->port = port;
+  impl->grpc_address = grpc_at->ToString();
   return std::unique_ptr<CoordinatorServer>(new CoordinatorServer(std::move(impl)));
 }
 

@@ -1,8 +1,7 @@
 #include "kernels/ops.h"
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/device.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/plugin.h"
 
@@ -26,15 +25,10 @@ absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps(const std::string& device, int 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Ops>> MakeOps(const std::string& device, int threads) {
-  if (device == "cpu") return MakeCpuOps(threads < 1 ? 1 : threads);
-  if (absl::StartsWith(device, "cuda:")) {
-    int index = 0;
-    if (!absl::SimpleAtoi(device.substr(5), &index) || index < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("bad device '", device, "': want cuda:N"));
-    }
-    return MakeCudaOps(device, index);
-  }
-  return absl::InvalidArgumentError(absl::StrCat("bad device '", device, "': want cpu or cuda:N"));
+  absl::StatusOr<common::Device> parsed = common::ParseDevice(device);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->cuda) return MakeCpuOps(threads < 1 ? 1 : threads);
+  return MakeCudaOps(device, parsed->cuda_index);
 }
 
 bool CudaDeviceAvailable() {

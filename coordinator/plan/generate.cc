@@ -213,46 +213,6 @@ class ZbVScheduler {
 
 absl::StatusOr<Schedule> ZbV(int D, int M) { return ZbVScheduler(D, M).Run(); }
 
-// Megatron-LM's constraints on interleaved-1f1b: its microbatch group size (D) must lie in [D, M],
-// and a short last group makes its order cyclic.
-absl::Status InterleavedConstraints(int D, int V, int M) {
-  if (M < D) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "interleaved-1f1b needs M >= D: Megatron-LM requires its microbatch group size (D=", D,
-        ") to lie in [D, M], got M=", M));
-  }
-  // A last group of r = M mod D microbatches with 1 <= r <= D-3 (2 <= r when V = 2) makes
-  // Megatron's order cyclic: rank 0's warm-up runs a forward of the last group whose input
-  // rank D-1 produces only after a backward that waits for rank 0's first backward. The
-  // validator finds that deadlock; this closed form matches it for every D <= 16, V <= 6.
-  const int r = M % D;
-  if (r >= (V == 2 ? 2 : 1) && r <= D - 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "interleaved-1f1b with D=", D, " V=", V, " M=", M,
-        ": Megatron-LM's order deadlocks when its last microbatch group is that "
-        "short (M mod D = ",
-        r, "); use M with M mod D in {0, ", V == 2 ? "1, " : "", D - 2, ", ", D - 1, "}"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckChunkRule(const ScheduleKind& kind, int V) {
-  if (kind.min_chunks == kind.max_chunks && V != kind.min_chunks) {
-    return absl::InvalidArgumentError(absl::StrCat(kind.name, " runs exactly ", kind.min_chunks,
-                                                   " chunk(s) per rank, got V=", V));
-  }
-  if (V < kind.min_chunks) {
-    return absl::InvalidArgumentError(absl::StrCat(kind.name, " needs V >= ", kind.min_chunks,
-                                                   " chunks per rank (got V=", V,
-                                                   kind.fewer_chunks_hint, ")"));
-  }
-  if (kind.max_chunks > 0 && V > kind.max_chunks) {
-    return absl::InvalidArgumentError(absl::StrCat(kind.name, " needs V <= ", kind.max_chunks,
-                                                   " chunks per rank, got V=", V));
-  }
-  return absl::OkStatus();
-}
-
 // D, M >= 1 and a bound on what one request may allocate (the bench's D=64, V=4, M=1024 is 2^18).
 absl::Status CheckSize(int D, int V, int M) {
   if (D < 1) return absl::InvalidArgumentError(absl::StrCat("pipeline depth D=", D, " < 1"));
@@ -266,20 +226,34 @@ absl::Status CheckSize(int D, int V, int M) {
   return absl::OkStatus();
 }
 
+using Generator = absl::StatusOr<Schedule> (*)(int D, int V, int M);
+
+// The generator of the schedule `name`; for a name the planner cannot generate (a table entry
+// without its generator here) one that says so, which the tests over every name catch.
+Generator GeneratorOf(const std::string& name) {
+  using Result = absl::StatusOr<Schedule>;
+  if (name == "gpipe") return [](int D, int, int M) -> Result { return GPipe(D, M); };
+  if (name == "1f1b") return [](int D, int, int M) -> Result { return OneFOneB(D, M); };
+  if (name == "interleaved-1f1b") {
+    return [](int D, int V, int M) -> Result { return Interleaved(D, V, M); };
+  }
+  if (name == "zb-h1") return [](int D, int, int M) -> Result { return ZbH1(D, M); };
+  if (name == "zb-v") return [](int D, int, int M) -> Result { return ZbV(D, M); };
+  return [](int, int, int) -> Result {
+    return absl::UnimplementedError("the planner has no generator for this schedule");
+  };
+}
+
 }  // namespace
 
 const std::vector<ScheduleKind>& Schedules() {
-  static const auto* table = new std::vector<ScheduleKind>{
-      {"gpipe", 1, 1, 1, "", nullptr,
-       [](int D, int, int M) -> absl::StatusOr<Schedule> { return GPipe(D, M); }},
-      {"1f1b", 1, 1, 1, "", nullptr,
-       [](int D, int, int M) -> absl::StatusOr<Schedule> { return OneFOneB(D, M); }},
-      {"interleaved-1f1b", 2, 0, 2, "; with one chunk use 1f1b", InterleavedConstraints,
-       [](int D, int V, int M) -> absl::StatusOr<Schedule> { return Interleaved(D, V, M); }},
-      {"zb-h1", 1, 1, 1, "", nullptr,
-       [](int D, int, int M) -> absl::StatusOr<Schedule> { return ZbH1(D, M); }},
-      {"zb-v", 2, 2, 2, "", nullptr, [](int D, int, int M) { return ZbV(D, M); }},
-  };
+  static const auto* table = [] {
+    auto* kinds = new std::vector<ScheduleKind>;
+    for (const common::ScheduleRule& rule : common::ScheduleRules()) {
+      kinds->push_back({rule, GeneratorOf(rule.name)});
+    }
+    return kinds;
+  }();
   return *table;
 }
 
@@ -290,14 +264,7 @@ const ScheduleKind* FindSchedule(const std::string& name) {
   return nullptr;
 }
 
-const std::vector<std::string>& ScheduleNames() {
-  static const auto* names = [] {
-    auto* list = new std::vector<std::string>;
-    for (const ScheduleKind& kind : Schedules()) list->push_back(kind.name);
-    return list;
-  }();
-  return *names;
-}
+const std::vector<std::string>& ScheduleNames() { return common::ScheduleNames(); }
 
 int DefaultChunks(const std::string& name) {
   const ScheduleKind* kind = FindSchedule(name);
@@ -327,7 +294,7 @@ absl::StatusOr<Schedule> Generate(const std::string& name, int D, int V, int M) 
   if (V <= 0) V = DefaultChunks(name);
   if (absl::Status status = CheckSize(D, V, M); !status.ok()) return status;
   if (kind == nullptr) return CheckScheduleNames({name});
-  if (absl::Status status = CheckChunkRule(*kind, V); !status.ok()) return status;
+  if (absl::Status status = common::CheckChunkRule(*kind, V); !status.ok()) return status;
   if (kind->constraints != nullptr) {
     if (absl::Status status = kind->constraints(D, V, M); !status.ok()) return status;
   }

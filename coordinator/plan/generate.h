@@ -16,28 +16,21 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/schedules.h"
 #include "coordinator/plan/ir.h"
 
 namespace pp::plan {
 
-// One schedule the planner knows: the one table of names, chunk rules, generators and constraints
-// (Schedules()). Generate, its refusals and the auto-planner's candidates all read it.
-struct ScheduleKind {
-  std::string name;
-  // Chunk rule: V in [min_chunks, max_chunks]; max_chunks 0 = no upper bound. V <= 0 from a
-  // caller means default_chunks.
-  int min_chunks = 1;
-  int max_chunks = 1;
-  int default_chunks = 1;
-  // Appended to the refusal of a V below min_chunks, e.g. "; with one chunk use 1f1b".
-  std::string fewer_chunks_hint;
-  // Constraints on D, V, M beyond the chunk rule (OK or InvalidArgument saying why); null: none.
-  absl::Status (*constraints)(int D, int V, int M) = nullptr;
+// One schedule the planner knows: an entry of the one schedule table (common/schedules.h: name,
+// chunk rule, default chunks, constraints; job-spec validation reads it too) with its generator.
+// Generate, its refusals and the auto-planner's candidates all read Schedules(). V <= 0 from a
+// caller means default_chunks.
+struct ScheduleKind : common::ScheduleRule {
   // The compute program; called only for D, V, M that pass the chunk rule and the constraints.
   absl::StatusOr<Schedule> (*generate)(int D, int V, int M) = nullptr;
 };
 
-// Every schedule, in the order they are documented.
+// Every schedule of common::ScheduleRules(), in that order.
 const std::vector<ScheduleKind>& Schedules();
 
 // The entry named `name`, or null.

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "common/bubble.h"
 #include "coordinator/plan/ir.h"
 #include "pp/v1/schedule.pb.h"
 
@@ -32,13 +33,11 @@ inline constexpr char kBubbleDefinition[] =
     "1 - sum(busy) / (D * makespan): idle share of all ranks' time from the first action to the "
     "last (not idle over ideal compute)";
 
-// The bubble (kBubbleDefinition), the one definition the simulator, the coordinator's measured
-// bubble and ppctl share: 1 - sum(busy) / (ranks * span), where busy[r] is rank r's compute time
-// (F, B, I, W; sends and receives count as idle) and span the time from the first action to the
-// last over all ranks. 0 when there is no rank or span <= 0. It takes the totals rather than a
-// Timeline so that the simulator need not materialize one (for the largest schedules that would
-// double the planning time).
-double IdleFraction(const std::vector<double>& busy, double span);
+// The bubble (kBubbleDefinition): common::IdleFraction (common/bubble.h), where the workers'
+// per-rank bubble can use it too; the planner's API names it here. It takes the totals rather
+// than a Timeline so that the simulator need not materialize one (for the largest schedules that
+// would double the planning time).
+using common::IdleFraction;
 
 }  // namespace pp::plan
 

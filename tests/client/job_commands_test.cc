@@ -176,6 +176,16 @@ TEST_F(JobCommandsTest, BadInputGivesOneLineAndNonZeroExit) {
   EXPECT_THAT(layout.err, HasSubstr("--parallel"));
 }
 
+TEST_F(JobCommandsTest, MalformedCoordinatorIsAUsageErrorBeforeAnyDial) {
+  for (const std::string address : {"127.0.0.1", "127.0.0.1:http", "127.0.0.1:0", "[::1]:70000"}) {
+    absl::SetFlag(&FLAGS_coordinator, address);
+    Output o = Ppctl("list", {});
+    EXPECT_EQ(o.code, 2) << address;
+    EXPECT_EQ(o.err, absl::StrCat("ppctl list: --coordinator=", address,
+                                  ": want HOST:PORT of ppcoord, e.g. 127.0.0.1:50051\n"));
+  }
+}
+
 // A port that is bound but never listened on refuses every connection, and this test holds it for
 // its whole run, so no other process can start serving there (a fixed port such as 1 can be taken
 // by any root process on the machine).

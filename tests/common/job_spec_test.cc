@@ -157,6 +157,12 @@ TEST_F(JobSpecTest, ParallelErrors) {
         s->mutable_parallel()->set_chunks(1);
       },
       "parallel.chunks: schedule zb-v needs 2 chunks, got 1");
+  ExpectInvalid(
+      [](Spec* s) {
+        s->mutable_parallel()->set_schedule("interleaved-1f1b");
+        s->mutable_parallel()->set_chunks(1);
+      },
+      "parallel.chunks: schedule interleaved-1f1b needs >= 2 chunks, got 1");
   for (const char* schedule : {"gpipe", "1f1b", "zb-h1"}) {
     ExpectInvalid(
         [&](Spec* s) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/host_port.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/create_channel.h"
@@ -130,8 +131,10 @@ void Cluster::KillCoordinator() {
 }
 
 absl::Status Cluster::RestartCoordinator() {
-  const std::string& grpc = coordinator_.addresses.grpc;
-  return StartCoordinator(std::stoi(grpc.substr(grpc.rfind(':') + 1)));
+  absl::StatusOr<pp::common::HostPort> grpc =
+      pp::common::ParseHostPort(coordinator_.addresses.grpc);
+  if (!grpc.ok()) return grpc.status();
+  return StartCoordinator(grpc->port);
 }
 
 absl::Status Cluster::LaunchWorker(const std::string& name, const WorkerOptions& options) {

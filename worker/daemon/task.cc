@@ -8,10 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "common/device.h"
 #include "common/job_spec.h"
 #include "common/step_math.h"
 #include "worker/compute/model_compute.h"
@@ -69,13 +69,11 @@ absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(int rank, int size,
   options.point_to_point = point_to_point;
   options.hostname = env.hostname;
   options.timeout = env.comm_timeout;
-  if (env.device == "cpu") return comm::ConnectGloo(*env.kv, options);
-  if (absl::StartsWith(env.device, "cuda:") &&
-      absl::SimpleAtoi(env.device.substr(5), &options.cuda_device)) {
-    return comm::ConnectNccl(*env.kv, options);
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("device '", env.device, "': want cpu or cuda:N"));
+  absl::StatusOr<common::Device> device = common::ParseDevice(env.device);
+  if (!device.ok()) return device.status();
+  if (!device->cuda) return comm::ConnectGloo(*env.kv, options);
+  options.cuda_device = device->cuda_index;
+  return comm::ConnectNccl(*env.kv, options);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/bubble.h"
 
 namespace pp::executor {
 namespace {
@@ -435,8 +436,7 @@ absl::Status Executor::RunProgram(int step, Clock::time_point start, Buffers& bu
     result.peak_activation_bytes = std::max(
         result.peak_activation_bytes, buffers.bytes + compute_->LiveActivationBytes());
   }
-  const double span = last_end - first_start;
-  result.bubble_ratio = span > 0 ? 1.0 - result.compute_seconds / span : 0.0;
+  result.bubble_ratio = common::IdleFraction({result.compute_seconds}, last_end - first_start);
   return absl::OkStatus();
 }
 
