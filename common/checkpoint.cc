@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <set>
 #include <system_error>
 
@@ -153,18 +154,19 @@ absl::StatusOr<ShardSlice> DecodeSlice(const std::string& text, const std::strin
     numbers.push_back(n);
   }
   if (numbers.size() < 5) return malformed();
-  ShardSlice slice;
-  slice.dim = static_cast<int>(numbers[0]);
-  slice.parts = static_cast<int>(numbers[1]);
-  slice.offset = static_cast<int>(numbers[2]);
-  slice.length = static_cast<int>(numbers[3]);
-  slice.full_shape.assign(numbers.begin() + 4, numbers.end());
-  const int64_t extent =
-      slice.dim < static_cast<int>(slice.full_shape.size()) ? slice.full_shape[slice.dim] : 0;
-  if (slice.parts < 1 || extent % slice.parts != 0 || slice.length < 1 ||
-      slice.offset + slice.length > extent / slice.parts) {
+  // Checked in int64 before the int casts: dim, parts, offset and length must fit an int32.
+  const int64_t dim = numbers[0], parts = numbers[1], offset = numbers[2], length = numbers[3];
+  const int64_t extent = dim < static_cast<int64_t>(numbers.size()) - 4 ? numbers[4 + dim] : 0;
+  if (std::max({dim, parts, offset, length}) > std::numeric_limits<int32_t>::max() || parts < 1 ||
+      extent % parts != 0 || length < 1 || offset + length > extent / parts) {
     return absl::DataLossError(absl::StrCat(where, ": slice \"", text, "\" does not fit"));
   }
+  ShardSlice slice;
+  slice.dim = static_cast<int>(dim);
+  slice.parts = static_cast<int>(parts);
+  slice.offset = static_cast<int>(offset);
+  slice.length = static_cast<int>(length);
+  slice.full_shape.assign(numbers.begin() + 4, numbers.end());
   return slice;
 }
 
@@ -306,15 +308,16 @@ absl::StatusOr<Tensor> AssembleShardSlices(const std::string& step_dir, const st
   };
   const std::vector<int64_t>& full = pieces.front().slice.full_shape;
   const int dim = pieces.front().slice.dim;
+  // Before anything is allocated: the pieces agree on the whole shape, which is not empty, and
+  // hold exactly `extent` rows between them, so the whole is no larger than what the shards hold.
+  if (absl::StatusOr<int64_t> n = NumElements(full); !n.ok() || *n == 0) {
+    return bad("have an empty or too large whole shape");
+  }
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < dim; ++d) outer *= full[d];
   for (size_t d = dim + 1; d < full.size(); ++d) inner *= full[d];
   const int64_t extent = full[dim];
-  Tensor whole;
-  whole.name = name;
-  whole.shape = full;
-  whole.data.assign(outer * extent * inner, 0.0f);
-  std::vector<int> covered(extent, 0);
+  int64_t rows = 0;
   for (const SlicePiece& piece : pieces) {
     const ShardSlice& s = piece.slice;
     std::vector<int64_t> held = full;
@@ -322,6 +325,17 @@ absl::StatusOr<Tensor> AssembleShardSlices(const std::string& step_dir, const st
     if (s.full_shape != full || s.dim != dim || piece.tensor.shape != held) {
       return bad(absl::StrCat("disagree on their shapes (", piece.file, ")"));
     }
+    rows += held[dim];
+    if (rows > extent) return bad("overlap or leave gaps");
+  }
+  if (rows != extent) return bad("overlap or leave gaps");
+  Tensor whole;
+  whole.name = name;
+  whole.shape = full;
+  whole.data.assign(outer * extent * inner, 0.0f);
+  std::vector<int> covered(extent, 0);
+  for (const SlicePiece& piece : pieces) {
+    const ShardSlice& s = piece.slice;
     const int64_t block = extent / s.parts;
     for (int p = 0; p < s.parts; ++p) {
       for (int i = 0; i < s.length; ++i) {

@@ -56,6 +56,10 @@ const std::string& StepFolder() {
         (fs::temp_directory_path() / ("pp-fuzz-checkpoint-" + std::to_string(getpid())) /
          "step-3")
             .string());
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(fs::path(StepFolder()).parent_path(), ec);
+    });
     return d;
   }();
   return *dir;

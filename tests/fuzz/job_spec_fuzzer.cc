@@ -32,6 +32,7 @@ const std::string& DataFile() {
                                   .string());
     std::ofstream out(*p, std::ios::binary | std::ios::trunc);
     for (int i = 0; i < 4096; ++i) out.put(static_cast<char>('a' + i % 26));
+    std::atexit([] { std::remove(DataFile().c_str()); });
     return p;
   }();
   return *path;

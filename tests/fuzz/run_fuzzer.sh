@@ -20,12 +20,14 @@ case $name in
   checkpoint) max_len=8192 ;;
   *) max_len=4096 ;;
 esac
+dict=()
+[ -f "$here/$name.dict" ] && dict=(-dict="$here/$name.dict")
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/pp-fuzz-$name.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$scratch/corpus" "$scratch/artifacts"
 log="$scratch/log"
 "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
-  -max_len=$max_len -print_final_stats=1 \
+  -max_len=$max_len -use_value_profile=1 "${dict[@]}" -print_final_stats=1 \
   -artifact_prefix="$scratch/artifacts/" "$scratch/corpus" "$here/corpus/$name" >"$log" 2>&1
 rc=$?
 execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
