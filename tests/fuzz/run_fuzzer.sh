@@ -26,7 +26,7 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/pp-fuzz-$name.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$scratch/corpus" "$scratch/artifacts"
 log="$scratch/log"
-"$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 \
+"$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10 -error_exitcode=1 \
   -max_len=$max_len -use_value_profile=1 "${dict[@]}" -print_final_stats=1 \
   -artifact_prefix="$scratch/artifacts/" "$scratch/corpus" "$here/corpus/$name" >"$log" 2>&1
 rc=$?

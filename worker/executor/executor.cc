@@ -246,6 +246,13 @@ absl::Status Executor::Execute(size_t index, Buffers& buffers, StepResult& resul
     buffers.bytes -= static_cast<int64_t>(n * sizeof(float));
     compute_->FreeBuffer(data);
   };
+  // Stores a produced buffer; a second one for the same tensor would leak the first.
+  auto put = [&](std::map<Buffers::Key, float*>& into, Buffers::Key k, float* data, size_t n) {
+    if (into.emplace(k, data).second) return absl::OkStatus();
+    release(data, n);
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(options_.rank, index, action), ": produced the same tensor twice"));
+  };
 
   switch (action.kind()) {
     case pp::v1::FORWARD: {
@@ -264,12 +271,10 @@ absl::Status Executor::Execute(size_t index, Buffers& buffers, StepResult& resul
       if (s + 1 == S) {
         result.has_loss = true;
         result.loss_by_mb[mb] = *loss;
-      } else if (local(s + 1)) {
-        buffers.act_in[{s + 1, mb}] = out;
-      } else {
-        buffers.act_out[key] = out;
+        return absl::OkStatus();
       }
-      return absl::OkStatus();
+      return local(s + 1) ? put(buffers.act_in, {s + 1, mb}, out, compute_->OutputSize(s))
+                          : put(buffers.act_out, key, out, compute_->OutputSize(s));
     }
     case pp::v1::BACKWARD:
     case pp::v1::BACKWARD_INPUT: {
@@ -288,12 +293,8 @@ absl::Status Executor::Execute(size_t index, Buffers& buffers, StepResult& resul
         return status;
       }
       if (s == 0) return absl::OkStatus();
-      if (local(s - 1)) {
-        buffers.grad_out[{s - 1, mb}] = grad_in;
-      } else {
-        buffers.grad_in[key] = grad_in;
-      }
-      return absl::OkStatus();
+      return local(s - 1) ? put(buffers.grad_out, {s - 1, mb}, grad_in, compute_->InputSize(s))
+                          : put(buffers.grad_in, key, grad_in, compute_->InputSize(s));
     }
     case pp::v1::BACKWARD_WEIGHT:
       return compute_->BackwardWeight(s, mb);
