@@ -164,10 +164,11 @@ TEST_F(CheckpointTest, ManifestListsEachShardsSlicesAndMustAgreeWithTheShards) {
               HasSubstr("not in the shard"));
 }
 
-// Found by tests/fuzz/checkpoint_fuzzer: slice metadata whose numbers do not fit an int (a dim that
-// wrapped to -1 read before the shape, an offset + length that overflowed, an offset of 2^32 read
-// as 0) or whose whole shape is far larger than the slices hold (allocated before the coverage
-// check) is DataLoss naming the shard or the tensor, never a crash, an out-of-bounds access or a wrong tensor.
+// Reproduced through tests/fuzz/checkpoint_fuzzer: slice metadata whose numbers do not fit an
+// int (a dim that wrapped to -1 read before the shape, an offset + length that overflowed, an
+// offset of 2^32 read as 0) or whose whole shape is far larger than the slices hold (allocated
+// before the coverage check) is DataLoss naming the shard or the tensor, never a crash, an
+// out-of-bounds access or a wrong tensor.
 TEST_F(CheckpointTest, SliceMetadataThatDoesNotFitIsDataLoss) {
   const std::string dir = StepDir(root_, "job1", 3);
   struct Case {

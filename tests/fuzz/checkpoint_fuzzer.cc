@@ -53,8 +53,7 @@ void Check(bool ok) {
 const std::string& StepFolder() {
   static const std::string* dir = [] {
     auto* d = new std::string(
-        (fs::temp_directory_path() / ("pp-fuzz-checkpoint-" + std::to_string(getpid())) /
-         "step-3")
+        (fs::temp_directory_path() / ("pp-fuzz-checkpoint-" + std::to_string(getpid())) / "step-3")
             .string());
     std::atexit([] {
       std::error_code ec;
@@ -132,8 +131,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       manifest.set_format_version(1);
       manifest.set_step(3);
     }
-    for (int i = 0; i < manifest.shards_size() && i + 1 < static_cast<int>(sections.size());
-         ++i) {
+    for (int i = 0; i < manifest.shards_size() && i + 1 < static_cast<int>(sections.size()); ++i) {
       pp::v1::CheckpointShard* shard = manifest.mutable_shards(i);
       const std::string& bytes = sections[i + 1];
       if (!(flags & kKeepHashes)) {

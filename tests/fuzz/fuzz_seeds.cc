@@ -48,9 +48,8 @@ void Safetensors(const fs::path& out) {
                                  {"ln_f.bias", {3}, Ramp(3, 2)},
                                  {"scale", {}, {0.5f}}};
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    absl::StatusOr<std::string> bytes =
-        SerializeSafetensors(tensors, {{"rank", "0"}, {SliceKey("wte.weight"), "0 1 0 4 4 3"}},
-                             dtype);
+    absl::StatusOr<std::string> bytes = SerializeSafetensors(
+        tensors, {{"rank", "0"}, {SliceKey("wte.weight"), "0 1 0 4 4 3"}}, dtype);
     Die(bytes.status());
     Put(out / (dtype == DType::kF32 ? "f32.safetensors" : "bf16.safetensors"), *bytes);
   }
@@ -60,8 +59,8 @@ void Safetensors(const fs::path& out) {
 }
 
 // A step folder packed the way checkpoint_fuzzer reads it: flags, manifest, shards.
-void PackCheckpoint(const std::string& dir, const pp::v1::CheckpointManifest& manifest,
-                    char flags, const fs::path& path) {
+void PackCheckpoint(const std::string& dir, const pp::v1::CheckpointManifest& manifest, char flags,
+                    const fs::path& path) {
   absl::StatusOr<std::string> json = ReadFile(dir + "/" + kManifestFile);
   Die(json.status());
   std::string packed = std::string(1, flags) + *json;
@@ -178,9 +177,9 @@ void Programs(const fs::path& out) {
     const char* name;
     int D, V, M, lookahead;
   };
-  for (const Case& c : {Case{"1f1b", 2, 1, 4, -1}, Case{"gpipe", 3, 1, 3, 2},
-                        Case{"interleaved-1f1b", 2, 2, 4, -1}, Case{"zb-h1", 2, 1, 4, 1},
-                        Case{"zb-v", 2, 2, 4, -1}}) {
+  for (const Case& c :
+       {Case{"1f1b", 2, 1, 4, -1}, Case{"gpipe", 3, 1, 3, 2}, Case{"interleaved-1f1b", 2, 2, 4, -1},
+        Case{"zb-h1", 2, 1, 4, 1}, Case{"zb-v", 2, 2, 4, -1}}) {
     absl::StatusOr<pp::v1::Schedule> schedule =
         pp::plan::PlanSchedule(c.name, c.D, c.V, c.M, pp::coordinator::PlanningCosts());
     Die(schedule.status());
@@ -198,7 +197,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const fs::path out = argv[1];
-  const fs::path scratch = fs::temp_directory_path() / ("pp-fuzz-seeds-" + std::to_string(getpid()));
+  const fs::path scratch =
+      fs::temp_directory_path() / ("pp-fuzz-seeds-" + std::to_string(getpid()));
   Safetensors(out / "safetensors");
   Checkpoints(out / "checkpoint", scratch);
   JobSpecs(out / "job_spec");
