@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup configure build test run clean
+.PHONY: all setup configure build test run clean fuzz fuzz-build
 
 all: build
 
@@ -15,8 +15,30 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-test: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+# The fuzz tests in ctest (label fuzz) run the harnesses of $(FUZZ_BUILD) about 30 s each; they
+# are skipped (77) where clang++ with libFuzzer is absent.
+test: build fuzz-build
+	@cd $(BUILD) && PP_FUZZ_BIN_DIR=$(abspath $(FUZZ_BUILD))/bin \
+	  ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# libFuzzer harnesses (tests/fuzz, docs/testing.md): a clang build with ASan + UBSan, then each
+# harness for FUZZ_SECONDS on its seed corpus, one line of result each.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 600
+FUZZERS = safetensors checkpoint job_spec executor
+fuzz-build: setup
+	@if tests/fuzz/have_libfuzzer.sh; then \
+	  [ -f $(FUZZ_BUILD)/build.ninja ] || cmake -S . -B $(FUZZ_BUILD) -G Ninja \
+	    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CUDA_COMPILER=OFF \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPP_FUZZ=ON >/dev/null && \
+	  cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers; \
+	else echo "fuzz: no clang++ with libFuzzer, the fuzz harnesses are not built"; fi
+
+fuzz: fuzz-build
+	@tests/fuzz/have_libfuzzer.sh || { echo "fuzz: needs clang++ with libFuzzer"; exit 1; }
+	@failed=0; for f in $(FUZZERS); do \
+	  tests/fuzz/run_fuzzer.sh $$f $(FUZZ_SECONDS) $(FUZZ_BUILD)/bin || failed=1; \
+	done; exit $$failed
 
 # The embedded default: ppcoord + 2 CPU workers on loopback train a small GPT (about 2 minutes on
 # 2 cores), then everything stops. More workers: make run WORKERS=4.

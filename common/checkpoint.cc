@@ -314,6 +314,10 @@ absl::StatusOr<Tensor> AssembleShardSlices(const std::string& step_dir, const st
   };
   const std::vector<int64_t>& full = pieces.front().slice.full_shape;
   const int dim = pieces.front().slice.slice.dim;
+  // Before the whole is allocated: the pieces' rows along `dim` add up to exactly the whole's
+  // extent, so the whole is no larger than the shards that hold it (a manifest cannot make this
+  // allocate more than was read).
+  int64_t rows = 0;
   std::vector<SliceValues> values;
   for (SlicePiece& piece : pieces) {
     const TensorSlice& s = piece.slice.slice;
@@ -322,8 +326,10 @@ absl::StatusOr<Tensor> AssembleShardSlices(const std::string& step_dir, const st
     if (piece.slice.full_shape != full || s.dim != dim || piece.tensor.shape != held) {
       return bad(absl::StrCat("disagree on their shapes (", piece.file, ")"));
     }
+    rows += held[dim];
     values.push_back({s, std::move(piece.tensor.data)});
   }
+  if (rows != full[dim]) return bad("overlap or leave gaps");
   absl::StatusOr<std::vector<float>> data =
       AssembleSlices(name, std::vector<int>(full.begin(), full.end()), values, Overlap::kRefused);
   if (!data.ok()) return absl::DataLossError(absl::StrCat(step_dir, ": ", data.status().message()));

@@ -8,6 +8,7 @@ PACKAGES=(
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libopenblas-dev libsqlite3-dev
   libssl-dev prometheus python3-venv
+  clang libclang-rt-14-dev
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

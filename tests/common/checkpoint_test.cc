@@ -7,6 +7,8 @@
 #include "common/file_io.h"
 #include "common/proto_io.h"
 #include "common/sha256.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -156,6 +158,59 @@ TEST_F(CheckpointTest, ManifestListsEachShardsSlicesAndMustAgreeWithTheShards) {
                               .status()
                               .message()),
               HasSubstr("not in the shard"));
+}
+
+// Reproduced through tests/fuzz/checkpoint_fuzzer: slice metadata whose numbers do not fit an
+// int (a dim that wrapped to -1 read before the shape, an offset + length that overflowed, an
+// offset of 2^32 read as 0) or whose whole shape is far larger than the slices hold (allocated
+// before the coverage check) is DataLoss naming the shard or the tensor, never a crash, an
+// out-of-bounds access or a wrong tensor.
+TEST_F(CheckpointTest, SliceMetadataThatDoesNotFitIsDataLoss) {
+  const std::string dir = StepDir(root_, "job1", 3);
+  struct Case {
+    std::string slice;  // dim parts offset length full_shape...
+    std::string error;
+  };
+  for (const Case& c : {Case{"4294967295 1 0 2 2 2", "does not fit"},
+                        Case{"0 1 2147483647 2 2 2", "does not fit"},
+                        Case{"0 1 4294967296 2 2 2", "does not fit"},
+                        Case{"0 4294967297 0 2 2 2", "does not fit"},
+                        Case{"0 1 0 2 4000000000000 2", "overlap or leave gaps"},
+                        Case{"0 1 0 2 2 2 0", "empty or too large whole shape"}}) {
+    SCOPED_TRACE(c.slice);
+    fs::remove_all(dir);
+    ASSERT_TRUE(MakeDirs(dir).ok());
+    std::vector<int64_t> numbers;
+    for (absl::string_view word : absl::StrSplit(c.slice, ' ')) {
+      ASSERT_TRUE(absl::SimpleAtoi(word, &numbers.emplace_back()));
+    }
+    std::vector<int64_t> held(numbers.begin() + 4, numbers.end());
+    held[0] = 2;
+    absl::StatusOr<std::string> bytes = SerializeSafetensors(
+        {{"w", held, std::vector<float>(*NumElements(held), 1.0f)}}, {{SliceKey("w"), c.slice}});
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    ASSERT_TRUE(WriteFileAtomic(dir + "/" + ShardFileName(0), *bytes).ok());
+    pp::v1::CheckpointManifest manifest;
+    manifest.set_step(3);
+    pp::v1::CheckpointShard* shard = manifest.add_shards();
+    shard->set_file(ShardFileName(0));
+    shard->set_bytes(static_cast<int64_t>(bytes->size()));
+    shard->set_sha256(Sha256Hex(*bytes));
+    pp::v1::TensorSlice* slice = shard->add_slices();  // as an int32 proto holds the numbers
+    slice->set_tensor("w");
+    slice->set_dim(static_cast<int32_t>(numbers[0]));
+    slice->set_parts(static_cast<int32_t>(numbers[1]));
+    slice->set_offset(static_cast<int32_t>(numbers[2]));
+    slice->set_length(static_cast<int32_t>(numbers[3]));
+    slice->mutable_full_shape()->Assign(numbers.begin() + 4, numbers.end());
+    ASSERT_TRUE(CommitManifest(dir, manifest).ok());
+    absl::StatusOr<Checkpoint> loaded = LoadCheckpoint(dir);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+    // Decoding names the shard; assembling names the tensor.
+    EXPECT_THAT(std::string(loaded.status().message()),
+                AllOf(HasSubstr(c.error),
+                      HasSubstr(c.error == "does not fit" ? ShardFileName(0) : "tensor \"w\"")));
+  }
 }
 
 TEST_F(CheckpointTest, OnlyCommittedStepsAreListed) {

@@ -207,6 +207,15 @@ float* Executor::Alloc(Buffers& buffers, size_t n) {
   return compute_->AllocBuffer(n);
 }
 
+absl::Status Executor::Put(size_t index, Buffers& buffers, std::map<BufferKey, float*>& into,
+                           BufferKey key, float* data, size_t n) {
+  if (into.emplace(key, data).second) return absl::OkStatus();
+  Release(buffers, data, n);
+  return absl::InvalidArgumentError(
+      absl::StrCat(Describe(options_.rank, index, ops_[index].action),
+                   ": produced the same tensor twice"));
+}
+
 void Executor::Release(Buffers& buffers, float* data, size_t n) {
   if (data == nullptr) return;
   buffers.bytes -= static_cast<int64_t>(n * sizeof(float));
@@ -260,12 +269,11 @@ absl::Status Executor::ExecuteForward(size_t index, Buffers& buffers, StepResult
   if (s + 1 == S) {
     result.has_loss = true;
     result.loss_by_mb[mb] = *loss;
-  } else if (IsLocal(s + 1)) {
-    buffers.act_in[{s + 1, mb}] = out;
-  } else {
-    buffers.act_out[{s, mb}] = out;
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  const size_t n = compute_->OutputSize(s);
+  return IsLocal(s + 1) ? Put(index, buffers, buffers.act_in, {s + 1, mb}, out, n)
+                        : Put(index, buffers, buffers.act_out, {s, mb}, out, n);
 }
 
 absl::Status Executor::ExecuteBackward(size_t index, Buffers& buffers) {
@@ -309,12 +317,9 @@ absl::Status Executor::RunInputGradient(
     return status;
   }
   if (s == 0) return absl::OkStatus();
-  if (IsLocal(s - 1)) {
-    buffers.grad_out[{s - 1, mb}] = grad_in;
-  } else {
-    buffers.grad_in[{s, mb}] = grad_in;
-  }
-  return absl::OkStatus();
+  const size_t n = compute_->InputSize(s);
+  return IsLocal(s - 1) ? Put(index, buffers, buffers.grad_out, {s - 1, mb}, grad_in, n)
+                        : Put(index, buffers, buffers.grad_in, {s, mb}, grad_in, n);
 }
 
 absl::Status Executor::ExecuteSendActivation(size_t index, Buffers& buffers) {

@@ -152,6 +152,10 @@ class Executor {
   // Boundary buffers: moved out of a map (null when absent), allocated, released.
   static float* Take(std::map<BufferKey, float*>& from, BufferKey key);
   float* Alloc(Buffers& buffers, size_t n);
+  // Stores a produced buffer of n floats under `key`; a second one for the same tensor would
+  // leak the first, so it is released and the action fails.
+  absl::Status Put(size_t index, Buffers& buffers, std::map<BufferKey, float*>& into,
+                   BufferKey key, float* data, size_t n);
   void Release(Buffers& buffers, float* data, size_t n);
   absl::Status Missing(size_t index, const std::string& what) const;
   bool IsLocal(int stage) const;

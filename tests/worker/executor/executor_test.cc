@@ -483,6 +483,31 @@ TEST(ExecutorTest, MissingInputFailsTheStepWithTheAction) {
       << result.status();
 }
 
+// Found by tests/fuzz/executor_fuzzer: a program that produces the same boundary tensor twice
+// (here stage 0's output for microbatch 0) used to overwrite, and leak, the first buffer.
+TEST(ExecutorTest, ProducingTheSameTensorTwiceFailsTheStep) {
+  std::unique_ptr<comm::KvStore> store = comm::NewMemoryKvStore();
+  comm::TransportOptions topts;
+  absl::StatusOr<std::unique_ptr<comm::Transport>> t = comm::ConnectGloo(*store, topts);
+  ASSERT_TRUE(t.ok()) << t.status();
+  FakeCompute compute({0, 1}, 2, 1);
+  ExecutorOptions options{0, 1, {0, 0}, -1};
+  pp::v1::RankProgram program;
+  for (const pp::v1::Action& action :
+       {Act(pp::v1::FORWARD, 0, 0), Act(pp::v1::FORWARD, 0, 0), Act(pp::v1::FORWARD, 1, 0),
+        Act(pp::v1::BACKWARD, 1, 0), Act(pp::v1::BACKWARD, 0, 0)}) {
+    *program.add_actions() = action;
+  }
+  auto e = Executor::Create(options, program, &compute, t->get());
+  ASSERT_TRUE(e.ok()) << e.status();
+  absl::StatusOr<StepResult> result = (*e)->RunStep(0);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(result.status().message().find("action 1 FORWARD stage 0 mb 0: produced the same "
+                                           "tensor twice"),
+            std::string::npos)
+      << result.status();
+}
+
 TEST(ExecutorTest, DeadPeerFailsWithinTheTimeout) {
   // Rank 1 connects and leaves; rank 0 waits for an activation that never comes.
   const int D = 2, M = 2;
