@@ -155,23 +155,24 @@ absl::StatusOr<ShardSlice> DecodeSlice(const std::string& text, const std::strin
     numbers.push_back(n);
   }
   if (numbers.size() < 5) return malformed();
-  ShardSlice shard_slice;
-  shard_slice.full_shape.assign(numbers.begin() + 4, numbers.end());
+  // Every number is checked in int64 before the int casts (the slice type and the assembler work
+  // in int), and offset + length is summed in int64, so no value can wrap around.
   const bool dims_fit_int = std::all_of(numbers.begin(), numbers.end(), [](int64_t n) {
     return n <= std::numeric_limits<int>::max();
   });
-  TensorSlice& slice = shard_slice.slice;
-  slice.dim = static_cast<int>(numbers[0]);
-  slice.parts = static_cast<int>(numbers[1]);
-  slice.offset = static_cast<int>(numbers[2]);
-  slice.length = static_cast<int>(numbers[3]);
-  const int64_t extent = numbers[0] < static_cast<int64_t>(shard_slice.full_shape.size())
-                             ? shard_slice.full_shape[slice.dim]
-                             : 0;
-  if (!dims_fit_int || slice.parts < 1 || extent % slice.parts != 0 || slice.length < 1 ||
-      slice.offset + slice.length > extent / slice.parts) {
+  const int64_t dim = numbers[0], parts = numbers[1], offset = numbers[2], length = numbers[3];
+  const int64_t rank = static_cast<int64_t>(numbers.size()) - 4;
+  const int64_t extent = dim < rank ? numbers[4 + dim] : 0;
+  if (!dims_fit_int || parts < 1 || extent % parts != 0 || length < 1 ||
+      offset + length > extent / parts) {
     return absl::DataLossError(absl::StrCat(where, ": slice \"", text, "\" does not fit"));
   }
+  ShardSlice shard_slice;
+  shard_slice.full_shape.assign(numbers.begin() + 4, numbers.end());
+  shard_slice.slice = TensorSlice{.dim = static_cast<int>(dim),
+                                  .parts = static_cast<int>(parts),
+                                  .offset = static_cast<int>(offset),
+                                  .length = static_cast<int>(length)};
   return shard_slice;
 }
 
@@ -330,6 +331,9 @@ absl::StatusOr<Tensor> AssembleShardSlices(const std::string& step_dir, const st
     values.push_back({s, std::move(piece.tensor.data)});
   }
   if (rows != full[dim]) return bad("overlap or leave gaps");
+  if (std::find(full.begin(), full.end(), 0) != full.end()) {
+    return bad("have an empty or too large whole shape");
+  }
   absl::StatusOr<std::vector<float>> data =
       AssembleSlices(name, std::vector<int>(full.begin(), full.end()), values, Overlap::kRefused);
   if (!data.ok()) return absl::DataLossError(absl::StrCat(step_dir, ": ", data.status().message()));

@@ -81,7 +81,8 @@ absl::StatusOr<std::vector<int>> SliceShape(const std::vector<int>& full,
   const bool fits = slice.dim >= 0 && slice.dim < static_cast<int>(full.size()) &&
                     slice.parts >= 1 && full[slice.dim] % slice.parts == 0 && slice.offset >= 0 &&
                     slice.length >= 0 &&
-                    slice.offset + slice.length <= full[slice.dim] / slice.parts;
+                    static_cast<int64_t>(slice.offset) + slice.length <=
+                        full[slice.dim] / slice.parts;
   if (!fits) {
     return absl::InvalidArgumentError(
         absl::StrCat("slice (dim ", slice.dim, ", parts ", slice.parts, ", offset ", slice.offset,
