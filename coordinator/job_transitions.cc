@@ -101,7 +101,8 @@ void JobManager::Suspect(JobRecord& rec, const std::string& reason, const std::s
     rec.suspicion = JobRecord::Suspicion{.attempt = job.attempt(),
                                          .reason = reason,
                                          .worker = worker,
-                                         .deadline = absl::Now() + options_.failure_settle};
+                                         .deadline = absl::Now() + options_.failure_settle,
+                                         .probes_pending = static_cast<int>(busy.size())};
     for (const pp::v1::RankPlacement* p : busy) {
       rpc_.Queue(Outbound{.kind = Outbound::Kind::kProbe,
                           .worker = p->worker(),
@@ -128,6 +129,7 @@ void JobManager::ProbeAnswered(const Outbound& probe, const grpc::Status& status
   // own before the deadline; no connection or no answer in time means this worker is the cause.
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
       status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
+    --rec->suspicion->probes_pending;
     return;
   }
   const std::string reason = absl::StrCat(

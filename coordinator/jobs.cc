@@ -190,7 +190,7 @@ void JobManager::Tick() {
     if (!rec.suspicion) continue;
     if (!IsLive(Held{.job_id = id, .attempt = rec.suspicion->attempt})) {
       rec.suspicion.reset();
-    } else if (now >= rec.suspicion->deadline) {
+    } else if (now >= rec.suspicion->deadline && rec.suspicion->probes_pending <= 0) {
       const JobRecord::Suspicion suspicion = *std::exchange(rec.suspicion, std::nullopt);
       Fail(rec, suspicion.reason, suspicion.worker);
     }

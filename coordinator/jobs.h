@@ -115,6 +115,10 @@ class JobManager {
       std::string reason;  // the lost-peer report, the reason when no cause turns up
       std::string worker;  // that report's worker
       absl::Time deadline;
+      // Probes not answered yet. The report stands only once every probe has answered (each is
+      // bounded by probe_deadline), so a slow answer under load cannot let the settle time run
+      // out before the worker that does not answer is found.
+      int probes_pending = 0;
     };
     std::optional<Suspicion> suspicion;
     // QUEUED with start_step = the newest committed checkpoint, not verified yet (VerifyQueued).
