@@ -12,6 +12,7 @@
 #include "common/file_io.h"
 #include "common/proto_io.h"
 #include "common/schedules.h"
+#include "common/spec_bounds.h"
 
 namespace pp::common {
 namespace {
@@ -284,6 +285,7 @@ absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec) {
   if (absl::Status s = ValidateModel(spec.model()); !s.ok()) return s;
   if (absl::Status s = ValidateParallel(spec); !s.ok()) return s;
   if (absl::Status s = ValidateTrain(spec.train()); !s.ok()) return s;
+  if (absl::Status s = CheckSpecBounds(spec); !s.ok()) return s;
   if (spec.checkpoint().every_steps() < 0) {
     return Field("checkpoint.every_steps",
                  absl::StrCat("must be >= 0, got ", spec.checkpoint().every_steps()));
