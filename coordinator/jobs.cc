@@ -80,9 +80,12 @@ absl::Status JobManager::Reload() {
     if (IsTerminal(rec.job.state())) continue;
     absl::StatusOr<PlannedJob> planned = PlanJobSpec(rec.job.spec());
     if (!planned.ok()) {
+      // Stored by an older ppcoord, or under older limits: it must not keep ppcoord from starting.
+      const std::string reason =
+          absl::StrCat("quarantined at startup: its spec is refused: ", planned.status().message());
+      Log(absl::StrCat("job ", id, ": ", reason));
       if (rec.job.state() == pp::v1::RUNNING) rec.job.set_state(pp::v1::QUEUED);
-      Finish(rec, pp::v1::FAILED,
-             absl::StrCat("spec no longer valid after a restart: ", planned.status().message()));
+      Finish(rec, pp::v1::FAILED, reason);
       continue;
     }
     rec.schedule = std::move(planned->schedule);

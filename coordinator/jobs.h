@@ -62,7 +62,8 @@ class JobManager {
  public:
   // Opens the store under options.data_dir and reloads its jobs: queued ones wait again, jobs
   // that were running when ppcoord stopped are queued again (a new attempt) from their newest
-  // committed checkpoint, to be placed once enough workers (re-)register.
+  // committed checkpoint, to be placed once enough workers (re-)register. A stored job whose spec
+  // is now refused (common/spec_bounds.h) is FAILED, its reason and one log line saying why.
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(const ManagerOptions& options,
                                                             CoordinatorMetrics* metrics);
   ~JobManager();
