@@ -1,10 +1,13 @@
 #include "common/mesh.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/spec_bounds.h"
 
 namespace pp::common {
 
@@ -12,6 +15,12 @@ absl::StatusOr<Mesh> Mesh::Create(int dp, int pp, int tp) {
   if (dp < 1 || pp < 1 || tp < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("mesh sizes must be >= 1, got data=", dp, " pipeline=", pp, " tensor=", tp));
+  }
+  // Ranks are ints: a product past INT_MAX would wrap, and a wrapped size places nothing.
+  if (const std::optional<int64_t> size = CheckedProduct({dp, pp, tp});
+      !size || *size > std::numeric_limits<int>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mesh data=", dp, " x pipeline=", pp, " x tensor=", tp, " has more ranks than an int"));
   }
   return Mesh(dp, pp, tp);
 }

@@ -27,7 +27,7 @@ enum class Axis { kData, kPipeline, kTensor };
 
 class Mesh {
  public:
-  // InvalidArgument unless every size is >= 1.
+  // InvalidArgument unless every size is >= 1 and their product fits an int.
   static absl::StatusOr<Mesh> Create(int dp, int pp, int tp);
 
   int dp() const { return dp_; }

@@ -4,8 +4,8 @@
 
 namespace pp::common {
 
-int GlobalMicrobatches(const pp::v1::JobSpec& spec) {
-  return spec.train().microbatches() * std::max(1, spec.parallel().data());
+int64_t GlobalMicrobatches(const pp::v1::JobSpec& spec) {
+  return int64_t{spec.train().microbatches()} * std::max(1, spec.parallel().data());
 }
 
 int64_t ReplicaTokensPerStep(const pp::v1::JobSpec& spec) {

@@ -14,8 +14,9 @@
 
 namespace pp::common {
 
-// R x M: the microbatches of one step over every data replica.
-int GlobalMicrobatches(const pp::v1::JobSpec& spec);
+// R x M: the microbatches of one step over every data replica. In int64 for specs not validated
+// (a job stored by an older ppcoord); a validated spec's stays below 2^24 (common/spec_bounds.h).
+int64_t GlobalMicrobatches(const pp::v1::JobSpec& spec);
 
 // M x B x T: the tokens one data replica trains on per step (what a rank reports).
 int64_t ReplicaTokensPerStep(const pp::v1::JobSpec& spec);

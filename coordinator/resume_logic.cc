@@ -1,6 +1,8 @@
 #include "coordinator/resume_logic.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "common/step_math.h"
@@ -26,13 +28,19 @@ absl::Status CheckResumable(const pp::v1::Job& job) {
 absl::StatusOr<pp::v1::JobSpec> ResumedSpec(pp::v1::JobSpec spec,
                                             const pp::v1::ResumeJobRequest& request) {
   if (request.has_parallel()) {
-    const int global = pp::common::GlobalMicrobatches(spec);
-    const int replicas = std::max(1, request.parallel().data());
+    // A job stored by an older ppcoord may hold sizes that no bound checked: hence int64.
+    const int64_t global = pp::common::GlobalMicrobatches(spec);
+    const int64_t replicas = std::max(1, request.parallel().data());
     if (global % replicas != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "parallel.data ", replicas, " does not divide the job's ", global,
           " microbatches per step (train.microbatches x parallel.data): a resume keeps the "
           "global batch"));
+    }
+    if (global / replicas > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat("train.microbatches: the job's ", global,
+                                                     " microbatches per step over ", replicas,
+                                                     " replicas do not fit an int32"));
     }
     *spec.mutable_parallel() = request.parallel();
     spec.mutable_train()->set_microbatches(global / replicas);

@@ -2,7 +2,8 @@
 // ppcoord's messages: MaxActionsPerRank bounds every lowered rank program of every schedule (and a
 // pipeline's middle ranks reach it), and a job at kMaxActionsPerStep still fits each message it
 // makes (a rank's TaskPlan, the whole step's measured trace, the PlanJob answer) in gRPC's
-// default 4 MiB, while one microbatch more is refused.
+// default 4 MiB, while one microbatch more is refused. And ppcoord's resume of a job stored without
+// these bounds takes its sizes in int64.
 #include <algorithm>
 #include <cstdint>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "coordinator/placement.h"
 #include "coordinator/plan/plan.h"
 #include "coordinator/planning.h"
+#include "coordinator/resume_logic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -48,9 +50,11 @@ TEST(SpecBoundsPlanTest, MaxActionsPerRankBoundsEveryLoweredProgram) {
           const std::optional<int64_t> bound = MaxActionsPerRank(name, D, V, M);
           ASSERT_TRUE(bound.has_value());
           EXPECT_LE(longest, *bound);
-          // A middle rank receives and sends around every stage it holds: the bound is tight.
-          if (D >= 3) EXPECT_EQ(longest, *bound);
-          if (D == 1) EXPECT_EQ(longest, *bound);  // no communication at all
+          // Tight where a middle rank receives and sends around every stage it holds, and
+          // where nothing communicates.
+          if (D >= 3 || D == 1) {
+            EXPECT_EQ(longest, *bound);
+          }
         }
       }
     }
@@ -176,6 +180,28 @@ TEST(SpecBoundsPlanTest, TheLargestParamsPartitionPlans) {
   for (int u : planned->stage_units) units += u;
   EXPECT_EQ(units, kMaxLayers + 2);
   EXPECT_EQ(planned->stage_units.size(), 342u);
+}
+
+// 2^30 microbatches x 4 replicas, as an older ppcoord may have stored it: 2^32 overflowed an int.
+TEST(SpecBoundsPlanTest, AResumeOfAnUnboundedStoredSpecCountsInInt64) {
+  pp::v1::JobSpec stored = Layout("1f1b", 1, 1, 1 << 30, 4);
+  pp::v1::ResumeJobRequest request;
+  request.set_job_id("old-1");
+  *request.mutable_parallel() = stored.parallel();
+  for (int replicas : {1, 2}) {  // 2^32 and 2^31 microbatches per replica
+    request.mutable_parallel()->set_data(replicas);
+    absl::StatusOr<pp::v1::JobSpec> resumed = coordinator::ResumedSpec(stored, request);
+    EXPECT_EQ(resumed.status().code(), absl::StatusCode::kInvalidArgument) << replicas;
+    EXPECT_THAT(std::string(resumed.status().message()),
+                StartsWith("train.microbatches: the job's 4294967296 microbatches per step"));
+  }
+  request.mutable_parallel()->set_data(8);
+  absl::StatusOr<pp::v1::JobSpec> resumed = coordinator::ResumedSpec(stored, request);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->train().microbatches(), 1 << 29);
+  EXPECT_THAT(std::string(coordinator::PlanJobSpec(*resumed).status().message()),
+              StartsWith("parallel.data x train.microbatches x train.microbatch_size: 8 x "
+                         "536870912 x 1 = 4294967296 sequences per step is over the limit"));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/mesh.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -226,6 +227,18 @@ TEST(SpecBoundsTest, CheckedProductSaysWhenInt64Overflows) {
   EXPECT_EQ(MaxActionsPerRank("1f1b", 4, 1, 8), 48);
   EXPECT_EQ(MaxActionsPerRank("zb-v", 1, 2, 8), 48);
   EXPECT_EQ(MaxActionsPerRank("1f1b", 2, kMax / 2, 3), std::nullopt);
+}
+
+// The mesh is the other guard of the product that used to wrap to 0 and crash ppcoord's placement.
+TEST(SpecBoundsTest, AMeshRefusesMoreRanksThanAnInt) {
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
+  absl::StatusOr<Mesh> wrapped = Mesh::Create(65536, 4, 65536);  // 2^34
+  EXPECT_EQ(wrapped.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(wrapped.status().message()), HasSubstr("more ranks than an int"));
+  EXPECT_FALSE(Mesh::Create(kMaxInt, kMaxInt, kMaxInt).ok());  // past int64 as well
+  absl::StatusOr<Mesh> widest = Mesh::Create(kMaxInt, 1, 1);
+  ASSERT_TRUE(widest.ok()) << widest.status();
+  EXPECT_EQ(widest->size(), kMaxInt);
 }
 
 // The documented example and a GPT-2 small sized job are far inside every bound.
