@@ -6,6 +6,8 @@
 // (must exist and hold at least seq_len+1 tokens; uint16 tokens must be < vocab_size). The
 // schedule names and chunk rules are those of the schedule table (common/schedules.h); its rules
 // that depend on microbatch counts (ScheduleRule::constraints) are for the planner to apply.
+// Every size, and every product of sizes, is bounded before the data file is opened
+// (common/spec_bounds.h).
 #ifndef PP_COMMON_JOB_SPEC_H_
 #define PP_COMMON_JOB_SPEC_H_
 

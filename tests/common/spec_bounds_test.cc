@@ -267,12 +267,12 @@ TEST(SpecBoundsTest, UsualSpecsPass) {
 
 // Through ValidateJobSpec: the spec that used to crash ppcoord, and the other hostile sizes.
 TEST(SpecBoundsTest, ValidateJobSpecRefusesHostileSizes) {
-  Spec issue = Small();
-  issue.mutable_model()->set_d_model(65536);
-  issue.mutable_model()->set_n_heads(65536);
-  issue.mutable_parallel()->set_tensor(65536);
-  issue.mutable_parallel()->set_data(65536);
-  absl::Status status = ValidateJobSpec(issue);
+  Spec crashing = Small();
+  crashing.mutable_model()->set_d_model(65536);
+  crashing.mutable_model()->set_n_heads(65536);
+  crashing.mutable_parallel()->set_tensor(65536);
+  crashing.mutable_parallel()->set_data(65536);
+  absl::Status status = ValidateJobSpec(crashing);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()),
               StartsWith(absl::StrCat("model.d_model: 65536 is over the limit ", kMaxDModel)));

@@ -43,7 +43,7 @@ class HostileSpecTest : public IntegrationTest {
   }
 
   // The submission that used to segfault ppcoord: 65536-way data and tensor parallelism.
-  pp::v1::JobSpec IssueSpec() const {
+  pp::v1::JobSpec CrashingSpec() const {
     pp::v1::JobSpec spec = TinySpec("1f1b", 1, 3);
     spec.mutable_model()->set_d_model(65536);
     spec.mutable_model()->set_n_heads(65536);
@@ -106,7 +106,7 @@ TEST_F(HostileSpecTest, OversizedSpecsAreRefusedNamingTheFieldAndTheLimit) {
     std::function<pp::v1::JobSpec()> spec;
   };
   const std::vector<Case> cases = {
-      {"model.d_model", "over the limit 16384", [&] { return IssueSpec(); }},
+      {"model.d_model", "over the limit 16384", [&] { return CrashingSpec(); }},
       {"parallel.pipeline x parallel.tensor x parallel.data", "over the limit 4096",
        [&] { return OverflowingMesh(); }},
       {"train.microbatches", "over the limit 65536",
@@ -159,7 +159,7 @@ TEST_F(HostileSpecTest, AStoredHostileJobIsQuarantinedAtStartupAndPpcoordServes)
 
   // One QUEUED as at submit, one RUNNING when ppcoord went down.
   const std::vector<Stored> stored = {
-      {"hostile-100", pp::v1::QUEUED, IssueSpec(),
+      {"hostile-100", pp::v1::QUEUED, CrashingSpec(),
        "quarantined at startup: its spec is refused: model.d_model: 65536 is over the limit "
        "16384"},
       {"hostile-101", pp::v1::RUNNING, OverflowingMesh(),
