@@ -251,6 +251,7 @@ void JobManager::PlaceQueued() {
 
 void JobManager::NoteWait(JobRecord& rec, const std::string& reason) {
   if (rec.job.reason() == reason) return;
+  rec.waiting = true;
   rec.job.set_reason(reason);
   rec.job.set_updated_unix(NowUnix());
   Persist(rec).IgnoreError();
@@ -262,6 +263,11 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
   const std::string& id = job.id();
   job.mutable_placement()->Assign(placement.begin(), placement.end());
   job.set_state(pp::v1::RUNNING);
+  if (std::exchange(rec.waiting, false)) {  // running now: the reason is why this attempt began
+    const bool logged = job.restart_log_size() > 0 &&
+                        job.restart_log(job.restart_log_size() - 1).attempt() == job.attempt();
+    job.set_reason(logged ? job.restart_log(job.restart_log_size() - 1).reason() : "");
+  }
   job.set_updated_unix(NowUnix());
   rec.steps = std::make_unique<StepAggregator>(job.placement_size());
   rec.checkpoints = std::make_unique<CheckpointCollector>(job.placement_size());

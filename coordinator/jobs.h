@@ -130,6 +130,8 @@ class JobManager {
     bool verify_pending = false;
     // QUEUED after an automatic restart: not placed before this time (the restart's backoff).
     absl::Time not_before = absl::InfinitePast();
+    // job.reason says why it waits (NoteWait) rather than why its attempt began.
+    bool waiting = false;
   };
   // The task a BUSY worker was given (or says it runs).
   struct Held {

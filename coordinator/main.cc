@@ -24,7 +24,8 @@ ABSL_FLAG(std::string, grpc, "127.0.0.1:50051",
 ABSL_FLAG(std::string, metrics, "127.0.0.1:9090",
           "HOST:PORT of the Prometheus /metrics endpoint; port 0 = a free port");
 ABSL_FLAG(std::string, data_dir, "",
-          "folder for the job store (ppcoord.db) and checkpoints (checkpoints/<job>/step-<N>/)");
+          "folder for the job store (ppcoord.db) and checkpoints (checkpoints/<job>/step-<N>/); "
+          "ppcoord.lock in it keeps a second ppcoord out");
 ABSL_FLAG(std::string, address_file, "",
           "once serving, write {\"grpc\":\"h:p\",\"metrics\":\"h:p\"} to this file");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(5),

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "coordinator/log.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -153,8 +154,9 @@ absl::StatusOr<std::vector<pp::v1::Job>> JobStore::LoadJobs() {
         continue;
       }
       damaged.push_back({sqlite3_column_int64(stmt.get(), 0), id,
-                         parsed.ok() ? absl::StrCat("its job's id is \"", job.id(), "\"")
-                                     : std::string(parsed.message())});
+                         parsed.ok()
+                             ? absl::StrCat("its job's id is \"", job.id(), "\"")
+                             : absl::StrReplaceAll(std::string(parsed.message()), {{"\n", " "}})});
     }
     if (rc != SQLITE_DONE) {
       return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));

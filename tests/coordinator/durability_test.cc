@@ -1,7 +1,7 @@
 // ppcoord in-process with its real SQLite store, the store made to fail or damaged from a second
 // connection (a trigger that refuses writes, a row overwritten with garbage): nothing is
 // acknowledged that is not stored, job ids never repeat, a damaged row is quarantined and ppcoord
-// starts; and with fake workers, a restart waits out its backoff.
+// starts; and with fake workers, a restart waits out its backoff and a waiting job says why.
 #include <sqlite3.h>
 
 #include <filesystem>
@@ -225,6 +225,21 @@ TEST_F(DurabilityTest, AnAutomaticRestartIsPlacedOnlyAfterItsBackoff) {
     EXPECT_EQ(job.restarts(), restart);
     EXPECT_EQ(job.state(), pp::v1::RUNNING);
   }
+}
+
+TEST_F(DurabilityTest, AWaitingJobSaysWhyUntilItRuns) {
+  std::string id;
+  ASSERT_TRUE(Submit(ValidSpec(), &id).ok());
+  FakeWorker& w0 = AddWorker("w0");
+  EXPECT_TRUE(
+      WaitUntil([&] { return GetJob(id).reason() == "needs 2 workers, 1 registered, 1 idle"; },
+                absl::Seconds(10)))
+      << GetJob(id).reason();
+  AddWorker("w1");
+  ASSERT_TRUE(w0.WaitForTask(absl::Seconds(10)));
+  const pp::v1::Job running = GetJob(id);
+  EXPECT_EQ(running.state(), pp::v1::RUNNING);
+  EXPECT_EQ(running.reason(), "");  // the first attempt began for no reason of its own
 }
 
 TEST_F(DurabilityTest, MaxRestartsAboveTheCeilingIsRefused) {

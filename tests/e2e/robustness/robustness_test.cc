@@ -88,10 +88,10 @@ TEST_F(RobustnessTest, PpcoordKilledRightAfterAPruneResumesFromTheNewCheckpoint)
 TEST_F(RobustnessTest, ASecondPpcoordOnTheSameDataFolderIsRefused) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(0));
   const std::string log = (dir_ / "second-ppcoord.log").string();
-  absl::StatusOr<std::unique_ptr<Process>> second = Process::Start(
-      {std::string(PP_BIN_DIR) + "/ppcoord", "--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0",
-       "--data_dir=" + cluster_->data_dir()},
-      log);
+  absl::StatusOr<std::unique_ptr<Process>> second =
+      Process::Start({std::string(PP_BIN_DIR) + "/ppcoord", "--grpc=127.0.0.1:0",
+                      "--metrics=127.0.0.1:0", "--data_dir=" + cluster_->data_dir()},
+                     log);
   ASSERT_TRUE(second.ok()) << second.status();
   absl::StatusOr<int> exited = (*second)->Wait(absl::Seconds(20));
   ASSERT_TRUE(exited.ok()) << "the second ppcoord still runs: " << (*second)->LogTail();
@@ -122,19 +122,17 @@ TEST_F(RobustnessTest, AJobTooLargeForTheClusterWaitsWithItsReasonWhileALaterOne
   ASSERT_TRUE(waiting.ok()) << waiting.status();
   EXPECT_EQ(waiting->state(), pp::v1::QUEUED);
   EXPECT_THAT(waiting->reason(), HasSubstr("needs 8 workers, 2 registered, "));
-  absl::StatusOr<CommandResult> get =
-      RunCommand({cluster_->ppctl(), "--coordinator=" + cluster_->coordinator().grpc, "get",
-                  *large},
-                 absl::Seconds(20));
+  absl::StatusOr<CommandResult> get = RunCommand(
+      {cluster_->ppctl(), "--coordinator=" + cluster_->coordinator().grpc, "get", *large},
+      absl::Seconds(20));
   ASSERT_TRUE(get.ok()) << get.status();
   EXPECT_EQ(get->exit_code, 0) << get->err;
   EXPECT_THAT(get->out, HasSubstr("needs 8 workers, 2 registered, "));
 
   // The watch saw the reason too: cancel the job to end the stream.
-  absl::StatusOr<CommandResult> cancel =
-      RunCommand({cluster_->ppctl(), "--coordinator=" + cluster_->coordinator().grpc, "cancel",
-                  *large},
-                 absl::Seconds(20));
+  absl::StatusOr<CommandResult> cancel = RunCommand(
+      {cluster_->ppctl(), "--coordinator=" + cluster_->coordinator().grpc, "cancel", *large},
+      absl::Seconds(20));
   ASSERT_TRUE(cancel.ok()) << cancel.status();
   absl::StatusOr<std::vector<pp::v1::JobEvent>> events = (*watch)->Rest();
   ASSERT_TRUE(events.ok()) << events.status();
