@@ -421,6 +421,7 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
   job.clear_placement();
   job.set_last_checkpoint_step(from_step);
   rec->verify_pending = false;  // verified above
+  rec->not_before = absl::InfinitePast();  // a resume is asked for: no backoff
   StartNextAttempt(job, from_step, ResumeReason(from_step, job.spec().parallel()),
                    /*automatic=*/false, NowUnix());
   const absl::Status saved = Persist(*rec);
