@@ -294,6 +294,12 @@ absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec) {
   if (spec.max_restarts() < 0) {
     return Field("max_restarts", absl::StrCat("must be >= 0, got ", spec.max_restarts()));
   }
+  // With the restart backoff capped at 60 s (docs/jobs.md), a failing job ends within two hours.
+  constexpr int kMaxRestarts = 100;
+  if (spec.max_restarts() > kMaxRestarts) {
+    return Field("max_restarts",
+                 absl::StrCat("must be <= ", kMaxRestarts, ", got ", spec.max_restarts()));
+  }
   return ValidateData(spec.data(), spec.model());
 }
 

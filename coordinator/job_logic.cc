@@ -101,6 +101,17 @@ void StartNextAttempt(pp::v1::Job& job, int from_step, const std::string& reason
   entry->set_automatic(automatic);
 }
 
+absl::Duration RestartBackoff(int restart, absl::Duration base, absl::Duration cap) {
+  if (restart < 1) return absl::ZeroDuration();
+  absl::Duration wait = base;
+  for (int i = 1; i < restart && wait < cap; ++i) wait *= 2;
+  return std::min(wait, cap);
+}
+
+std::string WaitReason(int needed, int registered, int idle) {
+  return absl::StrCat("needs ", needed, " workers, ", registered, " registered, ", idle, " idle");
+}
+
 double MeasuredBubble(const std::vector<pp::v1::StepReport>& reports) {
   // A report's busy time includes the optimizer, which its trace does not carry, and each rank
   // times its trace from its own step start: the span is the slowest rank's step.

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "pp/v1/coordinator.pb.h"
 #include "pp/v1/job.pb.h"
 #include "pp/v1/schedule.pb.h"
@@ -46,6 +47,14 @@ pp::v1::JobEvent SnapshotEvent(const pp::v1::Job& job, double now_unix);
 // step, reason and updated_unix, and appends the attempt to job.restart_log.
 void StartNextAttempt(pp::v1::Job& job, int from_step, const std::string& reason, bool automatic,
                       double now_unix);
+
+// How long automatic restart number `restart` (1 = the first) waits before it may be placed:
+// `base` doubled for each restart before it, at most `cap`; zero for restart < 1. The doubling
+// stops at the cap, so no restart count overflows it.
+absl::Duration RestartBackoff(int restart, absl::Duration base, absl::Duration cap);
+
+// Why a QUEUED job is not placed: "needs 8 workers, 2 registered, 0 idle" (registered: not DOWN).
+std::string WaitReason(int needed, int registered, int idle);
 
 // Idle share of the step over all ranks, the planner's one bubble definition (IdleFraction,
 // coordinator/plan/timeline.h) with each rank's reported busy seconds over the slowest rank's

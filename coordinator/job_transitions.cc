@@ -56,11 +56,11 @@ void JobManager::StopAttempt(JobRecord& rec, const std::string& reason,
   rendezvous_.EraseWithPrefix(absl::StrCat(job.id(), "/", job.attempt(), "/"));
 }
 
-void JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
-                        const std::string& skip_worker) {
+absl::Status JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
+                                const std::string& skip_worker) {
   if (absl::Status allowed = CheckTransition(rec.job.state(), state); !allowed.ok()) {
     Log(absl::StrCat("job ", rec.job.id(), ": ", allowed.message()));
-    return;
+    return absl::OkStatus();
   }
   StopAttempt(rec, reason, skip_worker);
   pp::v1::Job& job = rec.job;
@@ -68,10 +68,11 @@ void JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::strin
   job.set_reason(reason);
   job.set_updated_unix(NowUnix());
   rendezvous_.EraseWithPrefix(job.id() + "/");
-  Persist(rec);
+  absl::Status saved = Persist(rec);
   Emit(rec, FinalEventKind(state),
        reason.empty() ? absl::StrCat("finished after ", job.step(), " steps") : reason);
   UpdateGauges();
+  return saved;
 }
 
 void JobManager::Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker) {
@@ -82,7 +83,8 @@ void JobManager::Fail(JobRecord& rec, const std::string& reason, const std::stri
   }
   Finish(rec, pp::v1::FAILED,
          budget > 0 ? absl::StrCat(reason, " (after ", budget, " automatic restarts)") : reason,
-         skip_worker);
+         skip_worker)
+      .IgnoreError();
 }
 
 void JobManager::Suspect(JobRecord& rec, const std::string& reason, const std::string& worker) {
@@ -168,20 +170,27 @@ void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automat
   // (VerifyQueued) and falls back to an older one when it is damaged.
   const int from_step = job.last_checkpoint_step();
   rec.verify_pending = from_step > 0;
+  absl::Duration backoff = absl::ZeroDuration();
   if (automatic) {
     job.set_restarts(job.restarts() + 1);
     metrics_->JobRestarted(job.id());
+    backoff =
+        RestartBackoff(job.restarts(), options_.restart_backoff, options_.restart_backoff_cap);
   }
+  rec.not_before = absl::Now() + backoff;
   job.set_state(pp::v1::QUEUED);
   StartNextAttempt(job, from_step, reason, automatic, NowUnix());
   Log(absl::StrCat("job ", job.id(), ": attempt ", job.attempt(), " from step ", from_step,
                    " after: ", reason));
-  Persist(rec);
+  Persist(rec).IgnoreError();
   Emit(rec, pp::v1::EVENT_RESTARTED,
-       absl::StrCat(automatic ? absl::StrCat("restart ", job.restarts(), " of ",
-                                             job.spec().max_restarts())
-                              : "restart",
-                    " from step ", from_step, ": ", reason));
+       absl::StrCat(
+           automatic ? absl::StrCat("restart ", job.restarts(), " of ", job.spec().max_restarts())
+                     : "restart",
+           " from step ", from_step, ": ", reason,
+           automatic
+               ? absl::StrCat(" (placed after a backoff of ", absl::FormatDuration(backoff), ")")
+               : ""));
   UpdateGauges();
 }
 
@@ -193,10 +202,10 @@ pp::v1::JobEvent& JobManager::Emit(JobRecord& rec, pp::v1::JobEventKind kind,
   return events_.Append(rec.job.id(), std::move(event));
 }
 
-void JobManager::Persist(JobRecord& rec) {
-  if (absl::Status saved = store_->Put(rec.job); !saved.ok()) {
-    Log(absl::StrCat("job ", rec.job.id(), " not saved: ", saved.message()));
-  }
+absl::Status JobManager::Persist(JobRecord& rec) {
+  absl::Status saved = store_->Put(rec.job);
+  if (!saved.ok()) Log(absl::StrCat("job ", rec.job.id(), " not saved: ", saved.message()));
+  return saved;
 }
 
 void JobManager::UpdateGauges() {

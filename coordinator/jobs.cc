@@ -15,6 +15,15 @@
 #include "coordinator/resume_logic.h"
 
 namespace pp::coordinator {
+namespace {
+
+// A change the job store refused: Unavailable (the client may retry), with the store's error.
+absl::Status Unsaved(const std::string& what, const absl::Status& store) {
+  return absl::UnavailableError(
+      absl::StrCat(what, ": the job store did not save it: ", store.message()));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(const ManagerOptions& options,
                                                                CoordinatorMetrics* metrics) {
@@ -69,9 +78,6 @@ absl::Status JobManager::Reload() {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::vector<pp::v1::Job>> jobs = store_->LoadJobs();
   if (!jobs.ok()) return jobs.status();
-  absl::StatusOr<int64_t> next = store_->NextSequence();
-  if (!next.ok()) return next.status();
-  next_sequence_ = *next;
   for (pp::v1::Job& job : *jobs) {
     const std::string id = job.id();
     JobRecord& rec = jobs_[id];
@@ -85,7 +91,7 @@ absl::Status JobManager::Reload() {
           absl::StrCat("quarantined at startup: its spec is refused: ", planned.status().message());
       Log(absl::StrCat("job ", id, ": ", reason));
       if (rec.job.state() == pp::v1::RUNNING) rec.job.set_state(pp::v1::QUEUED);
-      Finish(rec, pp::v1::FAILED, reason);
+      Finish(rec, pp::v1::FAILED, reason).IgnoreError();  // logged above; ppcoord starts anyway
       continue;
     }
     rec.schedule = std::move(planned->schedule);
@@ -183,7 +189,7 @@ void JobManager::SettleStartStep(JobRecord& rec,
     if (job.restart_log_size() > 0) {
       job.mutable_restart_log(job.restart_log_size() - 1)->set_from_step(from_step);
     }
-    Persist(rec);
+    Persist(rec).IgnoreError();
   }
 }
 
@@ -219,18 +225,39 @@ void JobManager::Tick() {
 }
 
 void JobManager::PlaceQueued() {
-  // First come, first served: a job that does not fit holds back the ones behind it.
+  // Oldest first among the jobs that fit. Backfill lets a stream of small jobs keep a large one
+  // waiting; without it, a large job that never fits would stop every job behind it.
+  const absl::Time now = absl::Now();
   for (const std::string& id : order_) {
     JobRecord& rec = jobs_.at(id);
     if (rec.job.state() != pp::v1::QUEUED) continue;
-    if (rec.verify_pending) return;  // its start step is known once VerifyQueued ran
+    // Its start step is known once VerifyQueued ran; a restart waits out its backoff.
+    if (rec.verify_pending || now < rec.not_before) continue;
     const std::vector<int> stage_to_rank(rec.schedule.stage_to_rank().begin(),
                                          rec.schedule.stage_to_rank().end());
+    const std::vector<pp::v1::WorkerInfo> idle = workers_.Idle();
     absl::StatusOr<std::vector<pp::v1::RankPlacement>> placement =
-        PlaceRanks(rec.job.spec(), stage_to_rank, workers_.Idle());
-    if (!placement.ok()) return;
-    Start(rec, *std::move(placement));
+        PlaceRanks(rec.job.spec(), stage_to_rank, idle);
+    if (placement.ok()) {
+      Start(rec, *std::move(placement));
+      continue;
+    }
+    const int world = common::WorldSize(rec.job.spec());
+    const int registered =
+        workers_.CountInState(pp::v1::IDLE) + workers_.CountInState(pp::v1::BUSY);
+    NoteWait(rec, static_cast<int>(idle.size()) < world
+                      ? WaitReason(world, registered, static_cast<int>(idle.size()))
+                      : std::string(placement.status().message()));
   }
+}
+
+void JobManager::NoteWait(JobRecord& rec, const std::string& reason) {
+  if (rec.job.reason() == reason) return;
+  rec.waiting = true;
+  rec.job.set_reason(reason);
+  rec.job.set_updated_unix(NowUnix());
+  Persist(rec).IgnoreError();
+  Emit(rec, pp::v1::EVENT_QUEUED, reason);
 }
 
 void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement) {
@@ -238,6 +265,11 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
   const std::string& id = job.id();
   job.mutable_placement()->Assign(placement.begin(), placement.end());
   job.set_state(pp::v1::RUNNING);
+  if (std::exchange(rec.waiting, false)) {  // running now: the reason is why this attempt began
+    const bool logged = job.restart_log_size() > 0 &&
+                        job.restart_log(job.restart_log_size() - 1).attempt() == job.attempt();
+    job.set_reason(logged ? job.restart_log(job.restart_log_size() - 1).reason() : "");
+  }
   job.set_updated_unix(NowUnix());
   rec.steps = std::make_unique<StepAggregator>(job.placement_size());
   rec.checkpoints = std::make_unique<CheckpointCollector>(job.placement_size());
@@ -262,7 +294,7 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
                         .attempt = job.attempt(),
                         .plan = std::move(plan)});
   }
-  Persist(rec);
+  Persist(rec).IgnoreError();
   Emit(rec, pp::v1::EVENT_PLACED,
        absl::StrCat("attempt ", job.attempt(), " placed on ", absl::StrJoin(names, ", "),
                     job.start_step() > 0 ? absl::StrCat(", from step ", job.start_step()) : ""));
@@ -273,17 +305,23 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec) {
   if (!planned.ok()) return planned.status();
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("ppcoord is shutting down");
-  const std::string id = MakeJobId(planned->spec.name(), next_sequence_++);
+  // Nothing is acknowledged that a restart would lose: the job exists once its row is stored.
+  absl::StatusOr<int64_t> sequence = store_->ReserveSequence();
+  if (!sequence.ok()) return Unsaved("job not submitted", sequence.status());
+  const std::string id = MakeJobId(planned->spec.name(), *sequence);
   JobRecord& rec = jobs_[id];
   rec.job.set_id(id);
   *rec.job.mutable_spec() = std::move(planned->spec);
   rec.job.set_state(pp::v1::QUEUED);
   rec.job.set_created_unix(NowUnix());
   rec.job.set_updated_unix(rec.job.created_unix());
+  if (absl::Status saved = Persist(rec); !saved.ok()) {
+    jobs_.erase(id);
+    return Unsaved("job not submitted", saved);
+  }
   rec.schedule = std::move(planned->schedule);
   rec.stage_units = std::move(planned->stage_units);
   order_.push_back(id);
-  Persist(rec);
   metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
   Emit(rec, pp::v1::EVENT_QUEUED,
        absl::StrCat("waiting for ", common::WorldSize(rec.job.spec()), " idle workers"));
@@ -314,7 +352,9 @@ absl::StatusOr<pp::v1::Job> JobManager::Cancel(const std::string& job_id) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job \"", job_id, "\" already ended: ", pp::v1::JobState_Name(rec->job.state())));
   }
-  Finish(*rec, pp::v1::CANCELLED, "cancelled by the user");
+  if (absl::Status saved = Finish(*rec, pp::v1::CANCELLED, "cancelled by the user"); !saved.ok()) {
+    return Unsaved("job cancelled, but a restart may bring it back", saved);
+  }
   return rec->job;
 }
 
@@ -383,13 +423,15 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
   job.clear_placement();
   job.set_last_checkpoint_step(from_step);
   rec->verify_pending = false;  // verified above
+  rec->not_before = absl::InfinitePast();  // a resume is asked for: no backoff
   StartNextAttempt(job, from_step, ResumeReason(from_step, job.spec().parallel()),
                    /*automatic=*/false, NowUnix());
-  Persist(*rec);
+  const absl::Status saved = Persist(*rec);
   metrics_->JobCreated(id, rec->schedule.simulation().bubble_fraction());
   Emit(*rec, pp::v1::EVENT_QUEUED, job.reason());
   PlaceQueued();
   UpdateGauges();
+  if (!saved.ok()) return Unsaved("job resumed, but a restart may end it again", saved);
   return rec->job;
 }
 

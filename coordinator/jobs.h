@@ -56,6 +56,11 @@ struct ManagerOptions {
   // error reported meanwhile; failing that, the lost-peer report stands after failure_settle.
   absl::Duration probe_deadline = absl::Milliseconds(500);
   absl::Duration failure_settle = absl::Seconds(1);
+  // Automatic restart n of a job is placed no sooner than restart_backoff * 2^(n-1) after the
+  // failure, at most restart_backoff_cap after it (RestartBackoff, job_logic.h): a job that fails
+  // at once on every attempt does not spin through its max_restarts.
+  absl::Duration restart_backoff = absl::Seconds(1);
+  absl::Duration restart_backoff_cap = absl::Seconds(60);
 };
 
 class JobManager {
@@ -124,6 +129,10 @@ class JobManager {
     std::optional<Suspicion> suspicion;
     // QUEUED with start_step = the newest committed checkpoint, not verified yet (VerifyQueued).
     bool verify_pending = false;
+    // QUEUED after an automatic restart: not placed before this time (the restart's backoff).
+    absl::Time not_before = absl::InfinitePast();
+    // job.reason says why it waits (NoteWait) rather than why its attempt began.
+    bool waiting = false;
   };
   // The task a BUSY worker was given (or says it runs).
   struct Held {
@@ -141,7 +150,12 @@ class JobManager {
   absl::Status Reload();
   void SchedulerLoop();
   void Tick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Places every QUEUED job that can start now, oldest first; a job that does not fit the idle
+  // workers waits, with the reason in job.reason (WaitReason), and does not hold back later jobs
+  // that fit (backfill).
   void PlaceQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records why a QUEUED job waits: job.reason, persisted and emitted when it changed.
+  void NoteWait(JobRecord& rec, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Verifies the checkpoint each requeued job will start from, outside the lock (hashing every
   // shard), then settles its start step (an older checkpoint when that one is damaged, step 0
   // when none verifies) and places what can run.
@@ -180,8 +194,9 @@ class JobManager {
   void StopAttempt(JobRecord& rec, const std::string& reason, const std::string& skip_worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves a job to a terminal state: persists it, emits the event, stops its live attempt.
-  void Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
-              const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns what Persist returned (OK when the transition is not allowed: that is only logged).
+  absl::Status Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
+                      const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A failure of the live attempt: Requeue while max_restarts allows, else Finish FAILED.
   void Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker = "")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -203,7 +218,9 @@ class JobManager {
   // caller to complete.
   pp::v1::JobEvent& Emit(JobRecord& rec, pp::v1::JobEventKind kind, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Persist(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the job's row; logs and returns the store's error. A call that answers a client fails
+  // on an error; a transition nobody waits on only logs it (its job's next write retries).
+  absl::Status Persist(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CommitCheckpoint(JobRecord& rec, const std::vector<pp::v1::CheckpointReport>& shards)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -218,7 +235,6 @@ class JobManager {
   std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
-  int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   WorkerTable workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Held> held_ ABSL_GUARDED_BY(mu_);  // BUSY workers' tasks
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

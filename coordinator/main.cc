@@ -1,10 +1,20 @@
 // ppcoord: the coordinator daemon. Flags below; see coordinator/coordinator.h for what it does.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "common/daemon_main.h"
 #include "common/host_port.h"
 #include "coordinator/coordinator.h"
@@ -14,7 +24,8 @@ ABSL_FLAG(std::string, grpc, "127.0.0.1:50051",
 ABSL_FLAG(std::string, metrics, "127.0.0.1:9090",
           "HOST:PORT of the Prometheus /metrics endpoint; port 0 = a free port");
 ABSL_FLAG(std::string, data_dir, "",
-          "folder for the job store (ppcoord.db) and checkpoints (checkpoints/<job>/step-<N>/)");
+          "folder for the job store (ppcoord.db) and checkpoints (checkpoints/<job>/step-<N>/); "
+          "ppcoord.lock in it keeps a second ppcoord out");
 ABSL_FLAG(std::string, address_file, "",
           "once serving, write {\"grpc\":\"h:p\",\"metrics\":\"h:p\"} to this file");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(5),
@@ -42,6 +53,44 @@ absl::StatusOr<pp::coordinator::CoordinatorOptions> OptionsFromFlags() {
   return options;
 }
 
+// Takes the exclusive lock DIR/ppcoord.lock (flock: held until the process ends, a crash
+// included) and writes this pid into it, because two ppcoords on one folder would both write its
+// store and prune its checkpoints. FailedPrecondition naming the folder and the holder's pid.
+absl::Status LockDataDir(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--data_dir: cannot create ", dir, ": ", error.message()));
+  }
+  const std::string path = (std::filesystem::path(dir) / "ppcoord.lock").string();
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--data_dir: cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int why = errno;
+    char holder[32] = {};
+    const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+    close(fd);
+    if (why != EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--data_dir: cannot lock ", path, ": ", std::strerror(why)));
+    }
+    const std::string pid(absl::StripAsciiWhitespace(std::string(holder, n > 0 ? n : 0)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--data_dir ", dir, " is in use by another ppcoord",
+                     pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"), ", which holds ", path));
+  }
+  const std::string pid = absl::StrCat(getpid(), "\n");
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    std::cerr << "ppcoord: cannot write the pid into " << path << ": " << std::strerror(errno)
+              << "\n";  // the lock holds all the same
+  }
+  return absl::OkStatus();  // fd stays open: the lock lasts as long as the process
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,6 +104,9 @@ int main(int argc, char** argv) {
   daemon.start = [&server]() -> absl::StatusOr<pp::common::DaemonAddresses> {
     absl::StatusOr<pp::coordinator::CoordinatorOptions> options = OptionsFromFlags();
     if (!options.ok()) return options.status();
+    if (!options->data_dir.empty()) {
+      if (absl::Status locked = LockDataDir(options->data_dir); !locked.ok()) return locked;
+    }
     absl::StatusOr<std::unique_ptr<pp::coordinator::CoordinatorServer>> started =
         pp::coordinator::CoordinatorServer::Start(*options);
     if (!started.ok()) return started.status();

@@ -4,6 +4,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "coordinator/log.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace pp::coordinator {
@@ -72,7 +74,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
       " restarts INTEGER, created_unix REAL, updated_unix REAL, job_json TEXT NOT NULL);"
       "CREATE TABLE IF NOT EXISTS steps (job_id TEXT NOT NULL, step INTEGER NOT NULL, loss REAL,"
       " step_seconds REAL, tokens_per_second REAL, bubble_ratio REAL, time_unix REAL,"
-      " PRIMARY KEY (job_id, step));");
+      " PRIMARY KEY (job_id, step));"
+      "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+      "CREATE TABLE IF NOT EXISTS quarantine (id TEXT, seq INTEGER, job_json TEXT, error TEXT,"
+      " quarantined_unix REAL);");
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat("job store ", path, ": ", status.message()));
   }
@@ -128,21 +133,67 @@ absl::Status JobStore::AddStep(const std::string& job_id, const StepRecord& step
   return stmt.Run();
 }
 
-absl::StatusOr<std::vector<pp::v1::Job>> JobStore::LoadJobs() const {
-  Statement stmt(db_, "SELECT id, job_json FROM jobs ORDER BY seq");
-  if (!stmt.status().ok()) return stmt.status();
+absl::StatusOr<std::vector<pp::v1::Job>> JobStore::LoadJobs() {
+  struct Damaged {
+    int64_t rowid;
+    std::string id;
+    std::string error;
+  };
   std::vector<pp::v1::Job> jobs;
-  int rc;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    pp::v1::Job& job = jobs.emplace_back();
-    auto parsed = google::protobuf::util::JsonStringToMessage(Text(stmt.get(), 1), &job);
-    if (!parsed.ok()) {
-      return absl::DataLossError(absl::StrCat("job store: job ", Text(stmt.get(), 0),
-                                              " does not parse: ", parsed.ToString()));
+  std::vector<Damaged> damaged;
+  {
+    Statement stmt(db_, "SELECT rowid, id, job_json FROM jobs ORDER BY seq");
+    if (!stmt.status().ok()) return stmt.status();
+    int rc;
+    while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+      pp::v1::Job job;
+      const std::string id = Text(stmt.get(), 1);
+      auto parsed = google::protobuf::util::JsonStringToMessage(Text(stmt.get(), 2), &job);
+      if (parsed.ok() && !id.empty() && job.id() == id) {
+        jobs.push_back(std::move(job));
+        continue;
+      }
+      damaged.push_back({sqlite3_column_int64(stmt.get(), 0), id,
+                         parsed.ok()
+                             ? absl::StrCat("its job's id is \"", job.id(), "\"")
+                             : absl::StrReplaceAll(std::string(parsed.message()), {{"\n", " "}})});
+    }
+    if (rc != SQLITE_DONE) {
+      return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
     }
   }
-  if (rc != SQLITE_DONE) return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
+  for (const Damaged& d : damaged) {
+    const std::string what =
+        absl::StrCat("job store: the row of job \"", d.id, "\" does not decode (", d.error, ")");
+    if (absl::Status moved = Quarantine(d.rowid, d.error); !moved.ok()) {
+      Log(absl::StrCat(what, "; skipped, not quarantined: ", moved.message()));
+    } else {
+      Log(absl::StrCat(what, "; moved to table quarantine"));
+    }
+  }
   return jobs;
+}
+
+absl::Status JobStore::Quarantine(int64_t rowid, const std::string& error) {
+  // One transaction: the row is in jobs or in quarantine, never in neither.
+  if (absl::Status begun = Exec("BEGIN IMMEDIATE"); !begun.ok()) return begun;
+  absl::Status status;
+  for (const char* sql :
+       {"INSERT INTO quarantine (id, seq, job_json, error, quarantined_unix) SELECT id, seq,"
+        " job_json, ?2, CAST(strftime('%s', 'now') AS REAL) FROM jobs WHERE rowid = ?1",
+        "DELETE FROM jobs WHERE rowid = ?1"}) {
+    Statement stmt(db_, sql);
+    status = stmt.status();
+    if (!status.ok()) break;
+    stmt.Bind(1, rowid);
+    stmt.Bind(2, error);  // the DELETE has no ?2: sqlite ignores the binding (SQLITE_RANGE)
+    if (status = stmt.Run(); !status.ok()) break;
+  }
+  if (!status.ok()) {
+    (void)Exec("ROLLBACK");
+    return status;
+  }
+  return Exec("COMMIT");
 }
 
 absl::StatusOr<std::vector<StepRecord>> JobStore::Steps(const std::string& job_id) const {
@@ -166,13 +217,20 @@ absl::StatusOr<std::vector<StepRecord>> JobStore::Steps(const std::string& job_i
   return steps;
 }
 
-absl::StatusOr<int64_t> JobStore::NextSequence() const {
-  Statement stmt(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs");
+absl::StatusOr<int64_t> JobStore::ReserveSequence() {
+  // One statement, so atomic. The seq columns count too, for stores written before table meta.
+  Statement stmt(db_,
+                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('next_sequence', 1 + MAX("
+                 " COALESCE((SELECT value FROM meta WHERE key = 'next_sequence'), 1),"
+                 " (SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs),"
+                 " (SELECT COALESCE(MAX(seq), 0) + 1 FROM quarantine))) RETURNING value - 1");
   if (!stmt.status().ok()) return stmt.status();
   if (sqlite3_step(stmt.get()) != SQLITE_ROW) {
     return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
   }
-  return sqlite3_column_int64(stmt.get(), 0);
+  const int64_t sequence = sqlite3_column_int64(stmt.get(), 0);
+  if (absl::Status done = stmt.Run(); !done.ok()) return done;  // the write completes here
+  return sequence;
 }
 
 }  // namespace pp::coordinator

@@ -1,7 +1,11 @@
 // Durable job store of ppcoord (internal): SQLite file <data_dir>/ppcoord.db.
 // Table jobs: one row per job (spec as proto3 JSON, state, reason, step, loss, restarts,
 // timestamps, and the whole pp.v1.Job as JSON for reloading). Table steps: per-step history
-// (loss, step seconds, tokens/s, measured bubble). Not thread-safe: callers serialise.
+// (loss, step seconds, tokens/s, measured bubble). Table meta: the next job sequence number, kept
+// apart from the rows so that a number handed out once is never handed out again, even when its
+// job's insert failed. Table quarantine: rows of jobs that could not be decoded, moved aside at
+// load so that one damaged row does not keep ppcoord from starting.
+// A write that returns OK is durable (in the WAL). Not thread-safe: callers serialise.
 #ifndef PP_COORDINATOR_STORE_H_
 #define PP_COORDINATOR_STORE_H_
 
@@ -34,14 +38,19 @@ class JobStore {
 
   absl::Status Put(const pp::v1::Job& job);  // insert or replace
   absl::Status AddStep(const std::string& job_id, const StepRecord& step);
-  absl::StatusOr<std::vector<pp::v1::Job>> LoadJobs() const;  // in submission order
+  // Every decodable job, in submission order. A row whose job does not parse (or whose id is not
+  // its row's) is moved to table quarantine with the parse error, and logged; it is not returned.
+  absl::StatusOr<std::vector<pp::v1::Job>> LoadJobs();
   absl::StatusOr<std::vector<StepRecord>> Steps(const std::string& job_id) const;
-  // Next submission number: one more than any stored (job ids embed it, so they never repeat).
-  absl::StatusOr<int64_t> NextSequence() const;
+  // Hands out the next submission number (job ids embed it) and records it as used before
+  // returning, so no number repeats: not after a failed insert, a quarantined row or a restart.
+  absl::StatusOr<int64_t> ReserveSequence();
 
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}
   absl::Status Exec(const std::string& sql);
+  // Moves the row of table jobs with this rowid to table quarantine, noting `error`.
+  absl::Status Quarantine(int64_t rowid, const std::string& error);
 
   sqlite3* db_;
 };

@@ -1,10 +1,12 @@
 // JobManager: the worker side: registration, heartbeats, and the step, task and checkpoint reports
 // of running attempts, with the commit of a checkpoint once every rank reported its shard.
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checkpoint.h"
@@ -14,6 +16,22 @@
 #include "coordinator/log.h"
 
 namespace pp::coordinator {
+namespace {
+
+// Test hook: PP_TEST_EXIT_AFTER_PRUNE=STEP (tests only) ends ppcoord at once, as a crash would,
+// right after it pruned the checkpoints older than step STEP, to check what a restart finds.
+void ExitIfTestHookAfterPrune(int step) {
+  static const int hook_step = [] {
+    const char* value = std::getenv("PP_TEST_EXIT_AFTER_PRUNE");
+    int parsed = 0;
+    return value != nullptr && absl::SimpleAtoi(value, &parsed) ? parsed : 0;
+  }();
+  if (hook_step <= 0 || step != hook_step) return;
+  Log(absl::StrCat("PP_TEST_EXIT_AFTER_PRUNE: exiting after the prune of checkpoint ", step));
+  std::_Exit(3);  // not 0, 1 or 2: an exit ppcoord never makes of its own
+}
+
+}  // namespace
 
 absl::StatusOr<pp::v1::RegisterWorkerResponse> JobManager::Register(
     const pp::v1::WorkerInfo& worker) {
@@ -110,7 +128,7 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   if (absl::Status saved = store_->AddStep(job.id(), record); !saved.ok()) {
     Log(absl::StrCat("step of job ", job.id(), " not saved: ", saved.message()));
   }
-  Persist(*rec);
+  Persist(*rec).IgnoreError();
   metrics_->StepCompleted(job.id(), summary->loss, summary->bubble_ratio);
   Emit(*rec, pp::v1::EVENT_STEP, "").set_step_seconds(summary->step_seconds);
   return response;
@@ -156,7 +174,7 @@ pp::v1::ReportResponse JobManager::ReportTask(const pp::v1::TaskReport& report) 
                              " drained after step ", rec->stop_step),
                 /*automatic=*/false);
       } else {
-        Finish(*rec, pp::v1::SUCCEEDED, "");
+        Finish(*rec, pp::v1::SUCCEEDED, "").IgnoreError();
       }
     }
   }
@@ -207,12 +225,17 @@ void JobManager::CommitCheckpoint(JobRecord& rec,
     metrics_->CheckpointFailed(job.id());
     return;
   }
-  if (absl::Status pruned = common::PruneCheckpoints(root, job.id(), spec.checkpoint().keep());
-      !pruned.ok()) {
-    Log(absl::StrCat("job ", job.id(), ": ", pruned.message()));
-  }
+  // The row that points at the new checkpoint is stored before older ones go: a crash in between
+  // leaves one checkpoint too many, never a row that points at a pruned one. When the row cannot
+  // be stored, the older checkpoints stay (a restart resumes from the one the row names).
   job.set_last_checkpoint_step(step);
-  Persist(rec);
+  if (Persist(rec).ok()) {
+    if (absl::Status pruned = common::PruneCheckpoints(root, job.id(), spec.checkpoint().keep());
+        !pruned.ok()) {
+      Log(absl::StrCat("job ", job.id(), ": ", pruned.message()));
+    }
+    ExitIfTestHookAfterPrune(step);
+  }
   metrics_->CheckpointCommitted(job.id(), step, manifest.created_unix());
   Emit(rec, pp::v1::EVENT_CHECKPOINT, absl::StrCat("checkpoint step ", step, " committed"))
       .set_step(step);

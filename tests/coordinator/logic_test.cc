@@ -1,7 +1,8 @@
 // Pure parts of ppcoord: rendezvous store, worker table, placement, task plans, state machine,
-// step and checkpoint aggregation, the SQLite job store.
-#include <map>
+// step and checkpoint aggregation, restart backoff, the SQLite job store.
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <thread>
 
 #include "absl/time/clock.h"
@@ -261,6 +262,24 @@ pp::v1::StepReport Report(int rank, int step, double step_seconds, double busy) 
   return r;
 }
 
+TEST(RestartBackoff, DoublesFromTheBaseUpToTheCap) {
+  const absl::Duration base = absl::Seconds(1);
+  const absl::Duration cap = absl::Seconds(60);
+  EXPECT_EQ(RestartBackoff(0, base, cap), absl::ZeroDuration());  // not a restart
+  EXPECT_EQ(RestartBackoff(1, base, cap), absl::Seconds(1));
+  EXPECT_EQ(RestartBackoff(2, base, cap), absl::Seconds(2));
+  EXPECT_EQ(RestartBackoff(3, base, cap), absl::Seconds(4));
+  EXPECT_EQ(RestartBackoff(6, base, cap), absl::Seconds(32));
+  EXPECT_EQ(RestartBackoff(7, base, cap), absl::Seconds(60));  // 64 s, capped
+  EXPECT_EQ(RestartBackoff(100, base, cap), absl::Seconds(60));
+  EXPECT_EQ(RestartBackoff(std::numeric_limits<int>::max(), base, cap), absl::Seconds(60));
+  EXPECT_EQ(RestartBackoff(3, absl::Milliseconds(300), absl::Seconds(1)), absl::Milliseconds(1000));
+}
+
+TEST(WaitReason, NamesTheNeedAndTheWorkers) {
+  EXPECT_EQ(WaitReason(8, 2, 0), "needs 8 workers, 2 registered, 0 idle");
+}
+
 TEST(StepAggregator, CompletesWhenEveryRankReported) {
   StepAggregator agg(3);
   EXPECT_FALSE(agg.Add(Report(2, 1, 2.0, 1.0)));
@@ -341,7 +360,7 @@ TEST_F(StoreTest, JobsAndStepsSurviveReopening) {
   {
     absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db());
     ASSERT_TRUE(store.ok()) << store.status();
-    EXPECT_EQ(*(*store)->NextSequence(), 1);
+    EXPECT_EQ(*(*store)->ReserveSequence(), 1);
     pp::v1::Job job;
     job.set_id("tiny-1");
     job.mutable_spec()->set_name("tiny");
@@ -369,7 +388,7 @@ TEST_F(StoreTest, JobsAndStepsSurviveReopening) {
   EXPECT_EQ((*jobs)[0].spec().model().d_model(), 128);
   EXPECT_EQ((*jobs)[0].placement(0).worker(), "w0");
   EXPECT_EQ((*jobs)[1].id(), "other-2");
-  EXPECT_EQ(*(*store)->NextSequence(), 3);
+  EXPECT_EQ(*(*store)->ReserveSequence(), 3);  // 2 went to other-2's row
   absl::StatusOr<std::vector<StepRecord>> steps = (*store)->Steps("tiny-1");
   ASSERT_TRUE(steps.ok());
   ASSERT_EQ(steps->size(), 2u);

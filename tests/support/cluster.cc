@@ -117,7 +117,7 @@ absl::Status Cluster::StartCoordinator(int port) {
                                    absl::StrCat("--grpc=127.0.0.1:", port), "--metrics=127.0.0.1:0",
                                    "--data_dir=" + data_dir()};
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
-  absl::StatusOr<Daemon> coordinator = Launch("ppcoord", argv, {});
+  absl::StatusOr<Daemon> coordinator = Launch("ppcoord", argv, options_.coordinator_env);
   if (!coordinator.ok()) return coordinator.status();
   coordinator_ = *std::move(coordinator);
   stub_ = pp::v1::Coordinator::NewStub(

@@ -29,6 +29,7 @@ struct ClusterOptions {
   std::string bin_dir;                         // holds ppcoord, ppworker, ppctl
   std::string dir;                             // logs, address files, --data_dir (dir/data)
   std::vector<std::string> coordinator_flags;  // extra flags, e.g. --worker_timeout=2s
+  std::map<std::string, std::string> coordinator_env;  // at every start, e.g. a PP_TEST_ hook
   std::vector<std::string> worker_flags;       // extra flags for every worker
   absl::Duration startup_timeout = absl::Seconds(20);
 };
@@ -54,6 +55,7 @@ class Cluster {
   absl::Status RestartCoordinator();
 
   const Addresses& coordinator() const { return coordinator_.addresses; }
+  Process& coordinator_process() { return *coordinator_.process; }
   pp::v1::Coordinator::Stub& stub() { return *stub_; }
   // By name; naming a worker that was never started throws std::out_of_range.
   std::vector<std::string> worker_names() const;
