@@ -351,6 +351,10 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
     }
     const int done = step + 1;
     if (result->non_finite && ++bad_steps > spec.train().max_bad_steps()) {
+      // Every rank fails at this step. Each first finishes and reports its earlier shards, and
+      // waits for the others, so those checkpoints are committed before a failure ends the job.
+      if (absl::Status s = writer.Wait(); !s.ok()) return s;
+      if (absl::Status s = running.transport->Barrier(); !s.ok()) return s;
       return executor::TooManyBadSteps(done, *result->non_finite, bad_steps,
                                        spec.train().max_bad_steps());
     }
