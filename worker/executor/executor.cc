@@ -503,16 +503,8 @@ absl::StatusOr<std::vector<RankSums>> Executor::GatherSums(StepResult& result) {
   if (result.has_loss) mine.loss = result.loss;
   mine.sums = compute_->GradSumSquares();
   const Clock::time_point start = Clock::now();
-  absl::StatusOr<std::vector<std::string>> gathered =
-      transport_->AllGather(EncodeSumSquares(mine));
-  result.wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
-  if (!gathered.ok()) return gathered.status();
-  std::vector<RankSums> all;
-  for (int r = 0; r < static_cast<int>(gathered->size()); ++r) {
-    absl::StatusOr<RankSums> part = DecodeSumSquares((*gathered)[r], r);
-    if (!part.ok()) return part.status();
-    all.push_back(*std::move(part));
-  }
+  absl::StatusOr<std::vector<RankSums>> all = AllGatherSums(*transport_, mine);
+  result.wait_seconds += SecondsSince(start);
   return all;
 }
 

@@ -52,6 +52,19 @@ absl::StatusOr<RankSums> DecodeSumSquares(const std::string& bytes, int from_ran
   return part;
 }
 
+absl::StatusOr<std::vector<RankSums>> AllGatherSums(comm::Transport& transport,
+                                                    const RankSums& mine) {
+  absl::StatusOr<std::vector<std::string>> gathered = transport.AllGather(EncodeSumSquares(mine));
+  if (!gathered.ok()) return gathered.status();
+  std::vector<RankSums> all;
+  for (int r = 0; r < static_cast<int>(gathered->size()); ++r) {
+    absl::StatusOr<RankSums> part = DecodeSumSquares((*gathered)[r], r);
+    if (!part.ok()) return part.status();
+    all.push_back(*std::move(part));
+  }
+  return all;
+}
+
 std::optional<NonFinite> FindNonFinite(const std::vector<RankSums>& ranks) {
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     if (ranks[r].loss && !std::isfinite(*ranks[r].loss)) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/comm/transport.h"
 
 namespace pp::executor {
 
@@ -28,6 +29,9 @@ struct RankSums {
 std::string EncodeSumSquares(const RankSums& part);
 // DataLoss naming `from_rank` when the bytes are malformed.
 absl::StatusOr<RankSums> DecodeSumSquares(const std::string& bytes, int from_rank);
+// Every rank's part (index = rank), the same on every rank.
+absl::StatusOr<std::vector<RankSums>> AllGatherSums(comm::Transport& transport,
+                                                    const RankSums& mine);
 
 // A step's loss or global gradient norm that is not finite.
 struct NonFinite {
