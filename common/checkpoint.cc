@@ -1,6 +1,7 @@
 #include "common/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -223,6 +224,21 @@ absl::StatusOr<std::map<std::string, ShardSlice>> ManifestAgreedSlices(
   return slices;
 }
 
+// A checkpoint is what a job resumes from: one holding NaN or Inf would only resume into the
+// same failure, and would replace a good one when the older are pruned.
+absl::Status CheckFinite(const std::string& path, const std::vector<Tensor>& tensors) {
+  for (const Tensor& tensor : tensors) {
+    for (size_t i = 0; i < tensor.data.size(); ++i) {
+      if (!std::isfinite(tensor.data[i])) {
+        return absl::OutOfRangeError(absl::StrCat(path, ": tensor \"", tensor.name,
+                                                  "\" holds a non-finite value ", tensor.data[i],
+                                                  " at element ", i, "; shard not written"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
@@ -241,6 +257,7 @@ absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
                        "\", a tensor not in the shard"));
     }
   }
+  if (absl::Status finite = CheckFinite(path, tensors); !finite.ok()) return finite;
   absl::StatusOr<std::string> bytes = SerializeSafetensors(tensors, metadata);
   if (!bytes.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.status().message()));

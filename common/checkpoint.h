@@ -41,7 +41,8 @@ std::string ExpAvgSqName(const std::string& name);
 // Writes `tensors` as <step_dir>/<file> (creating step_dir) and returns its file, bytes, sha256
 // and the slices its metadata declares (rank left 0 for the caller to fill). `file` must be a
 // plain "*.safetensors" name; a slice entry that is malformed, does not fit its whole shape or
-// names a tensor not in `tensors` is InvalidArgument.
+// names a tensor not in `tensors` is InvalidArgument; a tensor holding NaN or Inf is OutOfRange
+// (naming it), and nothing is written.
 absl::StatusOr<pp::v1::CheckpointShard> WriteShard(
     const std::string& step_dir, const std::string& file, const std::vector<Tensor>& tensors,
     const std::map<std::string, std::string>& metadata = {});

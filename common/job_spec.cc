@@ -166,7 +166,8 @@ absl::Status ValidateTrain(const pp::v1::TrainSpec& train) {
   }
   for (auto [field, value] : {std::pair<const char*, double>{"train.lr", train.lr()},
                               {"train.weight_decay", train.weight_decay()},
-                              {"train.grad_clip", train.grad_clip()}}) {
+                              {"train.grad_clip", train.grad_clip()},
+                              {"train.max_bad_steps", train.max_bad_steps()}}) {
     if (absl::Status s = NonNegative(field, value); !s.ok()) return s;
   }
   for (auto [field, value] : {std::pair<const char*, double>{"train.beta1", train.beta1()},

@@ -31,6 +31,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
                       .Name("pp_job_restarts_total")
                       .Help("Automatic restarts of a job.")
                       .Register(r);
+  m->skipped_ = &prometheus::BuildCounter()
+                     .Name("pp_job_skipped_steps_total")
+                     .Help("Steps not applied: non-finite loss or gradient norm.")
+                     .Register(r);
   m->bubble_ = &prometheus::BuildGauge()
                     .Name("pp_job_bubble_ratio")
                     .Help("Measured idle share of the last step over all ranks.")
@@ -69,6 +73,7 @@ void CoordinatorMetrics::SetWorkerCounts(const std::map<std::string, int>& by_st
 void CoordinatorMetrics::JobCreated(const std::string& job_id, double planned_bubble_ratio) {
   steps_->Add({{"job", job_id}});
   restarts_->Add({{"job", job_id}});
+  skipped_->Add({{"job", job_id}});
   checkpoint_failures_->Add({{"job", job_id}});
   planned_bubble_->Add({{"job", job_id}}).Set(planned_bubble_ratio);
 }
@@ -88,6 +93,10 @@ void CoordinatorMetrics::CheckpointCommitted(const std::string& job_id, int step
 
 void CoordinatorMetrics::CheckpointFailed(const std::string& job_id) {
   checkpoint_failures_->Add({{"job", job_id}}).Increment();
+}
+
+void CoordinatorMetrics::StepSkipped(const std::string& job_id) {
+  skipped_->Add({{"job", job_id}}).Increment();
 }
 
 void CoordinatorMetrics::JobRestarted(const std::string& job_id) {

@@ -31,6 +31,8 @@ class CoordinatorMetrics {
   void StepCompleted(const std::string& job_id, double loss, double bubble_ratio);
   void CheckpointCommitted(const std::string& job_id, int step, double time_unix);
   void CheckpointFailed(const std::string& job_id);
+  // A step whose update was skipped (non-finite loss or gradient norm).
+  void StepSkipped(const std::string& job_id);
   void JobRestarted(const std::string& job_id);
   void RpcError(const std::string& method);
 
@@ -44,6 +46,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>* steps_ = nullptr;
   prometheus::Family<prometheus::Gauge>* loss_ = nullptr;
   prometheus::Family<prometheus::Counter>* restarts_ = nullptr;
+  prometheus::Family<prometheus::Counter>* skipped_ = nullptr;
   prometheus::Family<prometheus::Gauge>* bubble_ = nullptr;
   prometheus::Family<prometheus::Gauge>* planned_bubble_ = nullptr;
   prometheus::Family<prometheus::Gauge>* checkpoint_step_ = nullptr;

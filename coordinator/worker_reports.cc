@@ -108,6 +108,8 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
                      rec->stop_step));
   }
   response.set_stop_after_step(rec->stop_step);
+  // Every rank skips the same steps: rank 0 speaks for the job.
+  if (report.skipped() && report.rank() == 0) metrics_->StepSkipped(job.id());
   std::optional<StepSummary> summary = rec->steps->Add(report);
   if (!summary) return response;
   job.set_step(summary->step);
@@ -159,6 +161,9 @@ pp::v1::ReportResponse JobManager::ReportTask(const pp::v1::TaskReport& report) 
     const auto code = static_cast<absl::StatusCode>(report.error_code());
     if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded) {
       Suspect(*rec, reason, worker);
+    } else if (code == absl::StatusCode::kOutOfRange) {
+      // Non-finite loss, gradients or weights: a restart would compute them again.
+      Finish(*rec, pp::v1::FAILED, reason, worker);
     } else {
       Fail(*rec, reason, worker);  // the rank's own error: the cause
     }

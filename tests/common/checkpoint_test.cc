@@ -1,9 +1,12 @@
 #include "common/checkpoint.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/file_io.h"
 #include "common/proto_io.h"
 #include "common/sha256.h"
@@ -91,6 +94,19 @@ TEST_F(CheckpointTest, ShardReportsBytesAndSha) {
   EXPECT_EQ(shard->sha256(), *Sha256File(path));
   EXPECT_THAT(std::string(WriteShard(dir, "../evil.safetensors", {}).status().message()),
               HasSubstr("plain *.safetensors name"));
+}
+
+TEST_F(CheckpointTest, AShardWithANonFiniteValueIsNeverWritten) {
+  const std::string dir = StepDir(root_, "job1", 2);
+  for (float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    absl::StatusOr<pp::v1::CheckpointShard> shard = WriteShard(
+        dir, "a.safetensors", {{"ok", {2}, {1.0f, 2.0f}}, {"w", {3}, {0.5f, bad, 1.0f}}});
+    EXPECT_EQ(shard.status().code(), absl::StatusCode::kOutOfRange) << shard.status();
+    EXPECT_THAT(std::string(shard.status().message()),
+                HasSubstr(absl::StrCat("tensor \"w\" holds a non-finite value ",
+                                       std::isnan(bad) ? "nan" : "inf", " at element 1")));
+    EXPECT_FALSE(fs::exists(dir)) << "nothing of the step is written";
+  }
 }
 
 TEST_F(CheckpointTest, RoundTripAcrossShards) {

@@ -37,6 +37,10 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry& registry)
                   .Name("pp_tokens_total")
                   .Help("Tokens of the global batch processed by this rank's pipeline")
                   .Register(registry)),
+      skipped_steps_(prometheus::BuildCounter()
+                         .Name("pp_skipped_steps_total")
+                         .Help("Steps not applied: non-finite loss or gradient norm")
+                         .Register(registry)),
       checkpoint_seconds_(prometheus::BuildHistogram()
                               .Name("pp_checkpoint_seconds")
                               .Help("Time to write this rank's checkpoint shard")
@@ -55,6 +59,7 @@ void WorkerMetrics::DropTaskSeries() {
   activation_bytes_.Remove(task_.activation);
   if (task_.loss != nullptr) loss_.Remove(task_.loss);
   tokens_.Remove(task_.tokens);
+  skipped_steps_.Remove(task_.skipped);
   checkpoint_seconds_.Remove(task_.checkpoint);
   task_ = TaskSeries();
   active_ = false;
@@ -74,6 +79,7 @@ void WorkerMetrics::StartTask(const std::string& job, int rank) {
   task_.bubble = &bubble_ratio_.Add(labels);
   task_.activation = &activation_bytes_.Add(labels);
   task_.tokens = &tokens_.Add(labels);
+  task_.skipped = &skipped_steps_.Add(labels);
   task_.checkpoint = &checkpoint_seconds_.Add({{"job", job}}, kStepBuckets);
   job_ = job;
   active_ = true;
@@ -88,6 +94,7 @@ void WorkerMetrics::RecordStep(const executor::StepResult& result, int64_t token
   task_.bubble->Set(result.bubble_ratio);
   task_.activation->Set(static_cast<double>(result.peak_activation_bytes));
   task_.tokens->Increment(static_cast<double>(tokens));
+  if (result.non_finite) task_.skipped->Increment();
   if (result.has_loss) {
     if (task_.loss == nullptr) task_.loss = &loss_.Add({{"job", job_}});
     task_.loss->Set(result.loss);

@@ -34,6 +34,7 @@ class WorkerMetrics {
   prometheus::Family<prometheus::Gauge>& activation_bytes_;
   prometheus::Family<prometheus::Gauge>& loss_;
   prometheus::Family<prometheus::Counter>& tokens_;
+  prometheus::Family<prometheus::Counter>& skipped_steps_;
   prometheus::Family<prometheus::Histogram>& checkpoint_seconds_;
   prometheus::Family<prometheus::Counter>& rpc_errors_;
 
@@ -46,6 +47,7 @@ class WorkerMetrics {
     prometheus::Gauge* activation = nullptr;
     prometheus::Gauge* loss = nullptr;  // created on the first loss: only the last stage has it
     prometheus::Counter* tokens = nullptr;
+    prometheus::Counter* skipped = nullptr;
     prometheus::Histogram* checkpoint = nullptr;
   } task_ ABSL_GUARDED_BY(mu_);
   std::string job_ ABSL_GUARDED_BY(mu_);

@@ -340,6 +340,7 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
   const pp::v1::JobSpec& spec = plan_.spec();
   const int every = spec.checkpoint().every_steps();
   const int steps = spec.train().steps();
+  int bad_steps = 0;
   for (int step = plan_.start_step(); step < steps; ++step) {
     absl::StatusOr<executor::StepResult> result = running.executor->RunStep(step);
     if (!result.ok()) return result.status();
@@ -347,6 +348,14 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
       if (absl::Status s = ReplicaLoss(*running.data_group, *result); !s.ok()) return s;
     }
     const int done = step + 1;
+    if (result->non_finite && ++bad_steps > spec.train().max_bad_steps()) {
+      // Every rank fails at this step. Each first finishes and reports its earlier shards, and
+      // waits for the others, so those checkpoints are committed before a failure ends the job.
+      if (absl::Status s = writer.Wait(); !s.ok()) return s;
+      if (absl::Status s = running.transport->Barrier(); !s.ok()) return s;
+      return executor::TooManyBadSteps(done, *result->non_finite, bad_steps,
+                                       spec.train().max_bad_steps());
+    }
     completed_steps_ = done;
     const pp::v1::ReportResponse answer =
         reporter.ReportStep(StepReportOf(done, *result, *running.compute), *result);
@@ -387,6 +396,7 @@ pp::v1::StepReport Task::StepReportOf(int done, const executor::StepResult& resu
   report.set_draining(draining_);
   report.set_dp_allreduce_seconds(model_compute.last_all_reduce_times().spent_seconds);
   report.set_dp_exposed_seconds(model_compute.last_all_reduce_times().exposed_seconds);
+  report.set_skipped(result.non_finite.has_value());
   *report.mutable_trace() = result.trace;
   return report;
 }

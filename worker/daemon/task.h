@@ -9,6 +9,9 @@
 //   carries the loss. An answer with abort aborts the task; one with stop_after_step = N makes
 //   the task checkpoint after step N and return OK early (drained()). Drain() marks the next
 //   reports `draining` so the coordinator picks that common stop step for every rank.
+// - A step the executor skipped (non-finite loss or gradient norm) is reported with `skipped`;
+//   the (train.max_bad_steps + 1)-th of a run ends it with OutOfRange naming the step, the rank
+//   and the value, before that step is reported or checkpointed.
 // - Checkpoints (when plan.checkpoint_dir is set): after step N = every_steps multiples, the
 //   last step and a drain stop, each rank writes <checkpoint_dir>/<job_id>/step-<N>/
 //   rank-<rank>.safetensors with its tensors, AdamW moments and (as metadata) step, data position

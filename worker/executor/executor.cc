@@ -401,13 +401,13 @@ absl::StatusOr<StepResult> Executor::RunStep(int step) {
   absl::Status status = RunProgram(step, start, buffers, result);
   if (status.ok()) status = DrainSends(start, buffers, result);
   if (status.ok()) status = CheckAllConsumed(buffers);
-  if (status.ok()) status = UpdateWeights(step, start, result);
-  if (!status.ok()) return Fail(buffers, status);
-  if (result.has_loss) {
+  if (status.ok() && result.has_loss) {
     double sum = 0;
     for (double loss : result.loss_by_mb) sum += loss;
     result.loss = sum / options_.microbatches;
   }
+  if (status.ok()) status = UpdateWeights(step, start, result);
+  if (!status.ok()) return Fail(buffers, status);
   return result;
 }
 
@@ -485,26 +485,32 @@ absl::Status Executor::CheckAllConsumed(const Buffers& buffers) const {
 
 // The canonical clip scale over every rank, then the optimizer step.
 absl::Status Executor::UpdateWeights(int step, Clock::time_point start, StepResult& result) {
-  absl::StatusOr<float> clip_scale = GatherClipScale(result);
+  absl::StatusOr<std::vector<RankSums>> gathered = GatherSums(result);
+  if (!gathered.ok()) return gathered.status();
+  std::vector<TensorSumSq> all;
+  for (const RankSums& part : *gathered) all.insert(all.end(), part.sums.begin(), part.sums.end());
+  absl::StatusOr<float> clip_scale = compute_->ClipScale(all);
   if (!clip_scale.ok()) return clip_scale.status();
-  const double optimizer_start = SecondsSince(start);
-  if (absl::Status s = compute_->OptimizerStep(step, *clip_scale); !s.ok()) return s;
-  result.busy_seconds[static_cast<int>(Phase::kOptimizer)] += SecondsSince(start) - optimizer_start;
+  // Every rank decides on the same gather, so all of them skip the same steps and stay in step.
+  result.non_finite = FindNonFinite(*gathered);
+  if (!result.non_finite) {
+    const double optimizer_start = SecondsSince(start);
+    if (absl::Status s = compute_->OptimizerStep(step, *clip_scale); !s.ok()) return s;
+    result.busy_seconds[static_cast<int>(Phase::kOptimizer)] +=
+        SecondsSince(start) - optimizer_start;
+  }
   result.step_seconds = SecondsSince(start);
   return absl::OkStatus();
 }
 
-absl::StatusOr<float> Executor::GatherClipScale(StepResult& result) {
+absl::StatusOr<std::vector<RankSums>> Executor::GatherSums(StepResult& result) {
+  RankSums mine;
+  if (result.has_loss) mine.loss = result.loss;
+  mine.sums = compute_->GradSumSquares();
   const Clock::time_point start = Clock::now();
-  absl::StatusOr<std::vector<std::string>> gathered =
-      transport_->AllGather(EncodeSumSquares(compute_->GradSumSquares()));
-  result.wait_seconds += std::chrono::duration<double>(Clock::now() - start).count();
-  if (!gathered.ok()) return gathered.status();
-  std::vector<TensorSumSq> all;
-  for (int r = 0; r < static_cast<int>(gathered->size()); ++r) {
-    if (absl::Status s = DecodeSumSquares((*gathered)[r], r, all); !s.ok()) return s;
-  }
-  return compute_->ClipScale(all);
+  absl::StatusOr<std::vector<RankSums>> all = AllGatherSums(*transport_, mine);
+  result.wait_seconds += SecondsSince(start);
+  return all;
 }
 
 }  // namespace pp::executor

@@ -8,8 +8,10 @@
 // - Receives are posted `recv_lookahead` actions ahead of their RECV (all at step start when
 //   negative); sends complete in the background and are awaited at the end of the step. Boundary
 //   buffers are freed as soon as their consumer ran (or their send completed).
-// - After the program: every rank's per-tensor gradient sums of squares are all-gathered, the
-//   compute turns them into one clip scale (the same on every rank), then OptimizerStep.
+// - After the program: every rank's per-tensor gradient sums of squares (and the step loss of a
+//   rank holding the last stage) are all-gathered, the compute turns them into one clip scale
+//   (the same on every rank), then OptimizerStep, unless the gather holds a non-finite loss or
+//   gradient norm: then every rank skips the update alike (StepResult::non_finite).
 // - Step loss (on the rank holding the last stage): the microbatch losses summed in double in
 //   microbatch order, divided by M.
 // - Any failure (missing input, malformed program, transport timeout, Abort) ends the step with
@@ -24,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,6 +94,9 @@ struct StepResult {
   double bubble_ratio = 0;     // 1 - compute / (last action end - first action start)
   int64_t peak_activation_bytes = 0;
   pp::v1::RankTrace trace;
+  // Set when the step's loss or global gradient norm was not finite: the optimizer update was
+  // skipped (weights and moments as before the step), on every rank alike.
+  std::optional<NonFinite> non_finite;
 };
 
 class Executor {
@@ -129,7 +135,7 @@ class Executor {
   absl::Status DrainSends(Clock::time_point start, Buffers& buffers, StepResult& result);
   absl::Status CheckAllConsumed(const Buffers& buffers) const;
   absl::Status UpdateWeights(int step, Clock::time_point start, StepResult& result);
-  absl::StatusOr<float> GatherClipScale(StepResult& result);
+  absl::StatusOr<std::vector<RankSums>> GatherSums(StepResult& result);
   absl::Status Fail(Buffers& buffers, absl::Status status);
 
   // One method per action kind; Execute dispatches (and fails on a kind it has no case for).

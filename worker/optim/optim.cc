@@ -59,11 +59,4 @@ void ApplyAdamW(kernels::Ops& ops, std::vector<model::ModelTensor>& tensors,
   }
 }
 
-double Step(kernels::Ops& ops, std::vector<model::ModelTensor>& tensors, const AdamWConfig& config,
-            int step) {
-  double norm = GlobalNorm(GradSumSquares(ops, tensors));
-  ApplyAdamW(ops, tensors, config, step, ClipScale(norm, config.grad_clip));
-  return norm;
-}
-
 }  // namespace pp::optim

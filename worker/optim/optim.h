@@ -47,10 +47,6 @@ float ClipScale(double norm, double max_norm);
 void ApplyAdamW(kernels::Ops& ops, std::vector<model::ModelTensor>& tensors,
                 const AdamWConfig& config, int step, float grad_scale);
 
-// Single-stage convenience: norm, clip scale, update. Returns the pre-clip global norm.
-double Step(kernels::Ops& ops, std::vector<model::ModelTensor>& tensors, const AdamWConfig& config,
-            int step);
-
 }  // namespace pp::optim
 
 #endif  // PP_WORKER_OPTIM_OPTIM_H_

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <iostream>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -11,6 +13,7 @@
 #include "common/step_math.h"
 #include "kernels/ops.h"
 #include "worker/data/data.h"
+#include "worker/executor/sum_squares.h"
 #include "worker/model/model.h"
 #include "worker/optim/optim.h"
 
@@ -59,6 +62,29 @@ absl::StatusOr<double> ForwardBackward(model::StageModel& model, const data::Tok
   return loss / M;
 }
 
+// Step `step`'s (0-based) AdamW update unless its loss or global gradient norm is not finite:
+// then weights and moments stay as they are, exactly as the distributed runtime skips it.
+// Returns the pre-clip global norm, and what was not finite.
+struct Update {
+  double norm = 0;
+  std::optional<executor::NonFinite> non_finite;
+};
+Update ApplyUnlessNonFinite(kernels::Ops& ops, std::vector<model::ModelTensor>& tensors,
+                            const optim::AdamWConfig& adamw, int step, double loss) {
+  executor::RankSums sums;  // the one rank of a single process
+  sums.loss = loss;
+  const optim::SumSquares by_name = optim::GradSumSquares(ops, tensors);
+  for (const auto& [name, sum] : by_name) sums.sums.push_back({name, sum});
+  Update update;
+  update.norm = optim::GlobalNorm(by_name);
+  update.non_finite = executor::FindNonFinite({sums});
+  if (!update.non_finite) {
+    optim::ApplyAdamW(ops, tensors, adamw, step + 1,
+                      optim::ClipScale(update.norm, adamw.grad_clip));
+  }
+  return update;
+}
+
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOptions& options) {
@@ -83,22 +109,29 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
   const optim::AdamWConfig adamw = optim::AdamWConfigFromSpec(train);
 
   TrainResult result;
+  int bad_steps = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
     absl::StatusOr<double> step_loss = ForwardBackward(**model, *source, step, M, B, T);
     if (!step_loss.ok()) return step_loss.status();
     const double loss = *step_loss;
-    const double norm = optim::Step(**ops, (*model)->tensors(), adamw, step + 1);
+    const Update update = ApplyUnlessNonFinite(**ops, (*model)->tensors(), adamw, step, loss);
+    if (update.non_finite && ++bad_steps > train.max_bad_steps()) {
+      return executor::TooManyBadSteps(step + 1, *update.non_finite, bad_steps,
+                                       train.max_bad_steps());
+    }
+    result.skipped_steps += update.non_finite ? 1 : 0;
     result.losses.push_back(loss);
     result.step_seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     result.tokens += common::ReplicaTokensPerStep(spec);
     const double dt = result.step_seconds.back();
     if (options.log != nullptr) {
-      *options.log << absl::StrFormat("step %d/%d loss %.6f grad_norm %.4f %.3f s %.0f tok/s\n",
-                                      step + 1, steps, loss, norm, dt,
-                                      static_cast<double>(common::ReplicaTokensPerStep(spec)) / dt);
+      *options.log << absl::StrFormat("step %d/%d loss %.6f grad_norm %.4f %.3f s %.0f tok/s%s\n",
+                                      step + 1, steps, loss, update.norm, dt,
+                                      static_cast<double>(common::ReplicaTokensPerStep(spec)) / dt,
+                                      update.non_finite ? " (skipped: not finite)" : "");
     }
     const bool due = common::CheckpointDue(step + 1, steps, spec.checkpoint().every_steps());
     if (!options.checkpoint_root.empty() && due) {

@@ -6,6 +6,9 @@
 // - Step k (0-based) zeroes the gradients, runs forward then backward of microbatches j = 0..M-1
 //   in order on the windows of worker/data/data.h (position k*M*B), then one AdamW update with
 //   step number k+1. Its loss = (sum over j in order of microbatch mean loss, in double) / M.
+// - A step whose loss or global gradient norm is NaN or Inf is not applied (weights and moments
+//   stay); the (train.max_bad_steps + 1)-th such step ends Train with OutOfRange naming the step,
+//   the rank (0) and the value, as the distributed runtime does.
 // - With options.checkpoint_root set, a checkpoint in the common/checkpoint.h layout is written
 //   every spec.checkpoint.every_steps steps and after the last step: one shard
 //   rank-00000.safetensors with the model tensors and optim.exp_avg.* / optim.exp_avg_sq.*, then
@@ -38,6 +41,7 @@ struct TrainResult {
   std::map<std::string, std::vector<float>> weights;  // final values, by tensor name
   double seconds = 0.0;                               // wall time of the steps
   int64_t tokens = 0;                                 // tokens trained on
+  int skipped_steps = 0;  // steps not applied: non-finite loss or gradient norm
 };
 
 // `spec` must have defaults applied and be valid (common/job_spec.h).

@@ -1,5 +1,6 @@
 // The single-process trainer: learns, is deterministic, equals a hand-run pipeline of three
-// stages bit for bit, and writes a loadable checkpoint in the common/checkpoint.h layout.
+// stages bit for bit, writes a loadable checkpoint in the common/checkpoint.h layout, and skips
+// non-finite steps up to train.max_bad_steps.
 #include "worker/trainer/trainer.h"
 
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/step_math.h"
 #include "common/job_spec.h"
@@ -160,6 +162,61 @@ TEST_F(TrainerTest, WritesALoadableCheckpoint) {
     EXPECT_TRUE(ckpt->tensors.count(common::ExpAvgSqName(name))) << name;
   }
   EXPECT_EQ(ckpt->tensors.at("h.1.mlp.fc.weight").shape, (std::vector<int64_t>{64, 16}));
+}
+
+// lr 1e30 makes step 1's update finite but huge, and every later step's loss NaN.
+pp::v1::JobSpec DivergingSpec(int steps, int max_bad_steps) {
+  pp::v1::JobSpec spec = TinySpec();
+  spec.mutable_train()->set_lr(1e30);
+  spec.mutable_train()->set_steps(steps);
+  spec.mutable_train()->set_max_bad_steps(max_bad_steps);
+  spec.mutable_checkpoint()->set_every_steps(1);
+  spec.mutable_checkpoint()->set_keep(10);
+  return spec;
+}
+
+TEST_F(TrainerTest, ANonFiniteStepIsNotApplied) {
+  auto one = Train(DivergingSpec(1, 1), {});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->skipped_steps, 0);
+  std::ostringstream log;
+  TrainOptions opts;
+  opts.log = &log;
+  auto two = Train(DivergingSpec(2, 1), opts);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->skipped_steps, 1);
+  ASSERT_EQ(two->losses.size(), 2u);
+  EXPECT_TRUE(std::isfinite(two->losses[0]));
+  EXPECT_FALSE(std::isfinite(two->losses[1]));
+  EXPECT_NE(log.str().find("tok/s (skipped: not finite)\n"), std::string::npos) << log.str();
+  // Weights (and so moments) as after step 1, bit for bit.
+  for (const auto& [name, v] : one->weights)
+    EXPECT_TRUE(SameBits(v, two->weights.at(name))) << name;
+}
+
+TEST_F(TrainerTest, MaxBadStepsToleratesThatManyAndFailsAtTheNext) {
+  for (int max_bad_steps : {0, 1}) {
+    SCOPED_TRACE(max_bad_steps);
+    std::filesystem::remove_all(dir_);
+    TrainOptions opts;
+    opts.checkpoint_root = dir_.string();
+    auto result = Train(DivergingSpec(4, max_bad_steps), opts);
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kOutOfRange);
+    const int failed_at = 2 + max_bad_steps;
+    EXPECT_EQ(
+        result.status().message(),
+        absl::StrCat("step ", failed_at, ": non-finite loss nan on rank 0; ", max_bad_steps + 1,
+                     " bad steps, more than train.max_bad_steps = ", max_bad_steps));
+    // Checkpoints up to the step before the failing one; the skipped step's holds step 1's
+    // finite weights again.
+    auto steps = common::ListCommittedSteps(dir_.string(), "tiny");
+    ASSERT_TRUE(steps.ok()) << steps.status();
+    std::vector<int> want;  // newest first
+    for (int k = failed_at - 1; k >= 1; --k) want.push_back(k);
+    EXPECT_EQ(*steps, want);
+    EXPECT_FALSE(std::filesystem::exists(common::StepDir(dir_.string(), "tiny", failed_at)));
+  }
 }
 
 TEST_F(TrainerTest, BadInputsFailCleanly) {
