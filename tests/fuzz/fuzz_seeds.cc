@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/up_spec.h"
 #include "common/checkpoint.h"
 #include "common/file_io.h"
 #include "common/proto_io.h"
@@ -99,29 +100,12 @@ void Checkpoints(const fs::path& out, const fs::path& scratch) {
   PackCheckpoint(dir, manifest, 0x0f, out / "sliced-filtered");
 }
 
-// `ppctl up`'s embedded default (client/up_command.cc DefaultSpec, generated data).
+// `ppctl up`'s embedded default on two workers (client/up_spec.cc), on generated data so the seed
+// needs no file.
 pp::v1::JobSpec DefaultSpec() {
-  pp::v1::JobSpec spec;
-  spec.set_name("up");
-  pp::v1::ModelSpec* model = spec.mutable_model();
-  model->set_vocab_size(256);
-  model->set_seq_len(128);
-  model->set_d_model(128);
-  model->set_n_heads(4);
-  model->set_n_layers(4);
-  spec.mutable_parallel()->set_pipeline(2);
-  spec.mutable_parallel()->set_schedule("1f1b");
-  pp::v1::TrainSpec* train = spec.mutable_train();
-  train->set_steps(300);
-  train->set_microbatches(8);
-  train->set_microbatch_size(4);
-  train->set_lr(2e-3);
-  train->set_weight_decay(0.1);
-  train->set_grad_clip(1.0);
-  train->set_seed(1);
+  pp::v1::JobSpec spec = pp::client::DefaultUpSpec(2);
+  spec.mutable_data()->Clear();
   spec.mutable_data()->set_format("generated");
-  spec.mutable_checkpoint()->set_every_steps(100);
-  spec.mutable_checkpoint()->set_keep(2);
   return spec;
 }
 

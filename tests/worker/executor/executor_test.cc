@@ -143,10 +143,16 @@ TEST(ExecutorTest, TraceAndTimings) {
   }
 }
 
-TEST(ExecutorTest, RejectsProgramsThatDoNotFitTheLayout) {
+// A world of one rank over Gloo, for tests that need a transport but no peer.
+struct OneRankTransport {
   std::unique_ptr<comm::KvStore> store = comm::NewMemoryKvStore();
-  comm::TransportOptions topts;
-  absl::StatusOr<std::unique_ptr<comm::Transport>> t = comm::ConnectGloo(*store, topts);
+  absl::StatusOr<std::unique_ptr<comm::Transport>> transport =
+      comm::ConnectGloo(*store, comm::TransportOptions{});
+};
+
+TEST(ExecutorTest, RejectsProgramsThatDoNotFitTheLayout) {
+  OneRankTransport one;
+  absl::StatusOr<std::unique_ptr<comm::Transport>>& t = one.transport;
   ASSERT_TRUE(t.ok()) << t.status();
   FakeCompute compute({0}, 2, 2);
   ExecutorOptions options{0, 2, {0, 0}, -1};
@@ -164,9 +170,8 @@ TEST(ExecutorTest, RejectsProgramsThatDoNotFitTheLayout) {
 }
 
 TEST(ExecutorTest, MissingInputFailsTheStepWithTheAction) {
-  std::unique_ptr<comm::KvStore> store = comm::NewMemoryKvStore();
-  comm::TransportOptions topts;
-  absl::StatusOr<std::unique_ptr<comm::Transport>> t = comm::ConnectGloo(*store, topts);
+  OneRankTransport one;
+  absl::StatusOr<std::unique_ptr<comm::Transport>>& t = one.transport;
   ASSERT_TRUE(t.ok()) << t.status();
   FakeCompute compute({0, 1}, 2, 1);
   ExecutorOptions options{0, 1, {0, 0}, -1};
@@ -183,9 +188,8 @@ TEST(ExecutorTest, MissingInputFailsTheStepWithTheAction) {
 // Found by tests/fuzz/executor_fuzzer: a program that produces the same boundary tensor twice
 // (here stage 0's output for microbatch 0) used to overwrite, and leak, the first buffer.
 TEST(ExecutorTest, ProducingTheSameTensorTwiceFailsTheStep) {
-  std::unique_ptr<comm::KvStore> store = comm::NewMemoryKvStore();
-  comm::TransportOptions topts;
-  absl::StatusOr<std::unique_ptr<comm::Transport>> t = comm::ConnectGloo(*store, topts);
+  OneRankTransport one;
+  absl::StatusOr<std::unique_ptr<comm::Transport>>& t = one.transport;
   ASSERT_TRUE(t.ok()) << t.status();
   FakeCompute compute({0, 1}, 2, 1);
   ExecutorOptions options{0, 1, {0, 0}, -1};
