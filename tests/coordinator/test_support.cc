@@ -106,7 +106,11 @@ void FakeWorker::StopHeartbeats() {
 
 void FakeWorker::Vanish() {
   StopHeartbeats();
-  server_->Shutdown(std::chrono::system_clock::now());
+  // New calls are refused from here on; the answers of calls already handled (the RunTask that
+  // WaitForTask saw arrive) still go out, so the test's "running job" is running on both sides. An
+  // immediate deadline cancelled such an answer under load, and the job failed on that RunTask
+  // instead of on the lost peer the test is about.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   serving_ = false;
 }
 

@@ -27,7 +27,8 @@ class FakeWorker final : public pp::v1::Worker::Service {
   ~FakeWorker() override;
 
   void StopHeartbeats();
-  // Gone as after SIGKILL: no heartbeats, and its server refuses connections.
+  // Gone as after SIGKILL: no heartbeats, and its server refuses connections (the answers of calls
+  // it already handled are still delivered).
   void Vanish();
   bool WaitForTask(absl::Duration timeout);  // true once a RunTask arrived
   std::vector<pp::v1::TaskPlan> tasks();
