@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/step_math.h"
 #include "client/clock_text.h"
 #include "common/file_io.h"
 #include "coordinator/plan/plan.h"
@@ -23,9 +24,7 @@ void PrintLossAndSpeed(const UpRun& run) {
   const pp::v1::JobEvent& last = run.last_event;
   const pp::v1::JobEvent& first = run.first_step.value_or(last);
   const pp::v1::JobSpec& s = run.spec;
-  const double tokens_per_step = static_cast<double>(s.train().microbatches()) *
-                                 s.train().microbatch_size() * s.model().seq_len() *
-                                 std::max(1, s.parallel().data());
+  const double tokens_per_step = static_cast<double>(common::GlobalTokensPerStep(s));
   std::cout << "\nsummary of job " << run.job_id << "\n";
   std::cout << absl::StrFormat("  loss        %.4f at step %d -> %.4f at step %d\n", first.loss(),
                                first.step(), last.loss(), last.step());
