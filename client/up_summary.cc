@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/step_math.h"
 #include "client/clock_text.h"
 #include "common/file_io.h"
+#include "common/step_math.h"
 #include "coordinator/plan/plan.h"
 
 namespace pp::client {
