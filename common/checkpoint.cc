@@ -69,7 +69,7 @@ absl::StatusOr<std::vector<std::pair<int, bool>>> ListStepDirs(const std::string
 
 absl::StatusOr<pp::v1::CheckpointManifest> ReadManifest(const std::string& step_dir) {
   std::string path = (fs::path(step_dir) / kManifestFile).string();
-  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::string> text = ReadFile(path, kMaxManifestBytes);
   if (!text.ok()) return text.status();
   pp::v1::CheckpointManifest manifest;
   absl::Status parsed = JsonToMessage(*text, &manifest);

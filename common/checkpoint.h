@@ -14,6 +14,7 @@
 #ifndef PP_COMMON_CHECKPOINT_H_
 #define PP_COMMON_CHECKPOINT_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -29,6 +30,9 @@
 namespace pp::common {
 
 inline constexpr char kManifestFile[] = "manifest.json";
+// A manifest lists shards and tensors: a few MiB even for large models. Anything larger is refused
+// with DataLoss before it is read, so a corrupt or hostile file cannot exhaust memory.
+inline constexpr uint64_t kMaxManifestBytes = uint64_t{64} << 20;
 
 // "<root>/<job>/step-<step>".
 std::string StepDir(const std::string& root, const std::string& job, int step);

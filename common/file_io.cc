@@ -77,14 +77,37 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes) {
   return SyncDir(ParentDir(path));
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  absl::StatusOr<MappedFile> file = MappedFile::Open(path);
+absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
+  absl::StatusOr<RegularFile> file = RegularFile::Open(path);
   if (!file.ok()) return file.status();
-  return std::string(file->view());
+  if (file->size() > max_bytes) {
+    return absl::DataLossError(absl::StrCat(path, ": ", file->size(),
+                                            " bytes exceeds the limit of ", max_bytes, " bytes"));
+  }
+  std::string bytes(static_cast<size_t>(file->size()), '\0');
+  absl::Status status =
+      file->ReadAt(0, bytes.size(), reinterpret_cast<uint8_t*>(bytes.data()));
+  if (!status.ok()) return status;
+  return bytes;
 }
 
-absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+namespace {
+
+const char* FileKind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a file";
+}
+
+}  // namespace
+
+absl::StatusOr<RegularFile> RegularFile::Open(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot open", path);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -94,17 +117,54 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a regular file (", FileKind(st.st_mode), ")"));
   }
-  size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    return MappedFile(nullptr, 0);
+  return RegularFile(fd, path, static_cast<uint64_t>(st.st_size));
+}
+
+RegularFile::RegularFile(RegularFile&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)), size_(other.size_) {}
+
+RegularFile& RegularFile::operator=(RegularFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+    size_ = other.size_;
   }
-  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  absl::Status status = data == MAP_FAILED ? ErrnoError("cannot mmap", path) : absl::OkStatus();
-  ::close(fd);
-  if (!status.ok()) return status;
+  return *this;
+}
+
+RegularFile::~RegularFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::Status RegularFile::ReadAt(uint64_t offset, size_t n, uint8_t* out) const {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t got = ::pread(fd_, out + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("cannot read", path_);
+    }
+    if (got == 0) {
+      return absl::DataLossError(absl::StrCat(path_, ": file ended at byte ", offset + done,
+                                              ", need ", offset + n, " (was ", size_,
+                                              " bytes at open: truncated?)"));
+    }
+    done += static_cast<size_t>(got);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
+  absl::StatusOr<RegularFile> file = RegularFile::Open(path);
+  if (!file.ok()) return file.status();
+  size_t size = static_cast<size_t>(file->size());
+  if (size == 0) return MappedFile(nullptr, 0);
+  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file->fd(), 0);
+  if (data == MAP_FAILED) return ErrnoError("cannot mmap", path);
   return MappedFile(static_cast<const uint8_t*>(data), size);
 }
 

@@ -1,14 +1,18 @@
 // File helpers shared by checkpoints, safetensors and data.
 // Contract: WriteFileAtomic either leaves `path` holding exactly `bytes` (written to a temporary
 // name in the same folder, fsynced, renamed over `path`, folder fsynced) or leaves any previous
-// `path` untouched and returns an error naming the file. MappedFile maps a file read-only so large
-// token files and shards are never copied into memory. Errors name the file and the errno text.
+// `path` untouched and returns an error naming the file. Every read of a file named by a spec, a
+// plan or a manifest goes through RegularFile::Open, which never blocks (a FIFO or a device opens at
+// once) and refuses anything but a regular file. MappedFile maps a file read-only so large shards
+// are never copied into memory; RegularFile::ReadAt reads without a mapping, so a file truncated
+// under the reader is a DataLoss error instead of a SIGBUS. Errors name the file and the errno text.
 #ifndef PP_COMMON_FILE_IO_H_
 #define PP_COMMON_FILE_IO_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -17,11 +21,41 @@
 namespace pp::common {
 
 absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes);
-absl::StatusOr<std::string> ReadFile(const std::string& path);
+// The whole file, read (not mapped); DataLoss before any read when it holds over `max_bytes`.
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     uint64_t max_bytes = UINT64_MAX);
 // mkdir -p.
 absl::Status MakeDirs(const std::string& path);
 // fsync of a folder, so that a rename inside it survives a power cut.
 absl::Status SyncDir(const std::string& path);
+
+// A regular file open for reading (O_RDONLY | O_NONBLOCK | O_CLOEXEC), checked with fstat before
+// any read. Open: NotFound when missing, InvalidArgument "PATH: not a regular file (a FIFO)" for a
+// FIFO, folder, device or socket. Thread-safe: ReadAt is a pread, so readers share one object.
+class RegularFile {
+ public:
+  static absl::StatusOr<RegularFile> Open(const std::string& path);
+  RegularFile(RegularFile&& other) noexcept;
+  RegularFile& operator=(RegularFile&& other) noexcept;
+  RegularFile(const RegularFile&) = delete;
+  RegularFile& operator=(const RegularFile&) = delete;
+  ~RegularFile();
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  // The size at Open.
+  uint64_t size() const { return size_; }
+  // Exactly `n` bytes at `offset` into `out`; DataLoss naming the file when it ends early (it
+  // shrank after Open).
+  absl::Status ReadAt(uint64_t offset, size_t n, uint8_t* out) const;
+
+ private:
+  RegularFile(int fd, std::string path, uint64_t size)
+      : fd_(fd), path_(std::move(path)), size_(size) {}
+  int fd_ = -1;
+  std::string path_;
+  uint64_t size_ = 0;
+};
 
 // A read-only memory map of a whole file (an empty file maps to an empty view).
 class MappedFile {

@@ -323,6 +323,15 @@ TEST_F(CheckpointTest, BadManifestIsRefused) {
               HasSubstr("manifest.json: bad manifest"));
 }
 
+TEST_F(CheckpointTest, AManifestOverTheCapIsRefusedBeforeItIsRead) {
+  std::string dir = Save(4);
+  fs::resize_file(dir + "/manifest.json", kMaxManifestBytes + 1);  // sparse: no 64 MiB written
+  absl::Status status = LoadCheckpoint(dir).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("manifest.json: 67108865 bytes exceeds the limit of 67108864 bytes"));
+}
+
 TEST_F(CheckpointTest, LatestFallsBackToAnOlderGoodCheckpoint) {
   Save(10);
   std::string newest = Save(20);

@@ -69,7 +69,7 @@ absl::StatusOr<TokenSource> TokenSource::Open(const pp::v1::DataSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat("data.format: unknown value \"", format,
                                                    "\" (one of bytes, uint16, generated)"));
   }
-  absl::StatusOr<pp::common::MappedFile> file = pp::common::MappedFile::Open(spec.path());
+  absl::StatusOr<pp::common::RegularFile> file = pp::common::RegularFile::Open(spec.path());
   if (!file.ok()) return file.status();
   TokenSource source;
   source.uint16_ = format == "uint16";
@@ -77,7 +77,6 @@ absl::StatusOr<TokenSource> TokenSource::Open(const pp::v1::DataSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat(spec.path(), " has an odd size (", file->size(), " bytes) for uint16 tokens"));
   }
-  source.base_ = file->data();
   source.size_ = static_cast<int64_t>(source.uint16_ ? file->size() / 2 : file->size());
   source.file_ = *std::move(file);
   return source;
@@ -87,9 +86,25 @@ TokenSource TokenSource::Generated(uint64_t seed, int64_t n_tokens) {
   TokenSource source;
   std::string text = GenerateCorpus(seed, n_tokens);
   source.owned_.assign(text.begin(), text.end());
-  source.base_ = source.owned_.data();
   source.size_ = static_cast<int64_t>(source.owned_.size());
   return source;
+}
+
+absl::Status TokenSource::Read(int64_t start, int64_t count, int32_t* out) const {
+  if (!file_.has_value()) {
+    for (int64_t i = 0; i < count; ++i) out[i] = owned_[static_cast<size_t>(start + i)];
+    return absl::OkStatus();
+  }
+  int64_t width = uint16_ ? 2 : 1;
+  std::vector<uint8_t> bytes(static_cast<size_t>(count * width));
+  absl::Status status =
+      file_->ReadAt(static_cast<uint64_t>(start * width), bytes.size(), bytes.data());
+  if (!status.ok()) return status;
+  for (int64_t i = 0; i < count; ++i) {
+    out[i] = uint16_ ? static_cast<int32_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8))
+                     : static_cast<int32_t>(bytes[i]);
+  }
+  return absl::OkStatus();
 }
 
 int64_t WindowStride(int64_t n_tokens, int64_t seq_len) {
@@ -123,12 +138,13 @@ absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t dat
   mb.seq_len = seq_len;
   mb.inputs.resize(static_cast<size_t>(batch * seq_len));
   mb.targets.resize(mb.inputs.size());
+  std::vector<int32_t> window(static_cast<size_t>(seq_len + 1));
   for (int64_t b = 0; b < batch; ++b) {
     int64_t start = WindowStart(data_position + microbatch * batch + b, source.size(), seq_len);
-    for (int64_t t = 0; t < seq_len; ++t) {
-      mb.inputs[b * seq_len + t] = source[start + t];
-      mb.targets[b * seq_len + t] = source[start + t + 1];
-    }
+    absl::Status status = source.Read(start, seq_len + 1, window.data());
+    if (!status.ok()) return status;
+    std::copy(window.begin(), window.end() - 1, mb.inputs.begin() + b * seq_len);
+    std::copy(window.begin() + 1, window.end(), mb.targets.begin() + b * seq_len);
   }
   return mb;
 }

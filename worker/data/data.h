@@ -3,7 +3,9 @@
 //
 // Sources: "bytes" (any file, token = byte, vocab 256), "uint16" (little-endian uint16 tokens; odd
 // file size is an error), "generated" (deterministic text-like bytes from a seed, for tests). Files
-// are memory-mapped, never copied. Token ids are checked against the vocabulary once, by
+// must be regular files (common::RegularFile) and are neither mapped nor copied: each window is
+// read with pread, so a file truncated while a job trains fails that read with DataLoss naming the
+// file, never with a SIGBUS. Token ids are checked against the vocabulary once, by
 // common/job_spec.h ValidateJobSpec, not here.
 //
 // Window formula. N tokens, T = seq_len, W = N - T valid starts (a window reads T+1 tokens).
@@ -34,21 +36,21 @@ namespace pp::data {
 
 class TokenSource {
  public:
-  // Errors name the file: missing, unreadable, odd-sized uint16 file, unknown format.
+  // Errors name the file: missing, unreadable, not a regular file, odd-sized uint16 file, unknown
+  // format.
   static absl::StatusOr<TokenSource> Open(const pp::v1::DataSpec& spec);
   static TokenSource Generated(uint64_t seed, int64_t n_tokens);
 
+  // Token count at Open.
   int64_t size() const { return size_; }
-  int32_t operator[](int64_t i) const {
-    return uint16_ ? static_cast<int32_t>(base_[2 * i] | (base_[2 * i + 1] << 8))
-                   : static_cast<int32_t>(base_[i]);
-  }
+  // Tokens [start, start + count) into out[0, count). REQUIRES 0 <= start, start + count <= size().
+  // DataLoss naming the file when the file shrank since Open. Thread-safe.
+  absl::Status Read(int64_t start, int64_t count, int32_t* out) const;
 
  private:
   TokenSource() = default;
-  std::optional<pp::common::MappedFile> file_;
-  std::vector<uint8_t> owned_;  // generated corpus (a vector: moving keeps base_ valid)
-  const uint8_t* base_ = nullptr;
+  std::optional<pp::common::RegularFile> file_;
+  std::vector<uint8_t> owned_;  // generated corpus
   int64_t size_ = 0;
   bool uint16_ = false;
 };
