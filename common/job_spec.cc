@@ -3,8 +3,10 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -181,10 +183,11 @@ absl::Status ValidateTrain(const pp::v1::TrainSpec& train) {
   return absl::OkStatus();
 }
 
-// Token count and largest token of the data file; the file is mapped, not copied.
+// Token count and largest token of the data file, read in chunks (not mapped: a file truncated
+// meanwhile is an error, not a SIGBUS).
 absl::Status ValidateDataFile(const pp::v1::DataSpec& data, const pp::v1::ModelSpec& model) {
   if (data.path().empty()) return Field("data.path", "missing");
-  absl::StatusOr<MappedFile> file = MappedFile::Open(data.path());
+  absl::StatusOr<RegularFile> file = RegularFile::Open(data.path());
   if (!file.ok()) return Field("data.path", file.status().message());
   int64_t tokens;
   int64_t max_token = 0;
@@ -194,9 +197,15 @@ absl::Status ValidateDataFile(const pp::v1::DataSpec& data, const pp::v1::ModelS
                                              " bytes) for uint16 tokens"));
     }
     tokens = static_cast<int64_t>(file->size() / 2);
-    for (int64_t i = 0; i < tokens; ++i) {
-      int64_t token = file->data()[2 * i] | (file->data()[2 * i + 1] << 8);
-      if (token > max_token) max_token = token;
+    std::vector<uint8_t> chunk(size_t{1} << 20);  // even: a token never straddles two chunks
+    for (uint64_t at = 0; at < file->size(); at += chunk.size()) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), file->size() - at));
+      if (absl::Status read = file->ReadAt(at, n, chunk.data()); !read.ok()) {
+        return Field("data.path", read.message());
+      }
+      for (size_t i = 0; i < n; i += 2) {
+        max_token = std::max<int64_t>(max_token, chunk[i] | (chunk[i + 1] << 8));
+      }
     }
   } else {
     tokens = static_cast<int64_t>(file->size());

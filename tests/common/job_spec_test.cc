@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
@@ -264,6 +265,25 @@ TEST_F(JobSpecTest, Uint16VocabularyMustHoldEveryToken) {
   ASSERT_TRUE(WriteFileAtomic(path, tokens + "x").ok());
   spec.mutable_model()->set_vocab_size(50257);
   EXPECT_THAT(std::string(ValidateJobSpec(spec).message()), HasSubstr("odd size (201 bytes)"));
+}
+
+// The file is read in 1 MiB chunks: a token in the last, partial chunk counts too.
+TEST_F(JobSpecTest, Uint16ScanReadsEveryChunk) {
+  std::vector<uint16_t> values((size_t{1} << 19) + 8);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<uint16_t>(i % 200);
+  values.back() = 50256;
+  std::string path = dir_ + "/long.u16";
+  ASSERT_TRUE(WriteFileAtomic(path, std::string(reinterpret_cast<const char*>(values.data()),
+                                                values.size() * 2))
+                  .ok());
+  Spec spec = spec_;
+  spec.mutable_data()->set_path(path);
+  spec.mutable_data()->set_format("uint16");
+  spec.mutable_model()->set_vocab_size(50257);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_model()->set_vocab_size(50256);
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
+              StartsWith("model.vocab_size: 50256 is too small for uint16 data with token 50256"));
 }
 
 }  // namespace
