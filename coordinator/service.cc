@@ -50,10 +50,11 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
     return Answer("GetJob", job.status());
   }
 
-  grpc::Status ListJobs(grpc::ServerContext*, const pp::v1::ListJobsRequest*,
+  grpc::Status ListJobs(grpc::ServerContext*, const pp::v1::ListJobsRequest* request,
                         pp::v1::ListJobsResponse* response) override {
-    for (pp::v1::Job& job : jobs_->List()) *response->add_jobs() = std::move(job);
-    return grpc::Status::OK;
+    absl::StatusOr<pp::v1::ListJobsResponse> page = jobs_->List(*request);
+    if (page.ok()) *response = *std::move(page);
+    return Answer("ListJobs", page.status());
   }
 
   grpc::Status WatchJob(grpc::ServerContext* context, const pp::v1::WatchJobRequest* request,
