@@ -166,8 +166,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
     if (request->key().empty()) {
       return Answer("KvSet", absl::InvalidArgumentError("key: must not be empty"));
     }
-    jobs_->rendezvous().Set(request->key(), request->value());
-    return grpc::Status::OK;
+    return Answer("KvSet", jobs_->rendezvous().Set(request->key(), request->value()));
   }
 
   grpc::Status KvGet(grpc::ServerContext* context, const pp::v1::KvGetRequest* request,

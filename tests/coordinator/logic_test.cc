@@ -22,10 +22,10 @@ using ::testing::HasSubstr;
 
 TEST(RendezvousStore, GetWaitsForKeysSetLater) {
   RendezvousStore kv;
-  kv.Set("j/0/a", "1");
+  EXPECT_TRUE(kv.Set("j/0/a", "1").ok());
   std::thread setter([&kv] {
     absl::SleepFor(absl::Milliseconds(50));
-    kv.Set("j/0/b", "2");
+    EXPECT_TRUE(kv.Set("j/0/b", "2").ok());
   });
   absl::StatusOr<std::vector<std::string>> values = kv.Get({"j/0/a", "j/0/b"}, absl::Seconds(10));
   setter.join();
@@ -35,7 +35,7 @@ TEST(RendezvousStore, GetWaitsForKeysSetLater) {
 
 TEST(RendezvousStore, GetTimesOutNamingMissingKeys) {
   RendezvousStore kv;
-  kv.Set("present", "x");
+  EXPECT_TRUE(kv.Set("present", "x").ok());
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<std::string>> values =
       kv.Get({"present", "absent"}, absl::Milliseconds(100));
@@ -55,10 +55,10 @@ TEST(RendezvousStore, ZeroTimeoutDoesNotWaitAndCancelEndsWait) {
 
 TEST(RendezvousStore, EraseWithPrefixDropsOnlyThatJob) {
   RendezvousStore kv;
-  kv.Set("job-1/0/a", "");
-  kv.Set("job-1/0/b", "");
-  kv.Set("job-10/0/a", "");
-  kv.Set("job-2/0/a", "");
+  EXPECT_TRUE(kv.Set("job-1/0/a", "").ok());
+  EXPECT_TRUE(kv.Set("job-1/0/b", "").ok());
+  EXPECT_TRUE(kv.Set("job-10/0/a", "").ok());
+  EXPECT_TRUE(kv.Set("job-2/0/a", "").ok());
   EXPECT_EQ(kv.EraseWithPrefix("job-1/"), 2);
   EXPECT_EQ(kv.size(), 2u);
   EXPECT_TRUE(kv.Get({"job-10/0/a", "job-2/0/a"}, absl::ZeroDuration()).ok());
