@@ -309,10 +309,43 @@ TEST(StepAggregator, InterleavedStepsCompleteIndependently) {
   EXPECT_EQ(agg.Add(Report(1, 2, 1, 1))->step, 2);
 }
 
+TEST(StepAggregator, KeepsAtMostTheCapOfStepsARankNeverReported) {
+  StepAggregator agg(2);
+  for (int step = 1; step <= kMaxPendingSteps + 36; ++step) {
+    EXPECT_FALSE(agg.Add(Report(0, step, 1, 1)));  // rank 1 falls silent
+  }
+  EXPECT_EQ(agg.pending_steps(), static_cast<size_t>(kMaxPendingSteps));
+  EXPECT_EQ(agg.Add(Report(1, kMaxPendingSteps + 30, 1, 1))->step, kMaxPendingSteps + 30);
+  EXPECT_EQ(agg.pending_steps(), 6u) << "older steps dropped, later ones kept";
+}
+
 TEST(MeasuredBubble, ZeroWithoutTime) {
   EXPECT_EQ(MeasuredBubble({}), 0);
   EXPECT_EQ(MeasuredBubble({Report(0, 1, 0, 0)}), 0);
   EXPECT_DOUBLE_EQ(MeasuredBubble({Report(0, 1, 2, 2), Report(1, 1, 2, 1)}), 0.25);
+}
+
+pp::v1::CheckpointReport Shard(int rank, int step) {
+  pp::v1::CheckpointReport r;
+  r.set_job_id("j");
+  r.set_rank(rank);
+  r.set_step(step);
+  r.set_ok(true);
+  return r;
+}
+
+TEST(CheckpointCollector, DropsOlderIncompleteStepsAndCapsPending) {
+  CheckpointCollector c(2);
+  ASSERT_TRUE(c.Add(Shard(0, 10)).ok());  // rank 1 never saves step 10
+  ASSERT_TRUE(c.Add(Shard(0, 20)).ok());
+  ASSERT_TRUE(c.Add(Shard(0, 30)).ok());
+  auto done = c.Add(Shard(1, 20));
+  ASSERT_TRUE(done.ok() && done->has_value());
+  EXPECT_EQ(c.pending_steps(), 1u) << "step 10 dropped, step 30 still waits";
+  for (int step = 40; step < 40 + 2 * kMaxPendingSteps; ++step) {
+    ASSERT_TRUE(c.Add(Shard(0, step)).ok());
+  }
+  EXPECT_EQ(c.pending_steps(), static_cast<size_t>(kMaxPendingSteps));
 }
 
 TEST(CheckpointCollector, CompletesOnAllRanksAndNamesAFailedRank) {
