@@ -31,19 +31,19 @@ namespace pp::coordinator {
 // an NCCL unique id is 128 bytes. The store's totals keep a flood of keys from exhausting
 // ppcoord's memory while many jobs of such size rendezvous at once.
 struct RendezvousLimits {
-  int64_t max_value_bytes = int64_t{1} << 20;      // 1 MiB
-  int64_t max_attempt_keys = int64_t{1} << 16;     // 65536
-  int64_t max_attempt_bytes = int64_t{64} << 20;   // 64 MiB
-  int64_t max_total_keys = int64_t{1} << 18;       // 262144
-  int64_t max_total_bytes = int64_t{512} << 20;    // 512 MiB
+  int64_t max_value_bytes = int64_t{1} << 20;     // 1 MiB
+  int64_t max_attempt_keys = int64_t{1} << 16;    // 65536
+  int64_t max_attempt_bytes = int64_t{64} << 20;  // 64 MiB
+  int64_t max_total_keys = int64_t{1} << 18;      // 262144
+  int64_t max_total_bytes = int64_t{512} << 20;   // 512 MiB
   absl::Duration idle_ttl = absl::Hours(1);
 };
 
 class RendezvousStore {
  public:
   // `clock` dates the keys for idle_ttl (tests pass a fake one); waits use real time.
-  explicit RendezvousStore(RendezvousLimits limits = {},
-                           std::function<absl::Time()> clock = [] { return absl::Now(); });
+  explicit RendezvousStore(
+      RendezvousLimits limits = {}, std::function<absl::Time()> clock = [] { return absl::Now(); });
 
   // RESOURCE_EXHAUSTED (nothing stored) if the value, the key's attempt or the store would go
   // over its limit.
