@@ -120,20 +120,31 @@ int Get(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
   return common::kExitOk;
 }
 
+std::string JobLine(const pp::v1::Job& job) {
+  const pp::v1::ParallelSpec& p = job.spec().parallel();
+  return absl::StrFormat(
+      "%-24s %-10s %-11s %-9s %-18s %s\n", job.id(), pp::v1::JobState_Name(job.state()),
+      absl::StrCat(job.step(), "/", job.spec().train().steps()),
+      job.step() > 0 ? absl::StrFormat("%.4f", job.loss()) : "-",
+      absl::StrCat(p.schedule(), " D=", p.pipeline(), " V=", p.chunks()), job.reason());
+}
+
 int List(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
-  pp::v1::ListJobsResponse response;
-  grpc::Status status = stub.ListJobs(Context().get(), {}, &response);
-  if (!status.ok()) return Fail("list", Describe(status));
-  std::cout << absl::StrFormat("%-24s %-10s %-11s %-9s %-18s %s\n", "JOB", "STATE", "STEP", "LOSS",
-                               "SCHEDULE", "REASON");
-  for (const pp::v1::Job& job : response.jobs()) {
-    const pp::v1::ParallelSpec& p = job.spec().parallel();
-    std::cout << absl::StrFormat(
-        "%-24s %-10s %-11s %-9s %-18s %s\n", job.id(), pp::v1::JobState_Name(job.state()),
-        absl::StrCat(job.step(), "/", job.spec().train().steps()),
-        job.step() > 0 ? absl::StrFormat("%.4f", job.loss()) : "-",
-        absl::StrCat(p.schedule(), " D=", p.pipeline(), " V=", p.chunks()), job.reason());
-  }
+  // Follows the pages to the last one, each call with its own deadline, so the list is whole.
+  pp::v1::ListJobsRequest request;
+  bool first = true;
+  do {
+    pp::v1::ListJobsResponse response;
+    grpc::Status status = stub.ListJobs(Context().get(), request, &response);
+    if (!status.ok()) return Fail("list", Describe(status));
+    if (first) {
+      std::cout << absl::StrFormat("%-24s %-10s %-11s %-9s %-18s %s\n", "JOB", "STATE", "STEP",
+                                   "LOSS", "SCHEDULE", "REASON");
+      first = false;
+    }
+    for (const pp::v1::Job& job : response.jobs()) std::cout << JobLine(job);
+    request.set_page_token(response.next_page_token());
+  } while (!request.page_token().empty());
   return common::kExitOk;
 }
 

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/log.h"
 #include "coordinator/plan/plan.h"
 
 namespace pp::coordinator {
@@ -124,11 +126,36 @@ double MeasuredBubble(const std::vector<pp::v1::StepReport>& reports) {
   return pp::plan::IdleFraction(busy, longest);
 }
 
+namespace {
+
+// Drops the pending steps below `below`, then the oldest while more than kMaxPendingSteps are
+// left, one log line each. `Ranks` maps rank to report.
+template <typename Ranks>
+void DropStalePending(std::map<int, Ranks>& pending, int below, int world,
+                      const std::string& job_id, const char* what) {
+  auto drop = [&](typename std::map<int, Ranks>::iterator it, const char* why) {
+    Log(absl::StrCat("job ", job_id, ": dropped the ", what, " reports of step ", it->first, " (",
+                     it->second.size(), " of ", world, " ranks reported): ", why));
+    return pending.erase(it);
+  };
+  for (auto it = pending.begin(); it != pending.end() && it->first < below;) {
+    it = drop(it, "a later step completed");
+  }
+  while (pending.size() > static_cast<size_t>(kMaxPendingSteps)) {
+    drop(pending.begin(), "too many steps pending");
+  }
+}
+
+}  // namespace
+
 std::optional<StepSummary> StepAggregator::Add(const pp::v1::StepReport& report) {
   if (report.rank() < 0 || report.rank() >= world_) return std::nullopt;
   std::map<int, pp::v1::StepReport>& ranks = pending_[report.step()];
   ranks[report.rank()] = report;
-  if (static_cast<int>(ranks.size()) < world_) return std::nullopt;
+  if (static_cast<int>(ranks.size()) < world_) {
+    DropStalePending(pending_, std::numeric_limits<int>::min(), world_, report.job_id(), "step");
+    return std::nullopt;
+  }
 
   StepSummary summary;
   summary.step = report.step();
@@ -151,7 +178,8 @@ std::optional<StepSummary> StepAggregator::Add(const pp::v1::StepReport& report)
   summary.trace.set_job_id(report.job_id());
   summary.trace.set_step(report.step());
   // Ranks never report a step twice: everything up to this step is done or abandoned.
-  pending_.erase(pending_.begin(), pending_.upper_bound(report.step()));
+  pending_.erase(report.step());
+  DropStalePending(pending_, report.step(), world_, report.job_id(), "step");
   return summary;
 }
 
@@ -169,10 +197,17 @@ absl::StatusOr<std::optional<std::vector<pp::v1::CheckpointReport>>> CheckpointC
   }
   std::map<int, pp::v1::CheckpointReport>& ranks = pending_[report.step()];
   ranks[report.rank()] = report;
-  if (static_cast<int>(ranks.size()) < world_) return std::nullopt;
+  if (static_cast<int>(ranks.size()) < world_) {
+    DropStalePending(pending_, std::numeric_limits<int>::min(), world_, report.job_id(),
+                     "checkpoint");
+    return std::nullopt;
+  }
   std::vector<pp::v1::CheckpointReport> complete;
   for (auto& [rank, r] : ranks) complete.push_back(std::move(r));
   pending_.erase(report.step());
+  // Ranks save their checkpoints in step order: an older step still missing shards never
+  // completes.
+  DropStalePending(pending_, report.step(), world_, report.job_id(), "checkpoint");
   return complete;
 }
 

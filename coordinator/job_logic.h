@@ -1,9 +1,10 @@
 // Pure job bookkeeping of ppcoord (internal): the state machine, job ids, attempts, events,
 // aggregation of per-rank step and checkpoint reports, and the measured bubble ratio. No locks, no
-// RPC, no clock (callers pass the time).
+// RPC, no clock (callers pass the time); the one side effect is the log line of a dropped step.
 #ifndef PP_COORDINATOR_JOB_LOGIC_H_
 #define PP_COORDINATOR_JOB_LOGIC_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -70,6 +71,11 @@ struct StepSummary {
   pp::v1::StepTrace trace;  // ranks in rank order
 };
 
+// Steps an aggregator keeps waiting for missing ranks. Ranks report their steps in order, so a
+// step still incomplete when a later one completes never will, and is dropped then; the cap
+// bounds the rest (ranks that run ahead while one never reports). Each drop is one log line.
+inline constexpr int kMaxPendingSteps = 64;
+
 // Collects StepReports of one job attempt; a step completes when all `world` ranks reported it.
 class StepAggregator {
  public:
@@ -77,6 +83,8 @@ class StepAggregator {
 
   // Returns the summary when `report` completes its step. Reports of an unknown rank are ignored.
   std::optional<StepSummary> Add(const pp::v1::StepReport& report);
+
+  size_t pending_steps() const { return pending_.size(); }
 
  private:
   int world_;
@@ -93,6 +101,8 @@ class CheckpointCollector {
   // reports a failed shard (the step is then dropped); nullopt while ranks are missing.
   absl::StatusOr<std::optional<std::vector<pp::v1::CheckpointReport>>> Add(
       const pp::v1::CheckpointReport& report);
+
+  size_t pending_steps() const { return pending_.size(); }
 
  private:
   int world_;

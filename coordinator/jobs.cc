@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/mesh.h"
+#include "coordinator/list_page.h"
 #include "coordinator/log.h"
 #include "coordinator/placement.h"
 #include "coordinator/resume_logic.h"
@@ -337,11 +338,14 @@ absl::StatusOr<pp::v1::Job> JobManager::Get(const std::string& job_id) {
   return rec->job;
 }
 
-std::vector<pp::v1::Job> JobManager::List() {
+absl::StatusOr<pp::v1::ListJobsResponse> JobManager::List(const pp::v1::ListJobsRequest& request) {
   absl::MutexLock lock(&mu_);
-  std::vector<pp::v1::Job> jobs;
-  for (const std::string& id : order_) jobs.push_back(jobs_.at(id).job);
-  return jobs;
+  absl::StatusOr<ListPage> page = SelectPage(order_, request.page_size(), request.page_token());
+  if (!page.ok()) return page.status();
+  pp::v1::ListJobsResponse response;
+  for (size_t i = page->begin; i < page->end; ++i) *response.add_jobs() = jobs_.at(order_[i]).job;
+  response.set_next_page_token(page->next_page_token);
+  return response;
 }
 
 absl::StatusOr<pp::v1::Job> JobManager::Cancel(const std::string& job_id) {

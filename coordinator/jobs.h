@@ -79,7 +79,8 @@ class JobManager {
   // Client side.
   absl::StatusOr<std::string> Submit(const pp::v1::JobSpec& spec);
   absl::StatusOr<pp::v1::Job> Get(const std::string& job_id);
-  std::vector<pp::v1::Job> List();
+  // One page in submission order (coordinator/list_page.h); INVALID_ARGUMENT for a bad page.
+  absl::StatusOr<pp::v1::ListJobsResponse> List(const pp::v1::ListJobsRequest& request);
   absl::StatusOr<pp::v1::Job> Cancel(const std::string& job_id);
   // Queues an ended job again from a verified committed checkpoint (request.step, or the newest),
   // optionally on a new layout (request.parallel) or to a new total of steps (request.steps).

@@ -8,11 +8,13 @@
 #include "common/mesh.h"
 #include "coordinator/jobs.h"
 #include "coordinator/metrics.h"
+#include "coordinator/peer_limit.h"
 #include "coordinator/plan/render.h"
 #include "coordinator/placement.h"
 #include "coordinator/planning.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -23,6 +25,14 @@ namespace {
 
 // Longest rendezvous wait a worker may ask for.
 constexpr double kMaxKvWaitSeconds = 600;
+
+// WatchJob streams one client host may hold open; each holds a server thread while it is open.
+constexpr int kMaxWatchesPerHost = 16;
+
+// Threads the gRPC server may run for calls (its thread quota). A watch and a rendezvous wait each
+// hold one while open: this leaves room for every rank of the largest job (4096, as the spec
+// limits allow) to wait in KvGet at once, with as many again for watches, reports and heartbeats.
+constexpr int kMaxServerThreads = 8192;
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -50,14 +60,17 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
     return Answer("GetJob", job.status());
   }
 
-  grpc::Status ListJobs(grpc::ServerContext*, const pp::v1::ListJobsRequest*,
+  grpc::Status ListJobs(grpc::ServerContext*, const pp::v1::ListJobsRequest* request,
                         pp::v1::ListJobsResponse* response) override {
-    for (pp::v1::Job& job : jobs_->List()) *response->add_jobs() = std::move(job);
-    return grpc::Status::OK;
+    absl::StatusOr<pp::v1::ListJobsResponse> page = jobs_->List(*request);
+    if (page.ok()) *response = *std::move(page);
+    return Answer("ListJobs", page.status());
   }
 
   grpc::Status WatchJob(grpc::ServerContext* context, const pp::v1::WatchJobRequest* request,
                         grpc::ServerWriter<pp::v1::JobEvent>* writer) override {
+    absl::StatusOr<std::unique_ptr<PeerLimit::Slot>> slot = watches_.Acquire(context->peer());
+    if (!slot.ok()) return Answer("WatchJob", slot.status());
     absl::Status status = jobs_->Watch(
         request->job_id(), [writer](const pp::v1::JobEvent& e) { return writer->Write(e); },
         [context] { return context->IsCancelled(); });
@@ -123,6 +136,7 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
 
   JobManager* jobs_;
   CoordinatorMetrics* metrics_;
+  PeerLimit watches_{kMaxWatchesPerHost, "WatchJob streams"};
 };
 
 class RegistryService final : public pp::v1::WorkerRegistry::Service {
@@ -165,8 +179,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
     if (request->key().empty()) {
       return Answer("KvSet", absl::InvalidArgumentError("key: must not be empty"));
     }
-    jobs_->rendezvous().Set(request->key(), request->value());
-    return grpc::Status::OK;
+    return Answer("KvSet", jobs_->rendezvous().Set(request->key(), request->value()));
   }
 
   grpc::Status KvGet(grpc::ServerContext* context, const pp::v1::KvGetRequest* request,
@@ -248,6 +261,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  grpc::ResourceQuota quota("ppcoord");
+  quota.SetMaxThreads(kMaxServerThreads);
+  builder.SetResourceQuota(quota);
   int port = 0;
   builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(impl->coordinator.get());

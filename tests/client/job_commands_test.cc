@@ -153,6 +153,16 @@ TEST_F(JobCommandsTest, SubmitGetListCancel) {
   EXPECT_THAT(watch.out, HasSubstr("CANCELLED"));
 }
 
+TEST_F(JobCommandsTest, ListFollowsEveryPage) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 230; ++i) ids.push_back(Submitted());  // three pages of the default 100
+  Output list = Ppctl("list", {});
+  EXPECT_EQ(list.code, 0) << list.err;
+  EXPECT_EQ(std::count(list.out.begin(), list.out.end(), '\n'), 1 + 230);
+  EXPECT_EQ(list.out.rfind("JOB"), 0u) << "one header, first";
+  for (const std::string& id : ids) EXPECT_THAT(list.out, HasSubstr(id + " "));
+}
+
 TEST_F(JobCommandsTest, BadInputGivesOneLineAndNonZeroExit) {
   Output invalid = Ppctl("submit", {SpecFile("1f1b", "5")});
   EXPECT_EQ(invalid.code, 1);

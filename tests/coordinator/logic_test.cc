@@ -22,10 +22,10 @@ using ::testing::HasSubstr;
 
 TEST(RendezvousStore, GetWaitsForKeysSetLater) {
   RendezvousStore kv;
-  kv.Set("j/0/a", "1");
+  EXPECT_TRUE(kv.Set("j/0/a", "1").ok());
   std::thread setter([&kv] {
     absl::SleepFor(absl::Milliseconds(50));
-    kv.Set("j/0/b", "2");
+    EXPECT_TRUE(kv.Set("j/0/b", "2").ok());
   });
   absl::StatusOr<std::vector<std::string>> values = kv.Get({"j/0/a", "j/0/b"}, absl::Seconds(10));
   setter.join();
@@ -35,7 +35,7 @@ TEST(RendezvousStore, GetWaitsForKeysSetLater) {
 
 TEST(RendezvousStore, GetTimesOutNamingMissingKeys) {
   RendezvousStore kv;
-  kv.Set("present", "x");
+  EXPECT_TRUE(kv.Set("present", "x").ok());
   const absl::Time start = absl::Now();
   absl::StatusOr<std::vector<std::string>> values =
       kv.Get({"present", "absent"}, absl::Milliseconds(100));
@@ -55,10 +55,10 @@ TEST(RendezvousStore, ZeroTimeoutDoesNotWaitAndCancelEndsWait) {
 
 TEST(RendezvousStore, EraseWithPrefixDropsOnlyThatJob) {
   RendezvousStore kv;
-  kv.Set("job-1/0/a", "");
-  kv.Set("job-1/0/b", "");
-  kv.Set("job-10/0/a", "");
-  kv.Set("job-2/0/a", "");
+  EXPECT_TRUE(kv.Set("job-1/0/a", "").ok());
+  EXPECT_TRUE(kv.Set("job-1/0/b", "").ok());
+  EXPECT_TRUE(kv.Set("job-10/0/a", "").ok());
+  EXPECT_TRUE(kv.Set("job-2/0/a", "").ok());
   EXPECT_EQ(kv.EraseWithPrefix("job-1/"), 2);
   EXPECT_EQ(kv.size(), 2u);
   EXPECT_TRUE(kv.Get({"job-10/0/a", "job-2/0/a"}, absl::ZeroDuration()).ok());
@@ -309,10 +309,43 @@ TEST(StepAggregator, InterleavedStepsCompleteIndependently) {
   EXPECT_EQ(agg.Add(Report(1, 2, 1, 1))->step, 2);
 }
 
+TEST(StepAggregator, KeepsAtMostTheCapOfStepsARankNeverReported) {
+  StepAggregator agg(2);
+  for (int step = 1; step <= kMaxPendingSteps + 36; ++step) {
+    EXPECT_FALSE(agg.Add(Report(0, step, 1, 1)));  // rank 1 falls silent
+  }
+  EXPECT_EQ(agg.pending_steps(), static_cast<size_t>(kMaxPendingSteps));
+  EXPECT_EQ(agg.Add(Report(1, kMaxPendingSteps + 30, 1, 1))->step, kMaxPendingSteps + 30);
+  EXPECT_EQ(agg.pending_steps(), 6u) << "older steps dropped, later ones kept";
+}
+
 TEST(MeasuredBubble, ZeroWithoutTime) {
   EXPECT_EQ(MeasuredBubble({}), 0);
   EXPECT_EQ(MeasuredBubble({Report(0, 1, 0, 0)}), 0);
   EXPECT_DOUBLE_EQ(MeasuredBubble({Report(0, 1, 2, 2), Report(1, 1, 2, 1)}), 0.25);
+}
+
+pp::v1::CheckpointReport Shard(int rank, int step) {
+  pp::v1::CheckpointReport r;
+  r.set_job_id("j");
+  r.set_rank(rank);
+  r.set_step(step);
+  r.set_ok(true);
+  return r;
+}
+
+TEST(CheckpointCollector, DropsOlderIncompleteStepsAndCapsPending) {
+  CheckpointCollector c(2);
+  ASSERT_TRUE(c.Add(Shard(0, 10)).ok());  // rank 1 never saves step 10
+  ASSERT_TRUE(c.Add(Shard(0, 20)).ok());
+  ASSERT_TRUE(c.Add(Shard(0, 30)).ok());
+  auto done = c.Add(Shard(1, 20));
+  ASSERT_TRUE(done.ok() && done->has_value());
+  EXPECT_EQ(c.pending_steps(), 1u) << "step 10 dropped, step 30 still waits";
+  for (int step = 40; step < 40 + 2 * kMaxPendingSteps; ++step) {
+    ASSERT_TRUE(c.Add(Shard(0, step)).ok());
+  }
+  EXPECT_EQ(c.pending_steps(), static_cast<size_t>(kMaxPendingSteps));
 }
 
 TEST(CheckpointCollector, CompletesOnAllRanksAndNamesAFailedRank) {
