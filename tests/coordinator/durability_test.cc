@@ -16,6 +16,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "pp/v1/coordinator.grpc.pb.h"
+#include "tests/coordinator/server_fixture.h"
 #include "tests/coordinator/test_support.h"
 
 namespace pp::coordinator {
@@ -25,36 +26,8 @@ using ::pp::coordinator::testing::FakeWorker;
 using ::pp::coordinator::testing::WaitUntil;
 using ::testing::HasSubstr;
 
-class DurabilityTest : public ::testing::Test {
+class DurabilityTest : public testing::CoordinatorServerTest {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("ppcoord_durability_", ::getpid(), "_",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    data_ = (dir_ / "corpus.txt").string();
-    std::ofstream(data_) << std::string(4096, 'a');
-    StartServer();
-  }
-  void TearDown() override {
-    workers_.clear();
-    server_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-
-  void StartServer() {
-    CoordinatorOptions options;
-    options.data_dir = (dir_ / "data").string();
-    options.worker_timeout = absl::Milliseconds(600);
-    options.heartbeat_interval = absl::Milliseconds(50);
-    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    client_ = pp::v1::Coordinator::NewStub(
-        grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials()));
-  }
-
   // Runs `sql` on ppcoord's store through a connection of the test's own.
   void Sql(const std::string& sql) {
     sqlite3* db = nullptr;
@@ -86,65 +59,12 @@ class DurabilityTest : public ::testing::Test {
         " END;");
   }
 
-  pp::v1::JobSpec ValidSpec(int max_restarts = 0) {
-    pp::v1::JobSpec spec;
-    spec.set_name("tiny");
-    pp::v1::ModelSpec* m = spec.mutable_model();
-    m->set_vocab_size(256);
-    m->set_seq_len(16);
-    m->set_d_model(32);
-    m->set_n_heads(4);
-    m->set_n_layers(4);
-    spec.mutable_parallel()->set_pipeline(2);
-    spec.mutable_parallel()->set_schedule("1f1b");
-    pp::v1::TrainSpec* t = spec.mutable_train();
-    t->set_steps(3);
-    t->set_microbatches(4);
-    t->set_microbatch_size(2);
-    t->set_lr(3e-4);
-    t->set_seed(1);
-    spec.mutable_data()->set_path(data_);
+  pp::v1::JobSpec SpecWithRestarts(int max_restarts) {
+    pp::v1::JobSpec spec = ValidSpec();
     spec.set_max_restarts(max_restarts);
     return spec;
   }
 
-  grpc::Status Submit(const pp::v1::JobSpec& spec, std::string* id = nullptr) {
-    pp::v1::SubmitJobRequest request;
-    *request.mutable_spec() = spec;
-    pp::v1::SubmitJobResponse response;
-    grpc::ClientContext context;
-    grpc::Status status = client_->SubmitJob(&context, request, &response);
-    if (id != nullptr) *id = response.job_id();
-    return status;
-  }
-
-  std::vector<std::string> JobIds() {
-    pp::v1::ListJobsResponse response;
-    grpc::ClientContext context;
-    EXPECT_TRUE(client_->ListJobs(&context, {}, &response).ok());
-    std::vector<std::string> ids;
-    for (const pp::v1::Job& job : response.jobs()) ids.push_back(job.id());
-    return ids;
-  }
-
-  pp::v1::Job GetJob(const std::string& id) {
-    pp::v1::GetJobRequest request;
-    request.set_job_id(id);
-    pp::v1::Job job;
-    grpc::ClientContext context;
-    EXPECT_TRUE(client_->GetJob(&context, request, &job).ok());
-    return job;
-  }
-
-  FakeWorker& AddWorker(const std::string& name) {
-    return *workers_.emplace_back(std::make_unique<FakeWorker>(name, server_->grpc_address()));
-  }
-
-  std::filesystem::path dir_;
-  std::string data_;
-  std::unique_ptr<CoordinatorServer> server_;
-  std::unique_ptr<pp::v1::Coordinator::Stub> client_;
-  std::vector<std::unique_ptr<FakeWorker>> workers_;
 };
 
 TEST_F(DurabilityTest, ASubmitTheStoreDoesNotSaveFailsAndLeavesNoJob) {
@@ -207,7 +127,7 @@ TEST_F(DurabilityTest, ARowThatDoesNotDecodeIsQuarantinedAndPpcoordStarts) {
 
 TEST_F(DurabilityTest, AnAutomaticRestartIsPlacedOnlyAfterItsBackoff) {
   std::string id;
-  ASSERT_TRUE(Submit(ValidSpec(/*max_restarts=*/2), &id).ok());
+  ASSERT_TRUE(Submit(SpecWithRestarts(2), &id).ok());
   FakeWorker& w1 = AddWorker("w1");
   FakeWorker& w0 = AddWorker("w0");
   ASSERT_TRUE(w0.WaitForTask(absl::Seconds(10)));
@@ -243,10 +163,10 @@ TEST_F(DurabilityTest, AWaitingJobSaysWhyUntilItRuns) {
 }
 
 TEST_F(DurabilityTest, MaxRestartsAboveTheCeilingIsRefused) {
-  const grpc::Status status = Submit(ValidSpec(/*max_restarts=*/101));
+  const grpc::Status status = Submit(SpecWithRestarts(101));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("max_restarts: must be <= 100"));
-  EXPECT_TRUE(Submit(ValidSpec(/*max_restarts=*/100)).ok());
+  EXPECT_TRUE(Submit(SpecWithRestarts(100)).ok());
 }
 
 }  // namespace
