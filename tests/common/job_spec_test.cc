@@ -44,7 +44,6 @@ class JobSpecTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-
   // Validation of a modified copy of the good spec must fail with a message starting `prefix`.
   template <typename Mutate>
   void ExpectInvalid(Mutate mutate, const std::string& prefix) {
@@ -53,6 +52,20 @@ class JobSpecTest : public ::testing::Test {
     absl::Status status = ValidateJobSpec(spec);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << prefix;
     EXPECT_THAT(std::string(status.message()), StartsWith(prefix));
+  }
+
+  // The uint16 file at `path` holds token 50256 as its largest: a vocabulary of 50257 validates,
+  // one of 50256 is refused naming the token. Returns the valid spec.
+  pp::v1::JobSpec ExpectLargestTokenIs50256(const std::string& path) {
+    pp::v1::JobSpec spec = spec_;
+    spec.mutable_data()->set_path(path);
+    spec.mutable_data()->set_format("uint16");
+    spec.mutable_model()->set_vocab_size(50256);
+    EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
+                StartsWith("model.vocab_size: 50256 is too small for uint16 data with token 50256"));
+    spec.mutable_model()->set_vocab_size(50257);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+    return spec;
   }
 
   std::string dir_;
@@ -254,14 +267,7 @@ TEST_F(JobSpecTest, Uint16VocabularyMustHoldEveryToken) {
   }
   std::string path = dir_ + "/tokens.u16";
   ASSERT_TRUE(WriteFileAtomic(path, tokens).ok());
-  Spec spec = spec_;
-  spec.mutable_data()->set_path(path);
-  spec.mutable_data()->set_format("uint16");
-  spec.mutable_model()->set_vocab_size(50257);
-  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
-  spec.mutable_model()->set_vocab_size(50256);
-  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
-              StartsWith("model.vocab_size: 50256 is too small for uint16 data with token 50256"));
+  Spec spec = ExpectLargestTokenIs50256(path);
   ASSERT_TRUE(WriteFileAtomic(path, tokens + "x").ok());
   spec.mutable_model()->set_vocab_size(50257);
   EXPECT_THAT(std::string(ValidateJobSpec(spec).message()), HasSubstr("odd size (201 bytes)"));
@@ -276,14 +282,7 @@ TEST_F(JobSpecTest, Uint16ScanReadsEveryChunk) {
   ASSERT_TRUE(WriteFileAtomic(path, std::string(reinterpret_cast<const char*>(values.data()),
                                                 values.size() * 2))
                   .ok());
-  Spec spec = spec_;
-  spec.mutable_data()->set_path(path);
-  spec.mutable_data()->set_format("uint16");
-  spec.mutable_model()->set_vocab_size(50257);
-  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
-  spec.mutable_model()->set_vocab_size(50256);
-  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
-              StartsWith("model.vocab_size: 50256 is too small for uint16 data with token 50256"));
+  ExpectLargestTokenIs50256(path);
 }
 
 }  // namespace
