@@ -21,6 +21,7 @@ namespace {
 
 constexpr const char* kPartitions[] = {"uniform", "params", "cost", "explicit"};
 constexpr const char* kFormats[] = {"bytes", "uint16", "generated"};
+constexpr const char* kDecayKinds[] = {"constant", "cosine", "linear"};
 constexpr int64_t kDefaultGeneratedTokens = int64_t{1} << 20;
 
 // Collects the parser's complaints instead of logging them.
@@ -169,8 +170,18 @@ absl::Status ValidateTrain(const pp::v1::TrainSpec& train) {
   for (auto [field, value] : {std::pair<const char*, double>{"train.lr", train.lr()},
                               {"train.weight_decay", train.weight_decay()},
                               {"train.grad_clip", train.grad_clip()},
-                              {"train.max_bad_steps", train.max_bad_steps()}}) {
+                              {"train.max_bad_steps", train.max_bad_steps()},
+                              {"train.warmup_steps", train.warmup_steps()},
+                              {"train.decay_steps", train.decay_steps()},
+                              {"train.min_lr", train.min_lr()}}) {
     if (absl::Status s = NonNegative(field, value); !s.ok()) return s;
+  }
+  if (!train.decay().empty()) {
+    if (absl::Status s = Choice("train.decay", train.decay(), kDecayKinds); !s.ok()) return s;
+  }
+  if (train.min_lr() > train.lr()) {
+    return Field("train.min_lr", absl::StrCat("must be <= train.lr (", train.lr(), "), got ",
+                                              train.min_lr()));
   }
   for (auto [field, value] : {std::pair<const char*, double>{"train.beta1", train.beta1()},
                               {"train.beta2", train.beta2()}}) {
