@@ -288,7 +288,7 @@ void ApplyDefaults(pp::v1::JobSpec* spec) {
   if (parallel->chunks() == 0) parallel->set_chunks(1);
   if (parallel->tensor() == 0) parallel->set_tensor(1);
   if (parallel->data() == 0) parallel->set_data(1);
-  if (parallel->partition().empty()) parallel->set_partition("uniform");
+  if (parallel->partition().empty()) parallel->set_partition("cost");
   pp::v1::TrainSpec* train = spec->mutable_train();
   if (train->beta1() == 0) train->set_beta1(0.9);
   if (train->beta2() == 0) train->set_beta2(0.95);

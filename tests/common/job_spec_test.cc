@@ -121,7 +121,7 @@ TEST_F(JobSpecTest, DefaultsFillZeros) {
   EXPECT_EQ(spec.parallel().chunks(), 1);
   EXPECT_EQ(spec.parallel().tensor(), 1);
   EXPECT_EQ(spec.parallel().data(), 1);
-  EXPECT_EQ(spec.parallel().partition(), "uniform");
+  EXPECT_EQ(spec.parallel().partition(), "cost");
   EXPECT_DOUBLE_EQ(spec.train().beta1(), 0.9);
   EXPECT_DOUBLE_EQ(spec.train().beta2(), 0.95);
   EXPECT_DOUBLE_EQ(spec.train().eps(), 1e-8);
