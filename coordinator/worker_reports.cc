@@ -131,7 +131,9 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
     Log(absl::StrCat("step of job ", job.id(), " not saved: ", saved.message()));
   }
   Persist(*rec).IgnoreError();
-  metrics_->StepCompleted(job.id(), summary->loss, summary->bubble_ratio);
+  metrics_->StepCompleted(job.id(), summary->loss,
+                          common::LearningRateAt(job.spec().train(), summary->step),
+                          summary->bubble_ratio);
   Emit(*rec, pp::v1::EVENT_STEP, "").set_step_seconds(summary->step_seconds);
   return response;
 }
