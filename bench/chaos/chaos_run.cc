@@ -11,7 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/chaos/jobs.h"
 #include "bench/chaos/sandbox.h"
@@ -32,6 +35,15 @@ constexpr char kKillWorkerMidCheckpoint[] = "kill -9 worker mid-checkpoint";
 constexpr char kKillCoordinatorMidCheckpoint[] = "kill -9 ppcoord mid-checkpoint";
 constexpr char kFullDisk[] = "full checkpoint disk";
 constexpr char kSqliteLock[] = "SQLite lock held";
+
+// Whether `kind` is one of the kinds `only` names (ChaosOptions::only).
+bool Selected(const std::string& kind, const std::string& only) {
+  if (only.empty()) return true;
+  for (absl::string_view word : absl::StrSplit(only, ',', absl::SkipEmpty())) {
+    if (absl::StrContains(absl::AsciiStrToLower(kind), absl::AsciiStrToLower(word))) return true;
+  }
+  return false;
+}
 
 bool Ended(pp::v1::JobState state) {
   return state == pp::v1::SUCCEEDED || state == pp::v1::FAILED || state == pp::v1::CANCELLED;
@@ -85,7 +97,7 @@ absl::StatusOr<pp::v1::Job> ChaosRun::Get(const std::string& job_id) {
   SampleRss();
   const absl::Time start = absl::Now();
   absl::StatusOr<pp::v1::Job> job = testing_support::GetJob(cluster_->stub(), job_id);
-  stats_.Record(grpc::Status(static_cast<grpc::StatusCode>(job.status().code()), ""),
+  stats_.Record("GetJob", grpc::Status(static_cast<grpc::StatusCode>(job.status().code()), ""),
                 absl::ToDoubleSeconds(absl::Now() - start));
   return job;
 }
@@ -254,8 +266,12 @@ void ChaosRun::InjectFaults() {
   } else {
     report_.fault_notes[kFullDisk] = options_.tmpfs_note;
   }
+  kinds.erase(std::remove_if(kinds.begin(), kinds.end(),
+                             [&](const std::string& k) { return !Selected(k, options_.only); }),
+              kinds.end());
   for (const std::string& kind : kinds) report_.faults[kind] = 0;
-  if (!options_.tmpfs_ok) report_.faults[kFullDisk] = -1;
+  if (!options_.tmpfs_ok && Selected(kFullDisk, options_.only)) report_.faults[kFullDisk] = -1;
+  if (kinds.empty()) return;
   std::vector<std::string> order = kinds;
   std::shuffle(order.begin(), order.end(), rng_);
   const absl::Time end = absl::Now() + options_.fault_time;
@@ -294,6 +310,7 @@ void ChaosRun::WaitForJobs() {
     JobOutcome outcome;
     outcome.job_id = id;
     outcome.state = pp::v1::JobState_Name(last.state());
+    outcome.restarts = last.restart_log_size();
     if (!Ended(last.state())) outcome.state += " (timed out)";
     if (last.state() != pp::v1::SUCCEEDED) {
       outcome.detail = absl::StrCat("step ", last.step(), ", restarts ", last.restarts(), ": ",
@@ -318,7 +335,7 @@ Report ChaosRun::Run() {
                                " workers, ", options_.jobs, " jobs of ", options_.steps, " steps");
   report_.expected_codes = {grpc::UNAVAILABLE};
   if (absl::Status started = Start(); !started.ok()) {
-    report_.jobs.push_back({"(start)", "not started", false, started.ToString()});
+    report_.jobs.push_back({"(start)", "not started", 0, false, started.ToString()});
     cluster_.reset();
     if (options_.tmpfs_ok) Unmount(options_.dir + "/cluster/data/checkpoints");
     return report_;

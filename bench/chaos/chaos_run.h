@@ -30,6 +30,9 @@ struct ChaosOptions {
   bool tmpfs_ok = false;                          // a private mount namespace is available
   std::string tmpfs_note;                         // why not, when not
   int64_t tmpfs_bytes = 64 << 20;                 // the checkpoint root's size
+  // Comma-separated words: only the fault kinds whose name contains one (case-insensitive),
+  // e.g. "sqlite" or "kill,disk"; empty: every kind.
+  std::string only;
 };
 
 Report RunChaos(const ChaosOptions& options);

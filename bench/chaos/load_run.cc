@@ -30,11 +30,11 @@ void SetDeadline(grpc::ClientContext* context) {
   context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
 }
 
-// Times `call` (which makes one RPC) into `stats`.
-void Timed(RpcStats& stats, const std::function<grpc::Status()>& call) {
+// Times `call` (which makes one `method` RPC) into `stats`.
+void Timed(RpcStats& stats, const std::string& method, const std::function<grpc::Status()>& call) {
   const absl::Time start = absl::Now();
   const grpc::Status status = call();
-  stats.Record(status, absl::ToDoubleSeconds(absl::Now() - start));
+  stats.Record(method, status, absl::ToDoubleSeconds(absl::Now() - start));
 }
 
 // One client's share of the load: its own channel, its own seeded mix of calls.
@@ -65,7 +65,7 @@ class Client {
 
  private:
   void Get() {
-    Timed(stats_, [&] {
+    Timed(stats_, "GetJob", [&] {
       grpc::ClientContext context;
       SetDeadline(&context);
       pp::v1::GetJobRequest request;
@@ -80,7 +80,7 @@ class Client {
     std::string token;
     for (int page = 0; page < 3; ++page) {
       pp::v1::ListJobsResponse response;
-      Timed(stats_, [&] {
+      Timed(stats_, "ListJobs", [&] {
         grpc::ClientContext context;
         SetDeadline(&context);
         pp::v1::ListJobsRequest request;
@@ -94,7 +94,7 @@ class Client {
   }
 
   void Plan() {
-    Timed(stats_, [&] {
+    Timed(stats_, "PlanJob", [&] {
       grpc::ClientContext context;
       SetDeadline(&context);
       pp::v1::PlanJobRequest request;
@@ -106,7 +106,7 @@ class Client {
 
   // The stream's latency is its first event's; the cancel that ends it is not an error.
   void Watch() {
-    Timed(stats_, [&] {
+    Timed(stats_, "WatchJob", [&] {
       grpc::ClientContext context;
       SetDeadline(&context);
       pp::v1::WatchJobRequest request;
@@ -126,7 +126,7 @@ class Client {
   void SubmitAndCancel() {
     pp::v1::SubmitJobResponse submitted;
     grpc::Status status;
-    Timed(stats_, [&] {
+    Timed(stats_, "SubmitJob", [&] {
       grpc::ClientContext context;
       SetDeadline(&context);
       pp::v1::SubmitJobRequest request;
@@ -135,7 +135,7 @@ class Client {
       return status;
     });
     if (!status.ok()) return;
-    Timed(stats_, [&] {
+    Timed(stats_, "CancelJob", [&] {
       grpc::ClientContext context;
       SetDeadline(&context);
       pp::v1::CancelJobRequest request;
@@ -193,7 +193,7 @@ class Heartbeater {
         continue;
       }
       pp::v1::HeartbeatResponse response;
-      Timed(stats_, [&] {
+      Timed(stats_, "Heartbeat", [&] {
         grpc::ClientContext context;
         SetDeadline(&context);
         pp::v1::HeartbeatRequest request;
@@ -257,7 +257,7 @@ Report RunLoad(const LoadOptions& options) {
   absl::StatusOr<std::string> job_id =
       cluster.ok() ? StartTraining(**cluster, train) : cluster.status();
   if (!job_id.ok()) {
-    report.jobs.push_back({"(start)", "not started", false, job_id.status().ToString()});
+    report.jobs.push_back({"(start)", "not started", 0, false, job_id.status().ToString()});
     return report;
   }
   Heartbeater heartbeat((*cluster)->coordinator().grpc);
@@ -285,6 +285,7 @@ Report RunLoad(const LoadOptions& options) {
   report.rpc_errors = stats.errors();
   for (const auto& [code, count] : heartbeat.stats().errors()) report.rpc_errors[code] += count;
   report.rpc_seconds = stats.latencies();
+  report.rpc_seconds_by_method = stats.by_method();
   report.heartbeat_seconds = heartbeat.stats().latencies();
   report.wall_seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return report;

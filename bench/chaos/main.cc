@@ -28,10 +28,14 @@ ABSL_FLAG(int32_t, steps, 0, "chaos: steps per job (default 400; short 120)");
 ABSL_FLAG(int32_t, fault_seconds, 0, "chaos: faults are injected this long at most (default 120; short 30)");
 ABSL_FLAG(int32_t, clients, 0, "load: concurrent clients (default 64; short 16)");
 ABSL_FLAG(int32_t, rpcs, 0, "load: RPCs per client (default 1000; short 150)");
+ABSL_FLAG(std::string, faults, "",
+          "chaos: only the fault kinds whose name contains one of these comma-separated words "
+          "(e.g. sqlite, or kill,disk); empty: all");
 ABSL_FLAG(int32_t, tmpfs_mb, 64, "chaos: size of the checkpoint root's tmpfs");
 ABSL_FLAG(double, heartbeat_p99_ms, 0, "load: fail when heartbeat p99 is not below this; 0: report only");
 ABSL_FLAG(std::string, bin_dir, "", "folder of ppcoord and ppworker; default: this binary's");
 ABSL_FLAG(std::string, dir, "", "work folder (removed at the end); default: a fresh one in /tmp");
+ABSL_FLAG(bool, keep_dir, false, "keep the work folder (the daemons' logs) at the end");
 
 namespace {
 
@@ -76,6 +80,7 @@ bool RunChaos(const std::string& bin_dir, const fs::path& dir, uint64_t seed,
   options.tmpfs_ok = mounts.ok();
   options.tmpfs_note = std::string(mounts.message());
   options.tmpfs_bytes = int64_t{absl::GetFlag(FLAGS_tmpfs_mb)} << 20;
+  options.only = absl::GetFlag(FLAGS_faults);
   return Passed(pp::chaos::RunChaos(options), /*chaos=*/true);
 }
 
@@ -113,7 +118,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::error_code ec;
-  fs::remove_all(dir, ec);
+  if (!absl::GetFlag(FLAGS_keep_dir)) fs::remove_all(dir, ec);
   if (ec) std::cerr << "chaos_bench: cannot remove " << dir << ": " << ec.message() << "\n";
   return ok ? 0 : 1;
 }

@@ -62,13 +62,20 @@ int64_t PeakRssKiB(pid_t pid) {
   return 0;
 }
 
-void RpcStats::Record(const grpc::Status& status, double seconds) {
+void RpcStats::Record(const std::string& method, const grpc::Status& status, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
-  latencies_.push_back(seconds);
+  latencies_[method].push_back(seconds);
   if (!status.ok()) ++errors_[status.error_code()];
 }
 
 std::vector<double> RpcStats::latencies() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<double> all;
+  for (const auto& [method, seconds] : latencies_) all.insert(all.end(), seconds.begin(), seconds.end());
+  return all;
+}
+
+std::map<std::string, std::vector<double>> RpcStats::by_method() const {
   std::lock_guard<std::mutex> lock(mu_);
   return latencies_;
 }
@@ -106,7 +113,7 @@ std::string Report::Table() const {
   }
   for (const JobOutcome& j : jobs) {
     Row(&out, "bitwise equal: " + j.job_id,
-        absl::StrCat(j.bitwise ? "yes" : "no", " (", j.state, ")",
+        absl::StrCat(j.bitwise ? "yes" : "no", " (", j.state, " after ", j.restarts, " restarts)",
                      j.detail.empty() ? "" : ": " + j.detail));
   }
   for (const auto& [figure, value] : notes) Row(&out, figure, value);
@@ -118,6 +125,13 @@ std::string Report::Table() const {
   Row(&out, "RPC latency p50 / p99",
       absl::StrCat(Ms(Percentile(rpc_seconds, 50)), " / ", Ms(Percentile(rpc_seconds, 99)),
                    " over ", rpc_seconds.size(), " RPCs"));
+  if (rpc_seconds_by_method.size() > 1) {
+    for (const auto& [method, seconds] : rpc_seconds_by_method) {
+      Row(&out, "  " + method + " p50 / p99",
+          absl::StrCat(Ms(Percentile(seconds, 50)), " / ", Ms(Percentile(seconds, 99)), " over ",
+                       seconds.size()));
+    }
+  }
   if (!heartbeat_seconds.empty()) {
     Row(&out, "heartbeat p50 / p99 / max",
         absl::StrCat(Ms(Percentile(heartbeat_seconds, 50)), " / ",

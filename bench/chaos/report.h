@@ -24,22 +24,24 @@ double Percentile(std::vector<double> values, double p);
 // VmHWM of /proc/<pid>/status in KiB; 0 once the process is gone.
 int64_t PeakRssKiB(pid_t pid);
 
-// Latency of every RPC and the error codes of those that failed.
+// Latency of every RPC, by method, and the error codes of those that failed.
 class RpcStats {
  public:
-  void Record(const grpc::Status& status, double seconds);
-  std::vector<double> latencies() const;
+  void Record(const std::string& method, const grpc::Status& status, double seconds);
+  std::vector<double> latencies() const;  // of every method
+  std::map<std::string, std::vector<double>> by_method() const;
   std::map<grpc::StatusCode, int> errors() const;
 
  private:
   mutable std::mutex mu_;
-  std::vector<double> latencies_;
+  std::map<std::string, std::vector<double>> latencies_;
   std::map<grpc::StatusCode, int> errors_;
 };
 
 struct JobOutcome {
   std::string job_id;
   std::string state;    // the final JobState's name
+  int restarts = 0;      // the job's restart log: automatic restarts and ppcoord's own
   bool bitwise = false;  // final weights equal the uninterrupted reference bit for bit
   std::string detail;    // why not, when not
 };
@@ -53,6 +55,7 @@ struct Report {
   std::map<grpc::StatusCode, int> rpc_errors;
   std::set<grpc::StatusCode> expected_codes;
   std::vector<double> rpc_seconds;
+  std::map<std::string, std::vector<double>> rpc_seconds_by_method;
   std::vector<double> heartbeat_seconds;
   int64_t coordinator_peak_rss_kib = 0;  // the largest over every ppcoord of the run
   double wall_seconds = 0;
