@@ -94,29 +94,41 @@ bool RunLoad(const std::string& bin_dir, const fs::path& dir, uint64_t seed) {
   return Passed(pp::chaos::RunLoad(options), /*chaos=*/false);
 }
 
-}  // namespace
+// The tmpfs needs a mount namespace of this process's own, entered before any thread starts.
+absl::Status PrivateMounts(char** argv) {
+  absl::Status mounts = pp::chaos::EnterPrivateMounts();
+  if (mounts.ok()) return mounts;
+  pp::chaos::ReexecUnderUnshare(argv);  // returns only when it could not
+  return absl::FailedPreconditionError(absl::StrCat(mounts.message(), "; nor under unshare -rm"));
+}
 
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  // First, while this process has one thread: the tmpfs needs a mount namespace of its own.
-  const absl::Status mounts = pp::chaos::EnterPrivateMounts();
-  uint64_t seed = absl::GetFlag(FLAGS_seed);
-  if (seed == 0) seed = std::random_device()() | 1;
-  const std::string run = absl::GetFlag(FLAGS_run);
-  std::cout << "chaos_bench: seed " << seed << " (rerun with --seed=" << seed << ")" << std::endl;
+fs::path WorkDir() {
   const fs::path dir = absl::GetFlag(FLAGS_dir).empty()
                            ? fs::temp_directory_path() / absl::StrCat("pp_chaos_", getpid())
                            : fs::path(absl::GetFlag(FLAGS_dir));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string bin_dir = BinDir(argv[0]);
-  bool ok = true;
-  if (run == "chaos" || run == "all") ok = RunChaos(bin_dir, dir, seed, mounts) && ok;
-  if (run == "load" || run == "all") ok = RunLoad(bin_dir, dir, seed) && ok;
+  return dir;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status mounts = PrivateMounts(argv);
+  const std::string run = absl::GetFlag(FLAGS_run);
   if (run != "chaos" && run != "load" && run != "all") {
     std::cerr << "--run: want chaos, load or all, got " << run << "\n";
     return 2;
   }
+  uint64_t seed = absl::GetFlag(FLAGS_seed);
+  if (seed == 0) seed = std::random_device()() | 1;
+  std::cout << "chaos_bench: seed " << seed << " (rerun with --seed=" << seed << ")" << std::endl;
+  const fs::path dir = WorkDir();
+  const std::string bin_dir = BinDir(argv[0]);
+  bool ok = true;
+  if (run != "load") ok = RunChaos(bin_dir, dir, seed, mounts) && ok;
+  if (run != "chaos") ok = RunLoad(bin_dir, dir, seed) && ok;
   std::error_code ec;
   if (!absl::GetFlag(FLAGS_keep_dir)) fs::remove_all(dir, ec);
   if (ec) std::cerr << "chaos_bench: cannot remove " << dir << ": " << ec.message() << "\n";

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -45,10 +46,10 @@ absl::Status EnterUserNamespace() {
 
 absl::Status EnterPrivateMounts() {
   if (unshare(CLONE_NEWNS) != 0) {
+    const std::string as_is = std::strerror(errno);
     if (absl::Status user = EnterUserNamespace(); !user.ok()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("no mount namespace as root (", std::strerror(EPERM), ") nor ",
-                       user.message()));
+          absl::StrCat("no mount namespace of its own (", as_is, ") nor ", user.message()));
     }
   }
   // Mounts made here must not propagate back to the machine's namespace.
@@ -56,6 +57,21 @@ absl::Status EnterPrivateMounts() {
     return Errno("making / private");
   }
   return absl::OkStatus();
+}
+
+void ReexecUnderUnshare(char** argv) {
+  constexpr char kMarker[] = "PP_CHAOS_UNDER_UNSHARE";
+  if (std::getenv(kMarker) != nullptr) return;
+  // The path, not /proc/self/exe: unshare would read that link as its own.
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return;
+  setenv(kMarker, "1", 1);
+  std::vector<char*> args = {const_cast<char*>("unshare"), const_cast<char*>("-rm"),
+                             const_cast<char*>("--"), self.data()};
+  for (char** arg = argv + 1; *arg != nullptr; ++arg) args.push_back(*arg);
+  args.push_back(nullptr);
+  execvp("unshare", args.data());
 }
 
 absl::Status MountTmpfs(const std::string& dir, int64_t bytes) {

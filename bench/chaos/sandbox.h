@@ -16,8 +16,13 @@
 
 namespace pp::chaos {
 
-// REQUIRES: a single-threaded process.
+// REQUIRES: a single-threaded process for the unprivileged way (a library that starts threads
+// when it loads, as OpenBLAS does, rules it out: then ReexecUnderUnshare).
 absl::Status EnterPrivateMounts();
+
+// Runs this program again under `unshare -rm` (a user and a mount namespace, root in them), once:
+// returns only when that cannot be done (already tried, no unshare binary, exec refused).
+void ReexecUnderUnshare(char** argv);
 
 // A tmpfs of `bytes` on `dir` (created if missing). REQUIRES: EnterPrivateMounts succeeded.
 absl::Status MountTmpfs(const std::string& dir, int64_t bytes);
