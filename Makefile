@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup configure build test run clean fuzz fuzz-build
+.PHONY: all setup configure build test run clean fuzz fuzz-build chaos
 
 all: build
 
@@ -39,6 +39,12 @@ fuzz: fuzz-build
 	@failed=0; for f in $(FUZZERS); do \
 	  tests/fuzz/run_fuzzer.sh $$f $(FUZZ_SECONDS) $(FUZZ_BUILD)/bin || failed=1; \
 	done; exit $$failed
+
+# The chaos and load runs of bench/chaos (docs/testing.md), full size: a few minutes. The short
+# version is the ctest test chaos_short. Extra flags: make chaos CHAOS_FLAGS=--seed=7.
+CHAOS_FLAGS ?=
+chaos: build
+	@$(BUILD)/bin/chaos_bench --heartbeat_p99_ms=100 $(CHAOS_FLAGS)
 
 # The embedded default: ppcoord + 2 CPU workers on loopback train a small GPT (about 2 minutes on
 # 2 cores), then everything stops. More workers: make run WORKERS=4.

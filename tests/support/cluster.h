@@ -47,6 +47,9 @@ class Cluster {
 
   // Starts worker `name` and waits until the coordinator lists it IDLE.
   absl::Status StartWorker(const std::string& name, const WorkerOptions& options = {});
+  // Starts worker `name` (again, after it was killed) without waiting for it: a queued job may
+  // take it before it could be seen IDLE.
+  absl::Status LaunchWorker(const std::string& name, const WorkerOptions& options = {});
   // Starts `n` more workers named w<i> (i counting every worker so far), all IDLE on return.
   absl::Status AddWorkers(int n);
   // SIGKILLs ppcoord and reaps it.
@@ -77,7 +80,6 @@ class Cluster {
 
   explicit Cluster(const ClusterOptions& options) : options_(options) {}
   absl::Status StartCoordinator(int port);
-  absl::Status LaunchWorker(const std::string& name, const WorkerOptions& options);
   absl::Status WaitIdle(const std::vector<std::string>& names);
   // Starts `argv` with its log at dir/<name>.log and waits for its address file dir/<name>.json.
   absl::StatusOr<Daemon> Launch(const std::string& name, std::vector<std::string> argv,
