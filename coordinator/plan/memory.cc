@@ -260,12 +260,13 @@ absl::StatusOr<MemoryBreakdown> RankFigures(Checked& c, const pp::v1::JobSpec& s
   const int64_t shard = dp == 0 ? c.Mul({2, 3, kWord, written}) : 0;  // host copies, serialized
   int64_t digest = 0;
   if (spec.parallel().data() > 1) {
-    // The bucket's flat buffer and the all-reduce's own copy of it; the replicas' final state
-    // digest copies values and moments to host and into one string.
+    // The bucket's flat buffer and the all-reduce's own copy of it. The replicas' final state
+    // digest copies values and moments to host tensors and appends them to one string that grows
+    // by doubling: at its last growth the tensors, the old string and the new one are live.
     const int64_t bucket_bytes = spec.parallel().bucket_bytes() > 0 ? spec.parallel().bucket_bytes()
                                                                     : kDefaultBucketBytes;
     buckets = c.Mul({2, std::min(b.gradients, std::max(bucket_bytes, c.Mul({largest, kWord})))});
-    digest = c.Mul({2, 3, b.parameters});
+    digest = c.Mul({3, 3, b.parameters});
   }
   b.communication = c.Add(replay.peak_buffers, buckets);
   b.checkpoint = std::max(shard, digest);

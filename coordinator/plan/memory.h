@@ -24,7 +24,8 @@
 // - checkpoint: the shard a rank writes (its values and moments, 12 bytes per written
 //   parameter) copied to host tensors and then serialized: twice that, after the last step, when
 //   no activation is live. Replicas other than 0 write nothing; TP ranks other than 0 skip the
-//   replicated tensors.
+//   replicated tensors. With data parallelism every replica then digests its state: 3 x 12 bytes
+//   per held parameter (host copies, and a string at its last doubling).
 // - baseline: kProcessBaselineBytes.
 // Peak = baseline + parameters + gradients + moments + scratch + communication buckets +
 // max(step peak of activations and boundary buffers, checkpoint copies).
@@ -42,12 +43,14 @@
 
 namespace pp::plan {
 
-// Peak resident bytes of an idle ppworker process after its first task (binary and shared
-// libraries, gRPC threads and channels, the Gloo context and its pairs, OpenBLAS's buffer for
-// one thread), measured as VmHWM in /proc/PID/status minus this model's figure for a tiny job
-// (bench/memory, d_model 32, 2 layers, where the model's share is well below 1 MiB) on the
-// x86-64 Debian build: 58 to 62 MiB over layouts; 60 MiB taken.
-inline constexpr int64_t kProcessBaselineBytes = int64_t{60} << 20;
+// Fixed per-process bytes: the binary and shared libraries, gRPC threads and channels, the Gloo
+// context, and the workspaces this model does not count per tensor (OpenBLAS's packing buffer for
+// one thread, which a GEMM touches more of the larger its operands; malloc arenas' slack).
+// Measured with bench/memory (VmHWM in /proc/PID/status minus the rest of this model) on the
+// x86-64 Debian build, one BLAS thread: 28 MiB for a d_model 32 job, 45 to 60 MiB (median 52)
+// over the d_model 256 layouts; the larger figure is taken, as jobs worth admitting are that
+// size or larger.
+inline constexpr int64_t kProcessBaselineBytes = int64_t{52} << 20;
 
 struct MemoryBreakdown {
   int64_t parameters = 0;

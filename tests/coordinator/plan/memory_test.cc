@@ -96,10 +96,11 @@ TEST(MemoryTest, GPipeHoldsEveryMicrobatchAndDataParallelAddsBuckets) {
   // No pipeline boundary; gradients (2048 params, 8192 bytes) fit one bucket: flat + all-reduce.
   EXPECT_EQ(ranks[0].bytes.parameters, 2048 * 4);
   EXPECT_EQ(ranks[0].bytes.communication, 2 * 2048 * 4);
-  // Replica 0 writes the shard; every replica digests its state at the end (values and moments,
-  // copied and joined into one string).
-  EXPECT_EQ(ranks[0].bytes.checkpoint, 24 * 2048);
-  EXPECT_EQ(ranks[1].bytes.checkpoint, 24 * 2048);
+  // Replica 0 writes the shard (24 bytes a parameter); then every replica digests its state:
+  // values and moments copied, and appended to one string whose last doubling holds the old and
+  // the new buffer: 36 bytes a parameter, the larger.
+  EXPECT_EQ(ranks[0].bytes.checkpoint, 36 * 2048);
+  EXPECT_EQ(ranks[1].bytes.checkpoint, 36 * 2048);
   EXPECT_EQ(ranks[1].dp, 1);
 }
 
