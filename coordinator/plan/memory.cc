@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <initializer_list>
-#include <map>
 #include <optional>
 
 #include "absl/status/status.h"
