@@ -1,5 +1,6 @@
 // `ppctl plan`: compiles a schedule locally (no server) and prints it as an ASCII timeline, the
-// proto3 JSON of pp.v1.Schedule, or a Chrome trace; `--auto` first picks schedule, V and M, and
+// proto3 JSON of pp.v1.Schedule, or a Chrome trace; `--spec` plans a job spec instead and adds
+// each rank's memory estimate; `--auto` first picks schedule, V and M, and
 // with --mesh_workers also how to split the workers into data x pipeline x tensor parallelism.
 #include <algorithm>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/command.h"
+#include "common/job_spec.h"
 #include "coordinator/plan/plan.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -31,6 +33,11 @@ ABSL_FLAG(std::string, costs, "f=1,b=2",
           "Unset keys: f=1 b=2, the rest 0");
 ABSL_FLAG(std::string, format, "ascii",
           "ascii (timeline + simulation) | json (pp.v1.Schedule) | chrome (trace events)");
+ABSL_FLAG(std::string, spec, "",
+          "a job spec FILE (proto3 JSON or text): plan its schedule, layout and partition as "
+          "ppcoord would and add each rank's estimated peak memory with its breakdown; "
+          "--schedule, --stages, --chunks and --microbatches are then not used, and "
+          "--format=json prints a pp.v1.PlanJobResponse (schedule, stage_layers, memory)");
 ABSL_FLAG(bool, auto, false,
           "choose schedule, V and M: simulate every schedule (V=2..--max_chunks for "
           "interleaved-1f1b) for each M in [--min_microbatches, --max_microbatches] and pick the "
@@ -229,6 +236,46 @@ absl::Status RunMesh(const plan::CostModel& costs, const std::string& format) {
                                    ", act = pipeline message bytes)\n"));
 }
 
+// --spec: the job's plan as ppcoord makes it (defaults, validation, schedule, partition) under
+// `costs`, with the memory estimate.
+absl::Status RunSpec(const std::string& path, const plan::CostModel& costs,
+                     const std::string& format) {
+  absl::StatusOr<pp::v1::JobSpec> spec = common::LoadJobSpec(path);
+  if (!spec.ok()) return spec.status();
+  common::ApplyDefaults(&*spec);
+  if (absl::Status valid = common::ValidateJobSpec(*spec); !valid.ok()) return valid;
+  const pp::v1::ParallelSpec& p = spec->parallel();
+  absl::StatusOr<plan::Planned> planned =
+      plan::Plan(p.schedule(), p.pipeline(), p.chunks(), spec->train().microbatches(), costs);
+  if (!planned.ok()) return planned.status();
+  absl::StatusOr<std::vector<int>> units = plan::PartitionUnits(
+      spec->model(), p.pipeline() * p.chunks(), p.partition(),
+      {p.stage_layers().begin(), p.stage_layers().end()}, plan::UnitCosts(spec->model()));
+  if (!units.ok()) return units.status();
+  pp::v1::PlanJobResponse response;
+  *response.mutable_schedule() = plan::ScheduleToProto(planned->schedule, &planned->simulation);
+  response.mutable_stage_layers()->Assign(units->begin(), units->end());
+  absl::StatusOr<std::vector<plan::RankMemory>> memory =
+      plan::EstimateMemory(*spec, *units, response.schedule());
+  if (!memory.ok()) return memory.status();
+  for (const plan::RankMemory& rank : *memory) *response.add_memory() = plan::MemoryToProto(rank);
+  if (format == "json") {
+    google::protobuf::util::JsonPrintOptions options;
+    options.always_print_primitive_fields = true;
+    std::string json;
+    const auto status = google::protobuf::util::MessageToJsonString(response, &json, options);
+    if (!status.ok()) return absl::InternalError(status.ToString());
+    std::cout << json << "\n";
+    return absl::OkStatus();
+  }
+  if (format == "ascii") {
+    std::cout << "stage layers " << absl::StrJoin(*units, " ") << "\n"
+              << "memory per rank (estimated peak, bytes as in docs/planner.md \"Memory\")\n"
+              << plan::RenderMemoryTable(*memory) << "\n";
+  }
+  return Print(*planned, costs, format);
+}
+
 absl::Status RunPlan(const std::vector<std::string>& args) {
   if (!args.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'"));
@@ -240,6 +287,9 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
   }
   absl::StatusOr<plan::CostModel> costs = ParseCosts(absl::GetFlag(FLAGS_costs));
   if (!costs.ok()) return costs.status();
+  if (const std::string spec = absl::GetFlag(FLAGS_spec); !spec.empty()) {
+    return RunSpec(spec, *costs, format);
+  }
   if (absl::GetFlag(FLAGS_auto)) {
     return absl::GetFlag(FLAGS_mesh_workers) > 0 ? RunMesh(*costs, format)
                                                  : RunAuto(*costs, format);
@@ -258,7 +308,7 @@ Command PlanCommand() {
           "",
           "compile a pipeline schedule locally (no server): generate, lower comms, validate, "
           "simulate, draw",
-          {"schedule", "stages", "chunks", "microbatches", "costs", "format", "auto",
+          {"schedule", "stages", "chunks", "microbatches", "costs", "format", "spec", "auto",
            "min_microbatches", "max_microbatches", "memory_budget", "schedules", "max_chunks",
            "mesh_workers", "memory_per_worker", "batch", "layers", "heads", "max_tensor",
            "boundary_bytes", "weight_bytes"},

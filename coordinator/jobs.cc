@@ -97,6 +97,7 @@ absl::Status JobManager::Reload() {
     }
     rec.schedule = std::move(planned->schedule);
     rec.stage_units = std::move(planned->stage_units);
+    rec.rank_bytes = RankBytes(planned->memory);
     metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
     // Its workers still run the old attempt; they register again and are told to stop it.
     if (rec.job.state() == pp::v1::RUNNING) {
@@ -238,7 +239,7 @@ void JobManager::PlaceQueued() {
                                          rec.schedule.stage_to_rank().end());
     const std::vector<pp::v1::WorkerInfo> idle = workers_.Idle();
     absl::StatusOr<std::vector<pp::v1::RankPlacement>> placement =
-        PlaceRanks(rec.job.spec(), stage_to_rank, idle);
+        PlaceRanks(rec.job.spec(), stage_to_rank, idle, rec.rank_bytes);
     if (placement.ok()) {
       Start(rec, *std::move(placement));
       continue;
@@ -306,6 +307,8 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec) {
   if (!planned.ok()) return planned.status();
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("ppcoord is shutting down");
+  const std::vector<int64_t> rank_bytes = RankBytes(planned->memory);
+  if (absl::Status fits = CheckMemoryFits(rank_bytes, workers_.All()); !fits.ok()) return fits;
   // Nothing is acknowledged that a restart would lose: the job exists once its row is stored.
   absl::StatusOr<int64_t> sequence = store_->ReserveSequence();
   if (!sequence.ok()) return Unsaved("job not submitted", sequence.status());
@@ -322,6 +325,7 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec) {
   }
   rec.schedule = std::move(planned->schedule);
   rec.stage_units = std::move(planned->stage_units);
+  rec.rank_bytes = rank_bytes;
   order_.push_back(id);
   metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
   Emit(rec, pp::v1::EVENT_QUEUED,
@@ -423,6 +427,7 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
   *job.mutable_spec() = std::move(planned.spec);
   rec->schedule = std::move(planned.schedule);
   rec->stage_units = std::move(planned.stage_units);
+  rec->rank_bytes = RankBytes(planned.memory);
   job.set_state(pp::v1::QUEUED);
   job.clear_placement();
   job.set_last_checkpoint_step(from_step);

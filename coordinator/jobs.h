@@ -109,6 +109,7 @@ class JobManager {
     pp::v1::Job job;
     pp::v1::Schedule schedule;
     std::vector<int> stage_units;
+    std::vector<int64_t> rank_bytes;  // estimated peak memory per global rank (RankBytes)
     std::unique_ptr<StepAggregator> steps;
     std::unique_ptr<CheckpointCollector> checkpoints;
     std::set<int> ranks_done;

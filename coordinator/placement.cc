@@ -1,10 +1,12 @@
 #include "coordinator/placement.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "coordinator/plan/plan.h"
 
 namespace pp::coordinator {
 
@@ -25,9 +27,50 @@ std::vector<pp::v1::RankPlacement> MeshRanks(const common::Mesh& mesh,
   return ranks;
 }
 
+namespace {
+
+bool Fits(const pp::v1::WorkerInfo& worker, int64_t bytes) {
+  return worker.memory_bytes() <= 0 || worker.memory_bytes() >= bytes;
+}
+
+// Rank -> index into `idle` with every rank on a worker that fits it: the largest estimates on
+// the largest workers (unknown memory first, then by name order), which fits whenever any
+// assignment does. FailedPrecondition naming the first rank that no worker left can take.
+absl::StatusOr<std::vector<int>> PlaceByMemory(const std::vector<int64_t>& rank_bytes,
+                                               const std::vector<pp::v1::WorkerInfo>& idle) {
+  std::vector<int> ranks(rank_bytes.size()), workers(idle.size());
+  for (size_t i = 0; i < ranks.size(); ++i) ranks[i] = static_cast<int>(i);
+  for (size_t i = 0; i < workers.size(); ++i) workers[i] = static_cast<int>(i);
+  std::stable_sort(ranks.begin(), ranks.end(),
+                   [&](int a, int b) { return rank_bytes[a] > rank_bytes[b]; });
+  auto room = [&](int w) {
+    const int64_t m = idle[w].memory_bytes();
+    return m <= 0 ? INT64_MAX : m;
+  };
+  std::stable_sort(workers.begin(), workers.end(), [&](int a, int b) { return room(a) > room(b); });
+  std::vector<int> worker_of_rank(ranks.size());
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    const int rank = ranks[k];
+    const int64_t bytes = rank_bytes[rank];
+    if (k >= workers.size() || !Fits(idle[workers[k]], bytes)) {
+      const auto fitting = std::count_if(idle.begin(), idle.end(),
+                                         [&](const pp::v1::WorkerInfo& w) { return Fits(w, bytes); });
+      return absl::FailedPreconditionError(absl::StrCat(
+          "needs ", ranks.size(), " workers with enough memory: rank ", rank, " needs an estimated ",
+          plan::FormatBytes(bytes), " (", bytes, " bytes) and ", k + 1,
+          " ranks need at least that; ", fitting, " of ", idle.size(),
+          " idle workers have that much"));
+    }
+    worker_of_rank[rank] = workers[k];
+  }
+  return worker_of_rank;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
     const pp::v1::JobSpec& spec, const std::vector<int>& stage_to_rank,
-    const std::vector<pp::v1::WorkerInfo>& idle) {
+    const std::vector<pp::v1::WorkerInfo>& idle, const std::vector<int64_t>& rank_bytes) {
   const int world = common::WorldSize(spec);
   if (static_cast<int>(idle.size()) < world) {
     return absl::FailedPreconditionError(
@@ -41,6 +84,17 @@ absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
   for (int w = 0; w < world; ++w) hosts.push_back(idle[w].host());
   absl::StatusOr<std::vector<int>> worker_of_rank = common::PlaceRanks(*mesh, hosts);
   if (!worker_of_rank.ok()) return worker_of_rank.status();
+  if (!rank_bytes.empty()) {
+    if (static_cast<int>(rank_bytes.size()) != world) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(rank_bytes.size(), " memory estimates for ", world, " ranks"));
+    }
+    bool all_fit = true;
+    for (int r = 0; r < world; ++r) all_fit = all_fit && Fits(idle[(*worker_of_rank)[r]], rank_bytes[r]);
+    // Memory before links: a rank on a worker too small fails inside it.
+    if (!all_fit) worker_of_rank = PlaceByMemory(rank_bytes, idle);
+    if (!worker_of_rank.ok()) return worker_of_rank.status();
+  }
   std::vector<pp::v1::RankPlacement> placement = MeshRanks(*mesh, stage_to_rank);
   for (pp::v1::RankPlacement& p : placement) {
     const pp::v1::WorkerInfo& worker = idle[(*worker_of_rank)[p.rank()]];
@@ -48,6 +102,27 @@ absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
     p.set_address(worker.address());
   }
   return placement;
+}
+
+absl::Status CheckMemoryFits(const std::vector<int64_t>& rank_bytes,
+                             const std::vector<pp::v1::WorkerInfo>& workers) {
+  const pp::v1::WorkerInfo* largest = nullptr;
+  for (const pp::v1::WorkerInfo& w : workers) {
+    if (w.state() == pp::v1::DOWN) continue;
+    if (w.memory_bytes() <= 0) return absl::OkStatus();  // unknown: it may fit
+    if (largest == nullptr || w.memory_bytes() > largest->memory_bytes()) largest = &w;
+  }
+  if (largest == nullptr) return absl::OkStatus();  // nothing registered: it waits, QUEUED
+  for (size_t rank = 0; rank < rank_bytes.size(); ++rank) {
+    if (rank_bytes[rank] <= largest->memory_bytes()) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job does not fit any worker: rank ", rank, " needs an estimated ",
+        plan::FormatBytes(rank_bytes[rank]), " (", rank_bytes[rank],
+        " bytes), the largest registered worker ", largest->name(), " has ",
+        plan::FormatBytes(largest->memory_bytes()), " (", largest->memory_bytes(),
+        " bytes); see `ppctl plan --spec` for the breakdown"));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,

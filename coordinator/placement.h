@@ -4,6 +4,7 @@
 #ifndef PP_COORDINATOR_PLACEMENT_H_
 #define PP_COORDINATOR_PLACEMENT_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,21 @@ std::vector<pp::v1::RankPlacement> MeshRanks(const common::Mesh& mesh,
                                              const std::vector<int>& stage_to_rank);
 
 // MeshRanks, each rank put on one of `idle` (sorted by name; the first common::WorldSize are
-// used), TP groups on one host where hosts are known. FailedPrecondition when too few workers.
+// used), TP groups on one host where hosts are known. `rank_bytes` (empty, or one estimate per
+// global rank) keeps a rank off a worker whose memory_bytes is known (> 0) and below its
+// estimate: when the first workers do not all fit, the largest estimates go to the largest
+// workers (hosts no longer considered). FailedPrecondition when too few workers, or too few with
+// enough memory (the message says which rank and how much).
 absl::StatusOr<std::vector<pp::v1::RankPlacement>> PlaceRanks(
     const pp::v1::JobSpec& spec, const std::vector<int>& stage_to_rank,
-    const std::vector<pp::v1::WorkerInfo>& idle);
+    const std::vector<pp::v1::WorkerInfo>& idle, const std::vector<int64_t>& rank_bytes = {});
+
+// Admission: FailedPrecondition naming the rank, its estimate and the largest worker (name and
+// bytes) when some rank's estimate exceeds the memory_bytes of every worker in `workers` that is
+// not DOWN. OK when no worker is registered or one reports memory_bytes = 0 (unknown), so the
+// job may still fit.
+absl::Status CheckMemoryFits(const std::vector<int64_t>& rank_bytes,
+                             const std::vector<pp::v1::WorkerInfo>& workers);
 
 // The TaskPlan of every placed rank of `job`: its stages' unit ranges from `stage_units` (units
 // per stage, in stage order), its pipeline rank's program with peers and stage_to_rank mapped to

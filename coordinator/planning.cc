@@ -16,15 +16,6 @@ pp::v1::CostModel PlanningCosts() {
   return costs;
 }
 
-std::vector<double> UnitCosts(const pp::v1::ModelSpec& model) {
-  const double c = model.d_model(), t = model.seq_len(), vocab = model.vocab_size();
-  std::vector<double> costs;
-  costs.push_back(c);
-  for (int i = 0; i < model.n_layers(); ++i) costs.push_back(24 * c * c + 4 * t * c);
-  costs.push_back(2 * vocab * c);
-  return costs;
-}
-
 absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec) {
   pp::common::ApplyDefaults(&spec);
   if (absl::Status valid = pp::common::ValidateJobSpec(spec); !valid.ok()) {
@@ -43,15 +34,25 @@ absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec) {
   const std::vector<int> explicit_units(p.stage_layers().begin(), p.stage_layers().end());
   absl::StatusOr<std::vector<int>> units =
       pp::plan::PartitionUnits(spec.model(), p.pipeline() * p.chunks(), p.partition(),
-                               explicit_units, UnitCosts(spec.model()));
+                               explicit_units, pp::plan::UnitCosts(spec.model()));
   if (!units.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("parallel.partition \"", p.partition(), "\": ", units.status().message()));
   }
+  absl::StatusOr<std::vector<pp::plan::RankMemory>> memory =
+      pp::plan::EstimateMemory(spec, *units, *schedule);
+  if (!memory.ok()) return absl::InvalidArgumentError(memory.status().message());
+  planned.memory = *std::move(memory);
   planned.spec = std::move(spec);
   planned.schedule = *std::move(schedule);
   planned.stage_units = *std::move(units);
   return planned;
+}
+
+std::vector<int64_t> RankBytes(const std::vector<pp::plan::RankMemory>& memory) {
+  std::vector<int64_t> bytes;
+  for (const pp::plan::RankMemory& rank : memory) bytes.push_back(rank.bytes.total);
+  return bytes;
 }
 
 }  // namespace pp::coordinator

@@ -117,6 +117,9 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
         }
         response->set_mesh(mesh->ToString());
       }
+      for (const pp::plan::RankMemory& rank : planned->memory) {
+        *response->add_memory() = pp::plan::MemoryToProto(rank);
+      }
     }
     return Answer("PlanJob", planned.status());
   }

@@ -35,6 +35,15 @@ absl::StatusOr<Planned> Plan(const std::string& name, int D, int V, int M, const
   return Planned{*std::move(lowered), *std::move(simulation)};
 }
 
+std::vector<double> UnitCosts(const pp::v1::ModelSpec& model) {
+  const double c = model.d_model(), t = model.seq_len(), vocab = model.vocab_size();
+  std::vector<double> costs;
+  costs.push_back(c);
+  for (int i = 0; i < model.n_layers(); ++i) costs.push_back(24 * c * c + 4 * t * c);
+  costs.push_back(2 * vocab * c);
+  return costs;
+}
+
 absl::StatusOr<pp::v1::Schedule> PlanSchedule(const std::string& name, int D, int V, int M,
                                               const pp::v1::CostModel& costs) {
   absl::StatusOr<Planned> planned = Plan(name, D, V, M, CostsFromProto(costs));

@@ -7,6 +7,7 @@
 //   render.h     RenderAscii and RenderChrome of a Timeline
 //   convert.h    plain structs <-> pp.v1 protos
 //   auto_plan.h  the auto-planners (schedule, V and M; the DP x PP x TP mesh)
+//   memory.h     EstimateMemory: each rank's peak bytes, broken down
 // The rest (ir.h's helpers, lower.h, validate.h, execute.h) is how the planner works inside.
 #ifndef PP_COORDINATOR_PLAN_PLAN_H_
 #define PP_COORDINATOR_PLAN_PLAN_H_
@@ -19,6 +20,7 @@
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/convert.h"
 #include "coordinator/plan/generate.h"
+#include "coordinator/plan/memory.h"
 #include "coordinator/plan/render.h"
 #include "coordinator/plan/simulate.h"
 #include "coordinator/plan/timeline.h"
@@ -26,6 +28,11 @@
 #include "pp/v1/schedule.pb.h"
 
 namespace pp::plan {
+
+// Relative forward cost of each partition unit (for partition: cost), from the usual FLOP count
+// per token (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+// Clusters", sec. 5.1): a block 24*C^2 + 4*T*C, the head 2*vocab*C, the embedding lookup ~C.
+std::vector<double> UnitCosts(const pp::v1::ModelSpec& model);
 
 // Generates schedule `name` for D ranks, V chunks per rank and M microbatches, lowers the
 // communication, validates and simulates it under `costs`. Errors (unknown schedule, an M or V

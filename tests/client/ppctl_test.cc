@@ -3,6 +3,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/plan/convert.h"
+#include "coordinator/plan/plan.h"
 #include "coordinator/plan/validate.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -51,7 +53,7 @@ TEST(PpctlTest, HelpDocumentsEveryPlanFlag) {
   const Result help = Ppctl("plan --help");
   EXPECT_EQ(help.code, 0);
   for (const char* flag :
-       {"schedule", "stages", "chunks", "microbatches", "costs", "format", "auto",
+       {"schedule", "stages", "chunks", "microbatches", "costs", "format", "spec", "auto",
         "min_microbatches", "max_microbatches", "memory_budget", "schedules", "max_chunks",
         "mesh_workers", "memory_per_worker", "batch", "layers", "heads", "max_tensor",
         "boundary_bytes", "weight_bytes"}) {
@@ -108,6 +110,37 @@ TEST(PpctlTest, JsonIsAValidSchedule) {
   ASSERT_TRUE(schedule.ok());
   EXPECT_TRUE(Validate(*schedule).ok());
   EXPECT_EQ(proto.simulation().makespan(), 5 * 3 + 2 * 1);  // M(f+b) + (D-1)(f+b-2w)
+}
+
+// A job spec is planned as ppcoord plans it, with every rank's memory estimate.
+TEST(PpctlTest, SpecPrintsEachRanksMemoryEstimate) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/ppctl-spec-", getpid(), ".json");
+  std::ofstream(path) << R"({"name": "m", "model": {"vocabSize": 256, "seqLen": 16, "dModel": 32,
+      "nHeads": 4, "nLayers": 4}, "parallel": {"pipeline": 2, "schedule": "gpipe"},
+      "train": {"steps": 1, "microbatches": 3, "microbatchSize": 2, "lr": 0.001},
+      "data": {"format": "generated", "generatedTokens": 4096}})";
+  const Result json = Ppctl(absl::StrCat("plan --spec=", path, " --format=json"));
+  ASSERT_EQ(json.code, 0) << json.err;
+  pp::v1::PlanJobResponse response;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &response).ok()) << json.out;
+  EXPECT_EQ(response.schedule().name(), "gpipe");
+  ASSERT_EQ(response.stage_layers_size(), 2);
+  EXPECT_EQ(response.stage_layers(0), 3);
+  EXPECT_EQ(response.stage_layers(1), 3);
+  ASSERT_EQ(response.memory_size(), 2);
+  for (const pp::v1::RankMemory& m : response.memory()) {
+    EXPECT_GT(m.activations(), 0);
+    EXPECT_EQ(m.optimizer(), 2 * m.parameters());
+    // One checkpoint, at the end: the larger of the step's peak and the checkpoint copies.
+    EXPECT_EQ(m.total(), m.baseline() + 4 * m.parameters() + m.scratch() +
+                             std::max(m.activations() + m.communication(), m.checkpoint()));
+  }
+  const Result ascii = Ppctl(absl::StrCat("plan --spec=", path));
+  ASSERT_EQ(ascii.code, 0) << ascii.err;
+  EXPECT_NE(ascii.out.find("memory per rank"), std::string::npos) << ascii.out;
+  EXPECT_NE(ascii.out.find(FormatBytes(response.memory(1).total())), std::string::npos) << ascii.out;
+  EXPECT_NE(ascii.out.find("gpipe: D=2 V=1 M=3"), std::string::npos) << ascii.out;
+  std::remove(path.c_str());
 }
 
 TEST(PpctlTest, AsciiAndChrome) {

@@ -114,8 +114,9 @@ class CoordinatorServerTest : public ::testing::Test {
     return by_name;
   }
 
-  FakeWorker& AddWorker(const std::string& name) {
-    return *workers_.emplace_back(std::make_unique<FakeWorker>(name, server_->grpc_address()));
+  FakeWorker& AddWorker(const std::string& name, int64_t memory_bytes = 0) {
+    return *workers_.emplace_back(
+        std::make_unique<FakeWorker>(name, server_->grpc_address(), memory_bytes));
   }
 
   std::filesystem::path dir_;

@@ -41,7 +41,9 @@ std::string FromBuffer(const grpc::ByteBuffer& buffer) {
 
 }  // namespace
 
-FakeWorker::FakeWorker(const std::string& name, const std::string& coordinator) : name_(name) {
+FakeWorker::FakeWorker(const std::string& name, const std::string& coordinator,
+                       int64_t memory_bytes)
+    : name_(name), memory_bytes_(memory_bytes) {
   registry_ = pp::v1::WorkerRegistry::NewStub(
       grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
   grpc::ServerBuilder builder;
@@ -68,6 +70,7 @@ void FakeWorker::Register() {
   request.mutable_worker()->set_name(name_);
   request.mutable_worker()->set_address(address_);
   request.mutable_worker()->set_device("cpu");
+  request.mutable_worker()->set_memory_bytes(memory_bytes_);
   pp::v1::RegisterWorkerResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));

@@ -3,6 +3,7 @@
 #ifndef PP_TESTS_COORDINATOR_TEST_SUPPORT_H_
 #define PP_TESTS_COORDINATOR_TEST_SUPPORT_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,7 +24,8 @@ namespace pp::coordinator::testing {
 // abort_jobs answer) drops the job.
 class FakeWorker final : public pp::v1::Worker::Service {
  public:
-  FakeWorker(const std::string& name, const std::string& coordinator);
+  // `memory_bytes`: what it announces (WorkerInfo.memory_bytes); 0 = unknown.
+  FakeWorker(const std::string& name, const std::string& coordinator, int64_t memory_bytes = 0);
   ~FakeWorker() override;
 
   void StopHeartbeats();
@@ -50,6 +52,7 @@ class FakeWorker final : public pp::v1::Worker::Service {
   void HeartbeatLoop();
 
   const std::string name_;
+  const int64_t memory_bytes_;
   std::unique_ptr<pp::v1::WorkerRegistry::Stub> registry_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;

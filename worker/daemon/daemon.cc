@@ -296,7 +296,9 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     info->set_name(name());
     info->set_address(grpc_address_);
     info->set_device(options_.device);
-    info->set_memory_bytes(options_.device == "cpu" ? HostMemoryBytes() : 0);
+    info->set_memory_bytes(options_.memory_bytes >= 0 ? options_.memory_bytes
+                           : options_.device == "cpu" ? HostMemoryBytes()
+                                                      : 0);
     info->set_host(advertise_host_);
     {
       // A coordinator that restarted learns what this worker still runs.

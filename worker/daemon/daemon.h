@@ -17,6 +17,7 @@
 #ifndef PP_WORKER_DAEMON_DAEMON_H_
 #define PP_WORKER_DAEMON_DAEMON_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -33,6 +34,10 @@ struct DaemonOptions {
   std::string name;             // empty: <advertised host>-<grpc port>
   std::string advertise_host;   // empty: the --grpc host, or the machine's name for 0.0.0.0
   absl::Duration comm_timeout = absl::Seconds(30);
+  // Announced to the coordinator as WorkerInfo.memory_bytes (placement and admission keep ranks
+  // whose estimate exceeds it off this worker); 0 = unknown. Negative: detected, the host's
+  // physical memory on cpu, 0 on cuda.
+  int64_t memory_bytes = -1;
   bool async_checkpoints = true;     // TaskEnv::async_checkpoints
   int pause_shard_step = 0;          // test hook, TaskEnv::pause_shard_step
   absl::Duration pause_shard_for;

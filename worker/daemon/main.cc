@@ -29,6 +29,10 @@ ABSL_FLAG(absl::Duration, comm_timeout, absl::Seconds(30),
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(120),
           "on SIGTERM, how long the running task may take to reach a common step, checkpoint and "
           "end");
+ABSL_FLAG(int64_t, memory_bytes, -1,
+          "bytes this worker announces for a job's rank (the coordinator places no rank whose "
+          "estimated peak exceeds it, and refuses jobs that fit no worker); 0 = unknown; "
+          "negative: detect (physical memory on cpu, unknown on cuda)");
 ABSL_FLAG(bool, async_checkpoints, true,
           "write checkpoint shards on a background thread while training continues");
 
@@ -59,6 +63,7 @@ absl::StatusOr<pp::daemon::DaemonOptions> OptionsFromFlags() {
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.comm_timeout = absl::GetFlag(FLAGS_comm_timeout);
   options.async_checkpoints = absl::GetFlag(FLAGS_async_checkpoints);
+  options.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
   if (options.comm_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--comm_timeout must be positive");
   }
@@ -78,7 +83,7 @@ int main(int argc, char** argv) {
   daemon.name = "ppworker";
   daemon.usage =
       "ppworker --coordinator=HOST:PORT [--grpc=HOST:PORT] [--metrics=HOST:PORT] "
-      "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH]";
+      "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH] [--memory_bytes=N]";
   daemon.address_file = &FLAGS_address_file;
   daemon.start = [&worker]() -> absl::StatusOr<pp::common::DaemonAddresses> {
     absl::StatusOr<pp::daemon::DaemonOptions> options = OptionsFromFlags();

@@ -1,0 +1,120 @@
+// Admission and placement by memory: ppcoord in-process with fake workers that announce
+// memory_bytes, against the estimates PlanJob reports.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/coordinator/server_fixture.h"
+
+namespace pp::coordinator {
+namespace {
+
+using ::pp::coordinator::testing::WaitUntil;
+using ::testing::HasSubstr;
+
+class AdmissionTest : public testing::CoordinatorServerTest {
+ protected:
+  // PlanJob's estimated peak of every rank.
+  std::vector<int64_t> Estimates(const pp::v1::JobSpec& spec) {
+    pp::v1::PlanJobRequest request;
+    *request.mutable_spec() = spec;
+    pp::v1::PlanJobResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = client_->PlanJob(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    std::vector<int64_t> totals;
+    for (const pp::v1::RankMemory& rank : response.memory()) totals.push_back(rank.total());
+    return totals;
+  }
+};
+
+TEST_F(AdmissionTest, PlanJobReportsEveryRanksBreakdown) {
+  pp::v1::PlanJobRequest request;
+  *request.mutable_spec() = ValidSpec(2);
+  pp::v1::PlanJobResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(client_->PlanJob(&context, request, &response).ok());
+  ASSERT_EQ(response.memory_size(), 2);
+  for (const pp::v1::RankMemory& rank : response.memory()) {
+    EXPECT_GT(rank.parameters(), 0);
+    EXPECT_EQ(rank.gradients(), rank.parameters());
+    EXPECT_EQ(rank.optimizer(), 2 * rank.parameters());
+    EXPECT_GT(rank.activations(), 0);
+    EXPECT_GT(rank.communication(), 0);  // 1F1B boundary buffers
+    EXPECT_GT(rank.total(), rank.baseline() + 4 * rank.parameters() + rank.activations());
+  }
+  EXPECT_EQ(response.memory(1).rank(), 1);
+  EXPECT_EQ(response.memory(1).pp(), 1);
+}
+
+TEST_F(AdmissionTest, AJobLargerThanTheLargestWorkerIsRefusedAtSubmit) {
+  const pp::v1::JobSpec spec = ValidSpec(2);
+  const std::vector<int64_t> need = Estimates(spec);
+  ASSERT_EQ(need.size(), 2u);
+  const int64_t largest_need = std::max(need[0], need[1]);
+  const int rank = need[0] >= need[1] ? 0 : 1;
+  AddWorker("w-small", largest_need / 4);
+  AddWorker("w-big", largest_need - 1);
+  const grpc::Status status = Submit(spec);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr(absl::StrCat("rank ", rank, " needs an estimated")));
+  EXPECT_THAT(status.error_message(), HasSubstr(absl::StrCat("(", largest_need, " bytes)")));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr(absl::StrCat("worker w-big has ")));
+  EXPECT_THAT(status.error_message(), HasSubstr(absl::StrCat("(", largest_need - 1, " bytes)")));
+  EXPECT_TRUE(JobIds().empty());  // nothing stored
+}
+
+TEST_F(AdmissionTest, WithNoWorkerOrUnknownMemoryTheJobIsAccepted) {
+  std::string id;
+  ASSERT_TRUE(Submit(ValidSpec(2), &id).ok());
+  EXPECT_EQ(GetJob(id).state(), pp::v1::QUEUED);
+  EXPECT_EQ(GetJob(id).reason(), "needs 2 workers, 0 registered, 0 idle");
+  AddWorker("w-unknown", 0);  // a GPU worker today: memory unknown
+  AddWorker("w-tiny", 1);
+  std::string second;
+  EXPECT_TRUE(Submit(ValidSpec(2), &second).ok());
+}
+
+TEST_F(AdmissionTest, RanksGoOnlyToWorkersWithEnoughMemory) {
+  const pp::v1::JobSpec spec = ValidSpec(1);
+  const std::vector<int64_t> need = Estimates(spec);
+  ASSERT_EQ(need.size(), 1u);
+  // "w-a" comes first in name order, but is too small.
+  testing::FakeWorker& small = AddWorker("w-a", need[0] - 1);
+  testing::FakeWorker& big = AddWorker("w-b", need[0]);
+  std::string id;
+  ASSERT_TRUE(Submit(spec, &id).ok());
+  ASSERT_TRUE(big.WaitForTask(absl::Seconds(10)));
+  EXPECT_TRUE(small.tasks().empty());
+  EXPECT_EQ(GetJob(id).placement(0).worker(), "w-b");
+}
+
+TEST_F(AdmissionTest, AJobThatFitsButLacksLargeEnoughIdleWorkersWaitsWithAReason) {
+  const pp::v1::JobSpec spec = ValidSpec(2);
+  const std::vector<int64_t> need = Estimates(spec);
+  ASSERT_EQ(need.size(), 2u);
+  const int64_t smallest_need = std::min(need[0], need[1]);
+  const int64_t largest_need = std::max(need[0], need[1]);
+  AddWorker("w-big", largest_need);
+  AddWorker("w-small", smallest_need - 1);
+  std::string id;
+  ASSERT_TRUE(Submit(spec, &id).ok());  // every rank fits w-big
+  ASSERT_TRUE(WaitUntil(
+      [&] { return GetJob(id).reason().find("with enough memory") != std::string::npos; },
+      absl::Seconds(10)));
+  const pp::v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), pp::v1::QUEUED);
+  EXPECT_THAT(job.reason(), HasSubstr("needs 2 workers with enough memory"));
+  EXPECT_THAT(job.reason(), HasSubstr("1 of 2 idle workers have that much"));
+  // A large enough worker joins: the job runs.
+  testing::FakeWorker& second = AddWorker("w-big2", largest_need);
+  EXPECT_TRUE(second.WaitForTask(absl::Seconds(10)));
+  EXPECT_TRUE(WaitUntil([&] { return GetJob(id).state() == pp::v1::RUNNING; }, absl::Seconds(10)));
+}
+
+}  // namespace
+}  // namespace pp::coordinator

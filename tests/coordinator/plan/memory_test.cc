@@ -1,0 +1,137 @@
+// The memory model against figures worked out by hand for a tiny GPT: vocab 16, T = 4, C = 8,
+// 2 heads, 2 blocks, B = 1, so N = 4 tokens and (N,C) = 128 bytes.
+#include <cstdint>
+#include <vector>
+
+#include "coordinator/plan/plan.h"
+#include "gtest/gtest.h"
+
+namespace pp::plan {
+namespace {
+
+pp::v1::JobSpec TinySpec(int pipeline, int microbatches) {
+  pp::v1::JobSpec spec;
+  pp::v1::ModelSpec* m = spec.mutable_model();
+  m->set_vocab_size(16);
+  m->set_seq_len(4);
+  m->set_d_model(8);
+  m->set_n_heads(2);
+  m->set_n_layers(2);
+  spec.mutable_parallel()->set_pipeline(pipeline);
+  spec.mutable_parallel()->set_chunks(1);
+  spec.mutable_parallel()->set_schedule("1f1b");
+  spec.mutable_train()->set_steps(1);
+  spec.mutable_train()->set_microbatches(microbatches);
+  spec.mutable_train()->set_microbatch_size(1);
+  return spec;
+}
+
+std::vector<RankMemory> Estimate(const pp::v1::JobSpec& spec, const std::vector<int>& units) {
+  const pp::v1::ParallelSpec& p = spec.parallel();
+  absl::StatusOr<pp::v1::Schedule> schedule = PlanSchedule(
+      p.schedule(), p.pipeline(), p.chunks(), spec.train().microbatches(), pp::v1::CostModel());
+  EXPECT_TRUE(schedule.ok()) << schedule.status();
+  absl::StatusOr<std::vector<RankMemory>> memory = EstimateMemory(spec, units, *schedule);
+  EXPECT_TRUE(memory.ok()) << memory.status();
+  return memory.ok() ? *memory : std::vector<RankMemory>{};
+}
+
+// Parameters: embedding 16*8 + 4*8 = 160, a block 12*8*8 + 13*8 = 872, the head 2*8 + 16*8 = 144.
+// Rank 0 holds the embedding and block 0 (1032), rank 1 block 1 and the head (1016).
+TEST(MemoryTest, TwoStagesOneFOneBByHand) {
+  const std::vector<RankMemory> ranks = Estimate(TinySpec(2, 2), {2, 2});
+  ASSERT_EQ(ranks.size(), 2u);
+  const MemoryBreakdown& r0 = ranks[0].bytes;
+  EXPECT_EQ(r0.parameters, 1032 * 4);
+  EXPECT_EQ(r0.gradients, 1032 * 4);
+  EXPECT_EQ(r0.optimizer, 1032 * 8);
+  // tmp (N,C) 128 + (N,4C) 512.
+  EXPECT_EQ(r0.scratch, 640);
+  // A block's forward keeps 3 (N,C) + 4 (N) + 12 (N,C) + probabilities (1,2,4,4) = 2112 bytes;
+  // stage 0 adds its tokens (16) and the embedding output (128): 2256 per microbatch. The
+  // input-gradient peaks 1536 above that (grad_out copy, dx, dfch, dln2, dres2, dqkv, dln1).
+  // 1F1B on rank 0 runs F0 F1 B0 B1: the peak is in B0 with two forwards saved, 2 x 2256 + 1536.
+  EXPECT_EQ(r0.activations, 2 * 2256 + 1536);
+  // Two gradient receives posted at the step's start, two sent activations kept to its end.
+  EXPECT_EQ(r0.communication, 4 * 128);
+  // The shard: values and two moments (12 bytes a parameter), as host tensors and serialized.
+  EXPECT_EQ(r0.checkpoint, 24 * 1032);
+  EXPECT_EQ(r0.baseline, kProcessBaselineBytes);
+  // The last step's checkpoint comes when no activation is live: the larger of the two counts.
+  EXPECT_EQ(r0.total, kProcessBaselineBytes + 16 * 1032 + 640 + 24 * 1032);
+
+  const MemoryBreakdown& r1 = ranks[1].bytes;
+  EXPECT_EQ(r1.parameters, 1016 * 4);
+  EXPECT_EQ(r1.scratch, 640 + 256 + 16);  // and logits (N,16), losses (N)
+  // Forward: input copy 128, block output 128, block 2112, head (targets, ln_f, mean, rstd,
+  // softmax) 432 = 2800; the input-gradient peaks 1536 above it. F0 B0 F1 B1: one at a time.
+  EXPECT_EQ(r1.activations, 2800 + 1536);
+  // At B0's peak: mb 1's received activation and B0's grad_in.
+  EXPECT_EQ(r1.communication, 2 * 128);
+  EXPECT_EQ(r1.total, kProcessBaselineBytes + 16 * 1016 + 912 + 24 * 1016);
+}
+
+TEST(MemoryTest, ACheckpointBeforeTheLastStepAddsToTheStepPeak) {
+  pp::v1::JobSpec spec = TinySpec(2, 2);
+  spec.mutable_train()->set_steps(4);
+  spec.mutable_checkpoint()->set_every_steps(2);
+  const std::vector<RankMemory> ranks = Estimate(spec, {2, 2});
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_EQ(ranks[0].bytes.total,
+            kProcessBaselineBytes + 16 * 1032 + 640 + (2 * 2256 + 1536 + 4 * 128) + 24 * 1032);
+}
+
+TEST(MemoryTest, GPipeHoldsEveryMicrobatchAndDataParallelAddsBuckets) {
+  pp::v1::JobSpec spec = TinySpec(1, 3);
+  spec.mutable_parallel()->set_schedule("gpipe");
+  spec.mutable_parallel()->set_data(2);
+  const std::vector<RankMemory> ranks = Estimate(spec, {4});
+  ASSERT_EQ(ranks.size(), 2u);
+  // One stage with every unit: forward = tokens 16 + 3 block inputs and the head's 384 +
+  // 2 x 2112 + head 432 = 5056. The input-gradient: head gradient 128, dlogits 256, dlnf 128
+  // (softmax freed: 256 left); per block dx 128 and 1280 more before 1024 are freed: block 1
+  // reaches 256 + 1408 = 1664 and leaves 640, block 0 reaches 640 + 1408 = 2048.
+  // GPipe runs F0 F1 F2, then B0 at 3 x 5056 + 2048.
+  EXPECT_EQ(ranks[0].bytes.activations, 3 * 5056 + 2048);
+  // No pipeline boundary; gradients (2048 params, 8192 bytes) fit one bucket: flat + all-reduce.
+  EXPECT_EQ(ranks[0].bytes.parameters, 2048 * 4);
+  EXPECT_EQ(ranks[0].bytes.communication, 2 * 2048 * 4);
+  // Replica 0 writes the shard (24 bytes a parameter); then every replica digests its state:
+  // values and moments copied, and appended to one string whose last doubling holds the old and
+  // the new buffer: 36 bytes a parameter, the larger.
+  EXPECT_EQ(ranks[0].bytes.checkpoint, 36 * 2048);
+  EXPECT_EQ(ranks[1].bytes.checkpoint, 36 * 2048);
+  EXPECT_EQ(ranks[1].dp, 1);
+}
+
+TEST(MemoryTest, TensorParallelRanksHoldTheirShare) {
+  pp::v1::JobSpec spec = TinySpec(1, 1);
+  spec.mutable_parallel()->set_tensor(2);
+  const std::vector<RankMemory> ranks = Estimate(spec, {4});
+  ASSERT_EQ(ranks.size(), 2u);
+  // A block with Cl = 4: 12*8*4 + 7*4 + 6*8 = 460; the embedding and head are whole (160, 144).
+  EXPECT_EQ(ranks[0].bytes.parameters, (160 + 2 * 460 + 144) * 4);
+  EXPECT_EQ(ranks[1].bytes.parameters, ranks[0].bytes.parameters);
+  // TP rank 1 writes only its slices: qkv, attn.proj, fc and mlp.proj weights and their biases
+  // (96+12 + 32 + 128+16 + 128 = 412 per block).
+  EXPECT_EQ(ranks[1].bytes.checkpoint, 24 * 2 * 412);
+  EXPECT_EQ(ranks[0].bytes.checkpoint, 24 * (160 + 2 * 460 + 144));
+}
+
+TEST(MemoryTest, StagesThatDisagreeWithTheScheduleAreRefused) {
+  pp::v1::JobSpec spec = TinySpec(2, 2);
+  absl::StatusOr<pp::v1::Schedule> schedule = PlanSchedule("1f1b", 2, 1, 2, pp::v1::CostModel());
+  ASSERT_TRUE(schedule.ok());
+  EXPECT_EQ(EstimateMemory(spec, {4}, *schedule).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(MemoryTest, FormatBytes) {
+  EXPECT_EQ(FormatBytes(512), "512 B");
+  EXPECT_EQ(FormatBytes(int64_t{3} << 19), "1.50 MiB");
+  EXPECT_EQ(FormatBytes(int64_t{640} << 10), "640 KiB");
+  EXPECT_EQ(FormatBytes(int64_t{12} << 30), "12.0 GiB");
+}
+
+}  // namespace
+}  // namespace pp::plan
