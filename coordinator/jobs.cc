@@ -160,6 +160,15 @@ void JobManager::Tick() {
                       absl::FormatDuration(options_.worker_timeout)),
          w.name());
   }
+  for (const std::string& name :
+       workers_.ForgetDown(now, options_.down_worker_ttl, [this](const std::string& w)
+                               ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                 auto held = held_.find(w);
+                                 return held != held_.end() && IsLive(held->second);
+                               })) {
+    Log(absl::StrCat("worker ", name, " forgotten: DOWN for more than ",
+                     absl::FormatDuration(options_.down_worker_ttl)));
+  }
   PlaceQueued();
   UpdateGauges();
 }

@@ -79,6 +79,8 @@ struct ManagerOptions {
   // at once on every attempt does not spin through its max_restarts.
   absl::Duration restart_backoff = absl::Seconds(1);
   absl::Duration restart_backoff_cap = absl::Seconds(60);
+  // A DOWN worker silent this long is forgotten unless it holds a live job's rank.
+  absl::Duration down_worker_ttl = kDownWorkerTtl;
 };
 
 class JobManager {
