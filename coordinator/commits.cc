@@ -4,7 +4,6 @@
 // the checkpoint a requeued job will start from.
 #include <algorithm>
 #include <cstdlib>
-#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -184,9 +183,10 @@ void JobManager::ApplyStored(const std::map<std::string, Stored>& stored,
     JobRecord* rec = FindLocked(commit.job_id);
     if (rec == nullptr || --rec->commits_in_flight > 0) continue;
     rec->newest_commit_in_flight = 0;
-    if (std::exchange(rec->end_when_committed, std::nullopt) == rec->job.attempt() &&
-        rec->job.state() == pp::v1::RUNNING) {
-      EndAttempt(*rec);
+    for (const TaskEnd& end : std::exchange(rec->reports_after_commits, {})) {
+      if (IsLive(Held{.job_id = commit.job_id, .attempt = end.report.attempt()})) {
+        ApplyTaskEnd(*rec, end.report, end.worker);
+      }
     }
   }
   PlaceQueued();  // a requeued job waited for its commits (VerifyQueued)

@@ -23,9 +23,10 @@
 //    every dirty row under mu_, writes the rows without mu_ (under store_mu_), prunes the older
 //    checkpoints of the jobs whose row was stored, and re-takes mu_ to record what was stored.
 //    One committer thread: the commits of a job happen in the order its ranks completed them.
-//  - Whatever depends on a checkpoint waits for its commit: an attempt whose ranks all ended is
-//    finished (or requeued after a drain) once its queued commits are applied; a requeued job is
-//    verified and placed only then; Resume waits for them.
+//  - Whatever depends on a checkpoint waits for its commit: a rank's end of the live attempt
+//    (ReportTask) reported while a commit of its job is in flight is applied once the commits
+//    are (so a job ends, fails or restarts knowing the checkpoints its ranks reported first); a
+//    requeued job is verified and placed only then; Resume waits for them.
 //  - RPCs that answer only once durable wait for their ticket outside mu_ (AwaitStored: Cancel,
 //    Resume), or write under store_mu_ alone (Submit stores its row before mu_ is taken). A row
 //    that fails to write fails the RPC that waits on it; other failures are logged, and the job's
@@ -124,6 +125,11 @@ class JobManager {
   std::string checkpoint_root() const;
 
  private:
+  // A rank's ReportTask of a live attempt, with the worker it came from.
+  struct TaskEnd {
+    pp::v1::TaskReport report;
+    std::string worker;
+  };
   // job.attempt() is the live attempt: the one running, or the one waiting to be placed.
   struct JobRecord {
     pp::v1::Job job;
@@ -157,8 +163,8 @@ class JobManager {
     // Checkpoints queued for the committer and not applied yet, and the newest of their steps.
     int commits_in_flight = 0;
     int newest_commit_in_flight = 0;
-    // Every rank of this attempt ended while a commit was in flight: EndAttempt once applied.
-    std::optional<int> end_when_committed;
+    // Task ends reported while commits were in flight: ApplyTaskEnd once they are applied.
+    std::vector<TaskEnd> reports_after_commits;
   };
   // A complete checkpoint, queued under mu_ for the committer thread.
   struct PendingCommit {
@@ -270,8 +276,11 @@ class JobManager {
   // Builds the manifest of a complete checkpoint and queues its commit for the committer.
   void CommitCheckpoint(JobRecord& rec, const std::vector<pp::v1::CheckpointReport>& shards)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every rank of the live attempt ended well: SUCCEEDED, or after a drain the next attempt;
-  // deferred (end_when_committed) while a checkpoint of the job is being committed.
+  // What a rank's end of the live attempt leads to: its error fails the attempt (or waits for its
+  // cause, Suspect); once every rank ended well, EndAttempt.
+  void ApplyTaskEnd(JobRecord& rec, const pp::v1::TaskReport& report, const std::string& worker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank of the live attempt ended well: SUCCEEDED, or after a drain the next attempt.
   void EndAttempt(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The committer thread (commits.cc): the store and checkpoint I/O, until Stop and nothing left.
   void CommitterLoop() ABSL_LOCKS_EXCLUDED(mu_);

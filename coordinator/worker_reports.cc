@@ -132,34 +132,38 @@ pp::v1::ReportResponse JobManager::ReportTask(const pp::v1::TaskReport& report) 
     UpdateGauges();
     return response;
   }
-  pp::v1::Job& job = rec->job;
+  if (rec->commits_in_flight > 0) {
+    // A rank reports its checkpoint before its end, and what the end leads to (a final state, a
+    // restart) reads the newest checkpoint: apply it once the commits reported before it are.
+    rec->reports_after_commits.push_back(TaskEnd{.report = report, .worker = worker});
+  } else {
+    ApplyTaskEnd(*rec, report, worker);
+  }
+  PlaceQueued();
+  UpdateGauges();
+  return response;
+}
+
+void JobManager::ApplyTaskEnd(JobRecord& rec, const pp::v1::TaskReport& report,
+                              const std::string& worker) {
+  pp::v1::Job& job = rec.job;
   if (!report.ok()) {
     const std::string reason =
         absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ", report.error());
     const auto code = static_cast<absl::StatusCode>(report.error_code());
     if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded) {
-      Suspect(*rec, reason, worker);
+      Suspect(rec, reason, worker);
     } else if (code == absl::StatusCode::kOutOfRange) {
       // Non-finite loss, gradients or weights: a restart would compute them again.
-      Finish(*rec, pp::v1::FAILED, reason, worker);
+      Finish(rec, pp::v1::FAILED, reason, worker);
     } else {
-      Fail(*rec, reason, worker);  // the rank's own error: the cause
+      Fail(rec, reason, worker);  // the rank's own error: the cause
     }
   } else if (report.rank() >= 0 && report.rank() < job.placement_size()) {
-    rec->ranks_done.insert(report.rank());
-    rec->drained = rec->drained || report.drained();
-    if (static_cast<int>(rec->ranks_done.size()) == job.placement_size()) {
-      // What it ends with depends on its last checkpoint: wait for that commit.
-      if (rec->commits_in_flight > 0) {
-        rec->end_when_committed = job.attempt();
-      } else {
-        EndAttempt(*rec);
-      }
-    }
+    rec.ranks_done.insert(report.rank());
+    rec.drained = rec.drained || report.drained();
+    if (static_cast<int>(rec.ranks_done.size()) == job.placement_size()) EndAttempt(rec);
   }
-  PlaceQueued();
-  UpdateGauges();
-  return response;
 }
 
 void JobManager::EndAttempt(JobRecord& rec) {
