@@ -83,8 +83,8 @@ std::string ProgressLine(const pp::v1::JobEvent& e) {
       absl::StrFormat("%s %s step %d/%d", e.job_id(), pp::v1::JobEventKind_Name(e.kind()).substr(6),
                       e.step(), e.total_steps());
   if (e.step() > 0) {
-    absl::StrAppendFormat(&line, "  loss %.4f  %.0f tok/s  bubble %.1f%%", e.loss(),
-                          e.tokens_per_second(), 100 * e.bubble_ratio());
+    absl::StrAppendFormat(&line, "  loss %.4f  lr %.3g  %.0f tok/s  bubble %.1f%%", e.loss(),
+                          e.learning_rate(), e.tokens_per_second(), 100 * e.bubble_ratio());
     if (e.step_seconds() > 0 && e.step() < e.total_steps()) {
       absl::StrAppend(&line, "  ETA ", ClockText(e.step_seconds() * (e.total_steps() - e.step())));
     }

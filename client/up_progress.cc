@@ -27,8 +27,8 @@ std::string ProgressLine(const pp::v1::JobEvent& e, const pp::v1::JobEvent* firs
   std::string line = absl::StrFormat("%s  step %*d/%d [%s%s]", e.job_id(), digits, e.step(), total,
                                      std::string(filled, '#'), std::string(kBar - filled, '.'));
   if (e.step() > 0) {
-    absl::StrAppendFormat(&line, "  loss %.4f  %.0f tok/s  bubble %.1f%%", e.loss(),
-                          e.tokens_per_second(), 100 * e.bubble_ratio());
+    absl::StrAppendFormat(&line, "  loss %.4f  lr %.3g  %.0f tok/s  bubble %.1f%%", e.loss(),
+                          e.learning_rate(), e.tokens_per_second(), 100 * e.bubble_ratio());
   }
   if (first != nullptr && e.step() > first->step() && e.step() < total) {
     const double per_step = (e.time_unix() - first->time_unix()) / (e.step() - first->step());

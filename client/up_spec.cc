@@ -34,6 +34,9 @@ pp::v1::JobSpec DefaultUpSpec(int workers) {
   train->set_microbatches(std::max(8, 2 * workers));
   train->set_microbatch_size(4);
   train->set_lr(2e-3);
+  train->set_warmup_steps(30);
+  train->set_decay("cosine");
+  train->set_min_lr(2e-4);
   train->set_weight_decay(0.1);
   train->set_grad_clip(1.0);
   train->set_seed(1);

@@ -20,6 +20,16 @@ std::unique_ptr<grpc::ClientContext> TenSeconds() {
   return context;
 }
 
+// "0.002 after 30 warm-up steps, cosine to 0.0002 by step 300".
+std::string ScheduleText(const pp::v1::TrainSpec& t) {
+  std::string text = absl::StrCat(t.lr());
+  if (t.warmup_steps() > 0) absl::StrAppend(&text, " after ", t.warmup_steps(), " warm-up steps");
+  if (t.decay().empty() || t.decay() == "constant") return text;
+  absl::StrAppend(&text, ", ", t.decay(), " to ", t.min_lr(), " by step ",
+                  t.warmup_steps() + common::DecaySteps(t));
+  return text;
+}
+
 void PrintLossAndSpeed(const UpRun& run) {
   const pp::v1::JobEvent& last = run.last_event;
   const pp::v1::JobEvent& first = run.first_step.value_or(last);
@@ -28,6 +38,7 @@ void PrintLossAndSpeed(const UpRun& run) {
   std::cout << "\nsummary of job " << run.job_id << "\n";
   std::cout << absl::StrFormat("  loss        %.4f at step %d -> %.4f at step %d\n", first.loss(),
                                first.step(), last.loss(), last.step());
+  std::cout << "  lr          " << ScheduleText(s.train()) << "\n";
   const double seconds = last.time_unix() - first.time_unix();
   if (last.step() > first.step() && seconds > 0) {
     std::cout << absl::StrFormat(

@@ -106,19 +106,32 @@ std::string ShardPath(const std::string& step_dir, const pp::v1::CheckpointShard
   return (fs::path(step_dir) / shard.file()).string();
 }
 
-// The shard's file, mapped, once its size and sha256 match the manifest.
-absl::StatusOr<MappedFile> OpenVerifiedShard(const std::string& step_dir,
-                                             const pp::v1::CheckpointShard& shard) {
+absl::Status CheckDigest(const std::string& path, const std::string& sha,
+                         const pp::v1::CheckpointShard& shard) {
+  if (sha == shard.sha256()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat("shard ", path, " is corrupt: sha256 ", sha,
+                                          ", the manifest says ", shard.sha256()));
+}
+
+// The shard's bytes, read with pread (never mapped: a shard truncated under the reader is DataLoss,
+// not a SIGBUS), once its size and sha256 match the manifest.
+absl::StatusOr<std::string> ReadVerifiedShard(const std::string& step_dir,
+                                              const pp::v1::CheckpointShard& shard) {
   if (absl::Status checked = CheckShard(step_dir, shard); !checked.ok()) return checked;
   const std::string path = ShardPath(step_dir, shard);
-  absl::StatusOr<MappedFile> file = MappedFile::Open(path);
-  if (!file.ok()) return file.status();
-  std::string sha = Sha256Hex(file->view());
-  if (sha != shard.sha256()) {
-    return absl::DataLossError(absl::StrCat("shard ", path, " is corrupt: sha256 ", sha,
-                                            ", the manifest says ", shard.sha256()));
-  }
-  return file;
+  absl::StatusOr<std::string> bytes = ReadFile(path, static_cast<uint64_t>(shard.bytes()));
+  if (!bytes.ok()) return bytes.status();
+  if (absl::Status s = CheckDigest(path, Sha256Hex(*bytes), shard); !s.ok()) return s;
+  return bytes;
+}
+
+// The same checks, streaming: constant memory, for verification without loading.
+absl::Status VerifyShard(const std::string& step_dir, const pp::v1::CheckpointShard& shard) {
+  if (absl::Status checked = CheckShard(step_dir, shard); !checked.ok()) return checked;
+  const std::string path = ShardPath(step_dir, shard);
+  absl::StatusOr<std::string> sha = Sha256File(path);
+  if (!sha.ok()) return sha.status();
+  return CheckDigest(path, *sha, shard);
 }
 
 }  // namespace
@@ -388,10 +401,9 @@ absl::StatusOr<Checkpoint> LoadCheckpoint(const std::string& step_dir,
       if (absl::Status checked = CheckShard(step_dir, shard); !checked.ok()) return checked;
       continue;  // holds nothing wanted: not read
     }
-    absl::StatusOr<MappedFile> file = OpenVerifiedShard(step_dir, shard);
-    if (!file.ok()) return file.status();
-    absl::StatusOr<SafetensorsFile> parsed =
-        ParseSafetensors(file->view(), ShardPath(step_dir, shard));
+    absl::StatusOr<std::string> bytes = ReadVerifiedShard(step_dir, shard);
+    if (!bytes.ok()) return bytes.status();
+    absl::StatusOr<SafetensorsFile> parsed = ParseSafetensors(*bytes, ShardPath(step_dir, shard));
     if (!parsed.ok()) return parsed.status();
     absl::StatusOr<std::map<std::string, ShardSlice>> slices =
         ManifestAgreedSlices(shard, parsed->metadata, ShardPath(step_dir, shard));
@@ -433,9 +445,7 @@ absl::StatusOr<pp::v1::CheckpointManifest> VerifyCheckpoint(const std::string& s
   absl::StatusOr<pp::v1::CheckpointManifest> manifest = ReadManifest(step_dir);
   if (!manifest.ok()) return manifest.status();
   for (const pp::v1::CheckpointShard& shard : manifest->shards()) {
-    if (absl::StatusOr<MappedFile> file = OpenVerifiedShard(step_dir, shard); !file.ok()) {
-      return file.status();
-    }
+    if (absl::Status verified = VerifyShard(step_dir, shard); !verified.ok()) return verified;
   }
   return manifest;
 }

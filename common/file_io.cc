@@ -1,7 +1,6 @@
 #include "common/file_io.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -156,36 +155,6 @@ absl::Status RegularFile::ReadAt(uint64_t offset, size_t n, uint8_t* out) const 
     done += static_cast<size_t>(got);
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  absl::StatusOr<RegularFile> file = RegularFile::Open(path);
-  if (!file.ok()) return file.status();
-  size_t size = static_cast<size_t>(file->size());
-  if (size == 0) return MappedFile(nullptr, 0);
-  void* data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file->fd(), 0);
-  if (data == MAP_FAILED) return ErrnoError("cannot mmap", path);
-  return MappedFile(static_cast<const uint8_t*>(data), size);
-}
-
-MappedFile::MappedFile(MappedFile&& other) noexcept : data_(other.data_), size_(other.size_) {
-  other.data_ = nullptr;
-  other.size_ = 0;
-}
-
-MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
-    data_ = other.data_;
-    size_ = other.size_;
-    other.data_ = nullptr;
-    other.size_ = 0;
-  }
-  return *this;
-}
-
-MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
 }  // namespace pp::common

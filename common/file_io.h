@@ -3,9 +3,8 @@
 // name in the same folder, fsynced, renamed over `path`, folder fsynced) or leaves any previous
 // `path` untouched and returns an error naming the file. Every read of a file named by a spec, a
 // plan or a manifest goes through RegularFile::Open, which never blocks (a FIFO or a device opens at
-// once) and refuses anything but a regular file. MappedFile maps a file read-only so large shards
-// are never copied into memory; RegularFile::ReadAt reads without a mapping, so a file truncated
-// under the reader is a DataLoss error instead of a SIGBUS. Errors name the file and the errno text.
+// once) and refuses anything but a regular file. Nothing maps files: every read is a pread
+// (RegularFile::ReadAt), so a file truncated under the reader is a DataLoss error, never a SIGBUS. Errors name the file and the errno text.
 #ifndef PP_COMMON_FILE_IO_H_
 #define PP_COMMON_FILE_IO_H_
 
@@ -55,28 +54,6 @@ class RegularFile {
   int fd_ = -1;
   std::string path_;
   uint64_t size_ = 0;
-};
-
-// A read-only memory map of a whole file (an empty file maps to an empty view).
-class MappedFile {
- public:
-  static absl::StatusOr<MappedFile> Open(const std::string& path);
-  MappedFile(MappedFile&& other) noexcept;
-  MappedFile& operator=(MappedFile&& other) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile();
-
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-  absl::string_view view() const {
-    return absl::string_view(reinterpret_cast<const char*>(data_), size_);
-  }
-
- private:
-  MappedFile(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
 };
 
 }  // namespace pp::common

@@ -21,6 +21,7 @@ namespace {
 
 constexpr const char* kPartitions[] = {"uniform", "params", "cost", "explicit"};
 constexpr const char* kFormats[] = {"bytes", "uint16", "generated"};
+constexpr const char* kDecayKinds[] = {"constant", "cosine", "linear"};
 constexpr int64_t kDefaultGeneratedTokens = int64_t{1} << 20;
 
 // Collects the parser's complaints instead of logging them.
@@ -169,8 +170,18 @@ absl::Status ValidateTrain(const pp::v1::TrainSpec& train) {
   for (auto [field, value] : {std::pair<const char*, double>{"train.lr", train.lr()},
                               {"train.weight_decay", train.weight_decay()},
                               {"train.grad_clip", train.grad_clip()},
-                              {"train.max_bad_steps", train.max_bad_steps()}}) {
+                              {"train.max_bad_steps", train.max_bad_steps()},
+                              {"train.warmup_steps", train.warmup_steps()},
+                              {"train.decay_steps", train.decay_steps()},
+                              {"train.min_lr", train.min_lr()}}) {
     if (absl::Status s = NonNegative(field, value); !s.ok()) return s;
+  }
+  if (!train.decay().empty()) {
+    if (absl::Status s = Choice("train.decay", train.decay(), kDecayKinds); !s.ok()) return s;
+  }
+  if (train.min_lr() > train.lr()) {
+    return Field("train.min_lr", absl::StrCat("must be <= train.lr (", train.lr(), "), got ",
+                                              train.min_lr()));
   }
   for (auto [field, value] : {std::pair<const char*, double>{"train.beta1", train.beta1()},
                               {"train.beta2", train.beta2()}}) {
@@ -277,7 +288,7 @@ void ApplyDefaults(pp::v1::JobSpec* spec) {
   if (parallel->chunks() == 0) parallel->set_chunks(1);
   if (parallel->tensor() == 0) parallel->set_tensor(1);
   if (parallel->data() == 0) parallel->set_data(1);
-  if (parallel->partition().empty()) parallel->set_partition("uniform");
+  if (parallel->partition().empty()) parallel->set_partition("cost");
   pp::v1::TrainSpec* train = spec->mutable_train();
   if (train->beta1() == 0) train->set_beta1(0.9);
   if (train->beta2() == 0) train->set_beta2(0.95);

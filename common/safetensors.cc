@@ -297,9 +297,9 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(absl::string_view bytes,
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
-  absl::StatusOr<MappedFile> file = MappedFile::Open(path);
-  if (!file.ok()) return file.status();
-  return ParseSafetensors(file->view(), path);
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  return ParseSafetensors(*bytes, path);
 }
 
 absl::StatusOr<std::string> SerializeSafetensors(const std::vector<Tensor>& tensors,

@@ -2,14 +2,13 @@
 
 #include <openssl/evp.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 
 namespace pp::common {
 namespace {
@@ -38,18 +37,14 @@ std::string Sha256Hex(absl::string_view bytes) {
 }
 
 absl::StatusOr<std::string> Sha256File(const std::string& path) {
-  std::unique_ptr<FILE, decltype(&std::fclose)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (file == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
-  }
+  absl::StatusOr<RegularFile> file = RegularFile::Open(path);
+  if (!file.ok()) return file.status();
   DigestContext ctx = NewContext();
-  std::vector<char> buffer(1 << 20);
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), file.get())) > 0) {
+  std::vector<uint8_t> buffer(1 << 20);
+  for (uint64_t offset = 0; offset < file->size(); offset += buffer.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(buffer.size(), file->size() - offset));
+    if (absl::Status read = file->ReadAt(offset, n, buffer.data()); !read.ok()) return read;
     EVP_DigestUpdate(ctx.get(), buffer.data(), n);
-  }
-  if (std::ferror(file.get())) {
-    return absl::DataLossError(absl::StrCat("cannot read ", path));
   }
   return FinalHex(ctx.get());
 }

@@ -1,5 +1,6 @@
 // SHA-256 (OpenSSL libcrypto, EVP) as 64 lowercase hex digits, for checkpoint shard integrity.
-// Sha256File streams the file (constant memory) and fails with the file named when unreadable.
+// Sha256File streams the file with pread (constant memory, no mapping: a file truncated while it is
+// hashed is a DataLoss error, never a SIGBUS) and opens it as common::RegularFile::Open does.
 #ifndef PP_COMMON_SHA256_H_
 #define PP_COMMON_SHA256_H_
 

@@ -1,6 +1,7 @@
 #include "common/step_math.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace pp::common {
 
@@ -23,6 +24,23 @@ int64_t DataPositionAtStep(int64_t step, int64_t microbatches, int64_t microbatc
 
 bool CheckpointDue(int done_steps, int total_steps, int every_steps) {
   return done_steps == total_steps || (every_steps > 0 && done_steps % every_steps == 0);
+}
+
+int64_t DecaySteps(const pp::v1::TrainSpec& train) {
+  if (train.decay_steps() > 0) return train.decay_steps();
+  return std::max<int64_t>(1, int64_t{train.steps()} - train.warmup_steps());
+}
+
+double LearningRateAt(const pp::v1::TrainSpec& train, int step) {
+  const double lr = train.lr();
+  const int64_t warmup = train.warmup_steps();
+  if (warmup > 0 && step <= warmup) return lr * static_cast<double>(step) / static_cast<double>(warmup);
+  if (train.decay().empty() || train.decay() == "constant") return lr;
+  const double q =
+      std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(DecaySteps(train)));
+  const double min_lr = train.min_lr();
+  if (train.decay() == "cosine") return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * q));
+  return (1.0 - q) * lr + q * min_lr;  // linear, written so that q = 1 gives min_lr exactly
 }
 
 }  // namespace pp::common

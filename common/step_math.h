@@ -32,6 +32,19 @@ int64_t DataPositionAtStep(int64_t step, int64_t microbatches, int64_t microbatc
 // step and after every multiple of `every_steps` (0: only after the last).
 bool CheckpointDue(int done_steps, int total_steps, int every_steps);
 
+// The learning rate of step `step` (1-based, as the step lines count), from train.lr, warmup_steps
+// (W), decay, decay_steps (D, DecaySteps below) and min_lr. The shape is nanoGPT's and
+// torchtitan's: a linear warm-up, then a cosine or linear decay that holds at min_lr afterwards.
+//   s <= W:  lr * s / W
+//   s >  W:  q = min(1, (s - W) / D)
+//            constant: lr;  cosine: min_lr + (lr - min_lr) (1 + cos(pi q)) / 2;
+//            linear:   lr + (min_lr - lr) q   (evaluated as (1 - q) lr + q min_lr: ends at min_lr)
+// In double, from the step number alone: every layout, restart and resume applies the same rates
+// bitwise, and a checkpoint needs to store nothing about the schedule.
+double LearningRateAt(const pp::v1::TrainSpec& train, int step);
+// D above: train.decay_steps, or max(1, steps - warmup_steps) when it is 0.
+int64_t DecaySteps(const pp::v1::TrainSpec& train);
+
 }  // namespace pp::common
 
 #endif  // PP_COMMON_STEP_MATH_H_

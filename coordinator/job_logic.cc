@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/step_math.h"
 #include "coordinator/log.h"
 #include "coordinator/plan/plan.h"
 
@@ -81,6 +82,9 @@ pp::v1::JobEvent SnapshotEvent(const pp::v1::Job& job, double now_unix) {
   event.set_step(job.step());
   event.set_total_steps(job.spec().train().steps());
   event.set_loss(job.loss());
+  if (job.step() > 0) {
+    event.set_learning_rate(common::LearningRateAt(job.spec().train(), job.step()));
+  }
   event.set_tokens_per_second(job.tokens_per_second());
   event.set_bubble_ratio(job.bubble_ratio());
   event.set_message(job.reason());

@@ -27,6 +27,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
                    .Register(r);
   m->loss_ =
       &prometheus::BuildGauge().Name("pp_job_loss").Help("Loss of the last step.").Register(r);
+  m->learning_rate_ = &prometheus::BuildGauge()
+                           .Name("pp_job_learning_rate")
+                           .Help("Learning rate the last step applied.")
+                           .Register(r);
   m->restarts_ = &prometheus::BuildCounter()
                       .Name("pp_job_restarts_total")
                       .Help("Automatic restarts of a job.")
@@ -79,9 +83,10 @@ void CoordinatorMetrics::JobCreated(const std::string& job_id, double planned_bu
 }
 
 void CoordinatorMetrics::StepCompleted(const std::string& job_id, double loss,
-                                       double bubble_ratio) {
+                                       double learning_rate, double bubble_ratio) {
   steps_->Add({{"job", job_id}}).Increment();
   loss_->Add({{"job", job_id}}).Set(loss);
+  learning_rate_->Add({{"job", job_id}}).Set(learning_rate);
   bubble_->Add({{"job", job_id}}).Set(bubble_ratio);
 }
 

@@ -28,7 +28,8 @@ class CoordinatorMetrics {
   void SetWorkerCounts(const std::map<std::string, int>& by_state);
 
   void JobCreated(const std::string& job_id, double planned_bubble_ratio);
-  void StepCompleted(const std::string& job_id, double loss, double bubble_ratio);
+  void StepCompleted(const std::string& job_id, double loss, double learning_rate,
+                     double bubble_ratio);
   void CheckpointCommitted(const std::string& job_id, int step, double time_unix);
   void CheckpointFailed(const std::string& job_id);
   // A step whose update was skipped (non-finite loss or gradient norm).
@@ -45,6 +46,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>* workers_ = nullptr;
   prometheus::Family<prometheus::Counter>* steps_ = nullptr;
   prometheus::Family<prometheus::Gauge>* loss_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* learning_rate_ = nullptr;
   prometheus::Family<prometheus::Counter>* restarts_ = nullptr;
   prometheus::Family<prometheus::Counter>* skipped_ = nullptr;
   prometheus::Family<prometheus::Gauge>* bubble_ = nullptr;

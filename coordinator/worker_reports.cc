@@ -109,7 +109,9 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
                     .time_unix = job.updated_unix()};
   steps_to_store_.emplace_back(job.id(), record);
   Persist(*rec);
-  metrics_->StepCompleted(job.id(), summary->loss, summary->bubble_ratio);
+  metrics_->StepCompleted(job.id(), summary->loss,
+                          common::LearningRateAt(job.spec().train(), summary->step),
+                          summary->bubble_ratio);
   Emit(*rec, pp::v1::EVENT_STEP, "").set_step_seconds(summary->step_seconds);
   return response;
 }

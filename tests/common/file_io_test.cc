@@ -1,4 +1,5 @@
 #include "common/file_io.h"
+#include "common/sha256.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -54,20 +55,6 @@ TEST_F(FileIoTest, FailedWriteNamesThePathAndKeepsTheOldFile) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_ + "/a"), fs::directory_iterator()), 3);
 }
 
-TEST_F(FileIoTest, MappedFileViewsTheBytes) {
-  std::string path = dir_ + "/m";
-  ASSERT_TRUE(WriteFileAtomic(path, "mapped").ok());
-  absl::StatusOr<MappedFile> file = MappedFile::Open(path);
-  ASSERT_TRUE(file.ok());
-  MappedFile moved = *std::move(file);
-  EXPECT_EQ(moved.view(), "mapped");
-  ASSERT_TRUE(WriteFileAtomic(path, "").ok());
-  EXPECT_EQ(MappedFile::Open(path)->size(), 0u);
-  EXPECT_THAT(std::string(MappedFile::Open(dir_).status().message()),
-              HasSubstr(dir_ + ": not a regular file (a folder)"));
-  EXPECT_EQ(MappedFile::Open(dir_ + "/none").status().code(), absl::StatusCode::kNotFound);
-}
-
 // Runs `open` on a thread and waits at most 10 s. A reader blocked on a FIFO is released by opening
 // the write end, so the test fails instead of hanging when the open blocks.
 absl::Status OpenWithDeadline(const std::function<absl::Status()>& open, const std::string& fifo,
@@ -100,7 +87,7 @@ TEST_F(FileIoTest, OnlyRegularFilesOpenAndAFifoNeverBlocks) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   for (const auto& open : std::vector<std::function<absl::Status()>>{
            [&] { return RegularFile::Open(fifo).status(); },
-           [&] { return MappedFile::Open(fifo).status(); },
+           [&] { return Sha256File(fifo).status(); },
            [&] { return ReadFile(fifo).status(); }}) {
     bool blocked = false;
     absl::Status status = OpenWithDeadline(open, fifo, &blocked);

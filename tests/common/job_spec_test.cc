@@ -121,7 +121,7 @@ TEST_F(JobSpecTest, DefaultsFillZeros) {
   EXPECT_EQ(spec.parallel().chunks(), 1);
   EXPECT_EQ(spec.parallel().tensor(), 1);
   EXPECT_EQ(spec.parallel().data(), 1);
-  EXPECT_EQ(spec.parallel().partition(), "uniform");
+  EXPECT_EQ(spec.parallel().partition(), "cost");
   EXPECT_DOUBLE_EQ(spec.train().beta1(), 0.9);
   EXPECT_DOUBLE_EQ(spec.train().beta2(), 0.95);
   EXPECT_DOUBLE_EQ(spec.train().eps(), 1e-8);
@@ -229,6 +229,16 @@ TEST_F(JobSpecTest, TrainErrors) {
                 "train.beta1: must be in [0, 1), got 1");
   ExpectInvalid([](Spec* s) { s->mutable_train()->set_beta2(-0.5); }, "train.beta2: must be in");
   ExpectInvalid([](Spec* s) { s->mutable_train()->set_eps(-1); }, "train.eps: must be > 0");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_warmup_steps(-1); },
+                "train.warmup_steps: must be a finite number >= 0, got -1");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_decay_steps(-3); },
+                "train.decay_steps: must be a finite number >= 0, got -3");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_decay("exponential"); },
+                "train.decay: unknown value \"exponential\" (one of constant, cosine, linear)");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_min_lr(std::nan("")); },
+                "train.min_lr: must be a finite");
+  ExpectInvalid([](Spec* s) { s->mutable_train()->set_min_lr(1.0); },
+                "train.min_lr: must be <= train.lr (0.0003), got 1");
 }
 
 TEST_F(JobSpecTest, CheckpointAndRestartErrors) {

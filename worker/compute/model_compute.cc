@@ -142,7 +142,7 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
   if (tensor_group != nullptr && tensor_group->size() > 1) compute->tensor_group_ = tensor_group;
   compute->batch_ = spec.train().microbatch_size();
   compute->seq_len_ = config->seq_len;
-  compute->adamw_ = optim::AdamWConfigFromSpec(spec.train());
+  compute->train_ = spec.train();
   absl::StatusOr<std::unique_ptr<kernels::Ops>> ops =
       kernels::MakeOps(device, std::max(1, spec.train().threads()));
   if (!ops.ok()) return ops.status();
@@ -324,13 +324,14 @@ absl::StatusOr<float> ModelCompute::ClipScale(const std::vector<executor::Tensor
   for (const executor::TensorSumSq& t : all) {
     if (absl::Status s = optim::MergeSumSquares({{t.name, t.sum_sq}}, merged); !s.ok()) return s;
   }
-  return optim::ClipScale(optim::GlobalNorm(merged), adamw_.grad_clip);
+  return optim::ClipScale(optim::GlobalNorm(merged), train_.grad_clip());
 }
 
 absl::Status ModelCompute::OptimizerStep(int step, float clip_scale) {
   // AdamW steps are 1-based, as in the reference trainer.
+  const optim::AdamWConfig adamw = optim::AdamWConfigAtStep(train_, step + 1);
   for (auto& [s, stage] : stages_) {
-    optim::ApplyAdamW(*ops_, stage->tensors(), adamw_, step + 1, clip_scale);
+    optim::ApplyAdamW(*ops_, stage->tensors(), adamw, step + 1, clip_scale);
   }
   return absl::OkStatus();
 }

@@ -93,7 +93,7 @@ class ModelCompute : public executor::StageCompute {
   std::unique_ptr<kernels::Ops> ops_;
   std::map<int, std::unique_ptr<model::StageModel>> stages_;
   std::optional<data::TokenSource> source_;
-  optim::AdamWConfig adamw_;
+  pp::v1::TrainSpec train_;
   int microbatches_ = 1;
   int batch_ = 1;
   int seq_len_ = 1;

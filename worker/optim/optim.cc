@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/step_math.h"
 
 namespace pp::optim {
 
@@ -14,6 +15,12 @@ AdamWConfig AdamWConfigFromSpec(const pp::v1::TrainSpec& train) {
   if (train.beta1() != 0) c.beta1 = train.beta1();
   if (train.beta2() != 0) c.beta2 = train.beta2();
   if (train.eps() != 0) c.eps = train.eps();
+  return c;
+}
+
+AdamWConfig AdamWConfigAtStep(const pp::v1::TrainSpec& train, int step) {
+  AdamWConfig c = AdamWConfigFromSpec(train);
+  c.lr = common::LearningRateAt(train, step);
   return c;
 }
 

@@ -24,7 +24,7 @@
 namespace pp::optim {
 
 struct AdamWConfig {
-  double lr = 3e-4;
+  double lr = 3e-4;  // the rate of this update
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
@@ -33,7 +33,10 @@ struct AdamWConfig {
 };
 
 // TrainSpec defaults: beta1 0.9, beta2 0.95, eps 1e-8 where the spec says 0.
+// lr is train.lr, the peak rate.
 AdamWConfig AdamWConfigFromSpec(const pp::v1::TrainSpec& train);
+// The config of update `step` (1-based): lr follows the schedule (common::LearningRateAt).
+AdamWConfig AdamWConfigAtStep(const pp::v1::TrainSpec& train, int step);
 
 using SumSquares = std::map<std::string, double>;  // tensor name -> sum of grad^2
 

@@ -70,7 +70,8 @@ struct Update {
   std::optional<executor::NonFinite> non_finite;
 };
 Update ApplyUnlessNonFinite(kernels::Ops& ops, std::vector<model::ModelTensor>& tensors,
-                            const optim::AdamWConfig& adamw, int step, double loss) {
+                            const pp::v1::TrainSpec& train, int step, double loss) {
+  const optim::AdamWConfig adamw = optim::AdamWConfigAtStep(train, step + 1);
   executor::RankSums sums;  // the one rank of a single process
   sums.loss = loss;
   const optim::SumSquares by_name = optim::GradSumSquares(ops, tensors);
@@ -106,7 +107,6 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
   if (!model.ok()) return model.status();
   auto source = data::TokenSource::Open(spec.data());
   if (!source.ok()) return source.status();
-  const optim::AdamWConfig adamw = optim::AdamWConfigFromSpec(train);
 
   TrainResult result;
   int bad_steps = 0;
@@ -116,7 +116,7 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
     absl::StatusOr<double> step_loss = ForwardBackward(**model, *source, step, M, B, T);
     if (!step_loss.ok()) return step_loss.status();
     const double loss = *step_loss;
-    const Update update = ApplyUnlessNonFinite(**ops, (*model)->tensors(), adamw, step, loss);
+    const Update update = ApplyUnlessNonFinite(**ops, (*model)->tensors(), train, step, loss);
     if (update.non_finite && ++bad_steps > train.max_bad_steps()) {
       return executor::TooManyBadSteps(step + 1, *update.non_finite, bad_steps,
                                        train.max_bad_steps());
@@ -128,10 +128,11 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
     result.tokens += common::ReplicaTokensPerStep(spec);
     const double dt = result.step_seconds.back();
     if (options.log != nullptr) {
-      *options.log << absl::StrFormat("step %d/%d loss %.6f grad_norm %.4f %.3f s %.0f tok/s%s\n",
-                                      step + 1, steps, loss, update.norm, dt,
-                                      static_cast<double>(common::ReplicaTokensPerStep(spec)) / dt,
-                                      update.non_finite ? " (skipped: not finite)" : "");
+      *options.log << absl::StrFormat(
+          "step %d/%d loss %.6f lr %.3g grad_norm %.4f %.3f s %.0f tok/s%s\n", step + 1, steps,
+          loss, common::LearningRateAt(train, step + 1), update.norm, dt,
+          static_cast<double>(common::ReplicaTokensPerStep(spec)) / dt,
+          update.non_finite ? " (skipped: not finite)" : "");
     }
     const bool due = common::CheckpointDue(step + 1, steps, spec.checkpoint().every_steps());
     if (!options.checkpoint_root.empty() && due) {

@@ -9,6 +9,7 @@
 
 #include "common/checkpoint.h"
 #include "common/job_spec.h"
+#include "common/step_math.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/integration/fixture.h"
 #include "tests/support/cluster.h"
@@ -52,6 +53,10 @@ void ExpectSameTensors(const common::Checkpoint& got, const common::Checkpoint& 
 TEST_P(EquivalenceTest, LossesAndFinalCheckpointAreBitwiseTheReferenceTrainers) {
   const Layout layout = GetParam();
   pp::v1::JobSpec spec = TinySpec(layout.schedule, layout.chunks, kSteps);
+  // Warm-up and cosine decay: every layout applies each step's rate as the reference does.
+  spec.mutable_train()->set_warmup_steps(3);
+  spec.mutable_train()->set_decay("cosine");
+  spec.mutable_train()->set_min_lr(3e-5);
   common::ApplyDefaults(&spec);
   ASSERT_TRUE(common::ValidateJobSpec(spec).ok()) << common::ValidateJobSpec(spec);
 
@@ -78,6 +83,7 @@ TEST_P(EquivalenceTest, LossesAndFinalCheckpointAreBitwiseTheReferenceTrainers) 
   for (const pp::v1::JobEvent& e : *events) {
     if (e.kind() != pp::v1::EVENT_STEP) continue;
     EXPECT_EQ(e.step(), static_cast<int>(losses.size()) + 1) << "steps out of order";
+    EXPECT_EQ(e.learning_rate(), common::LearningRateAt(spec.train(), e.step()));
     losses.push_back(e.loss());
   }
   ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));

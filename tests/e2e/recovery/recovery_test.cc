@@ -56,7 +56,11 @@ class RecoveryTest : public testing_support::ClusterTest {
       name: "recovery"
       model { seq_len: 32 d_model: 64 n_heads: 4 n_layers: 4 }
       parallel { pipeline: 4 }
-      train { microbatches: 4 microbatch_size: 4 seed: 5 }
+      train {
+        microbatches: 4 microbatch_size: 4 seed: 5
+        # decay_steps explicit: a resume that extends steps keeps every step's rate.
+        warmup_steps: 4 decay: "cosine" decay_steps: 16 min_lr: 3e-5
+      }
       checkpoint { every_steps: 5 keep: 3 }
     )pb");
     spec.mutable_train()->set_steps(steps);

@@ -164,6 +164,29 @@ TEST_F(TrainerTest, WritesALoadableCheckpoint) {
   EXPECT_EQ(ckpt->tensors.at("h.1.mlp.fc.weight").shape, (std::vector<int64_t>{64, 16}));
 }
 
+// The schedule reaches the optimizer with 1-based steps: 2 warm-up steps, then a linear decay to
+// min_lr 0 within one step, so steps 3 and 4 apply rate 0 and leave the weights of step 2 as they
+// were, bit for bit; the same run without the decay moves them.
+TEST_F(TrainerTest, TheLearningRateScheduleSetsEachStepsRate) {
+  pp::v1::JobSpec spec = TinySpec();
+  spec.clear_checkpoint();
+  spec.mutable_train()->set_steps(4);
+  spec.mutable_train()->set_warmup_steps(2);
+  spec.mutable_train()->set_decay("linear");
+  spec.mutable_train()->set_decay_steps(1);
+  TrainOptions two_steps;
+  two_steps.steps = 2;
+  auto after_warmup = Train(spec, two_steps);
+  auto decayed = Train(spec, {});
+  spec.mutable_train()->set_decay("constant");
+  auto constant = Train(spec, {});
+  ASSERT_TRUE(after_warmup.ok() && decayed.ok() && constant.ok());
+  for (const auto& [name, v] : after_warmup->weights) {
+    EXPECT_TRUE(SameBits(v, decayed->weights.at(name))) << name;
+    EXPECT_FALSE(SameBits(v, constant->weights.at(name))) << name;
+  }
+}
+
 // lr 1e30 makes step 1's update finite but huge, and every later step's loss NaN.
 pp::v1::JobSpec DivergingSpec(int steps, int max_bad_steps) {
   pp::v1::JobSpec spec = TinySpec();
