@@ -105,6 +105,9 @@ void StartNextAttempt(pp::v1::Job& job, int from_step, const std::string& reason
   entry->set_from_step(from_step);
   entry->set_time_unix(job.updated_unix());
   entry->set_automatic(automatic);
+  if (const int extra = job.restart_log_size() - kMaxRestartLog; extra > 0) {
+    job.mutable_restart_log()->DeleteSubrange(0, extra);
+  }
 }
 
 absl::Duration RestartBackoff(int restart, absl::Duration base, absl::Duration cap) {

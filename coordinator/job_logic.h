@@ -44,8 +44,13 @@ int RankOfWorker(const pp::v1::Job& job, const std::string& worker);
 // or STEP while running; the final kind once ended), its message is job.reason.
 pp::v1::JobEvent SnapshotEvent(const pp::v1::Job& job, double now_unix);
 
+// The newest restarts a job's restart_log keeps (job.restarts still counts them all): the row is
+// rewritten at every step, so it must not grow with every restart of a long-lived job.
+inline constexpr int kMaxRestartLog = 32;
+
 // The next attempt of `job` starts at `from_step` for `reason`: bumps job.attempt, sets start_step,
-// step, reason and updated_unix, and appends the attempt to job.restart_log.
+// step, reason and updated_unix, and appends the attempt to job.restart_log, dropping the oldest
+// entries beyond kMaxRestartLog.
 void StartNextAttempt(pp::v1::Job& job, int from_step, const std::string& reason, bool automatic,
                       double now_unix);
 

@@ -1,5 +1,7 @@
 // JobManager: how a job's live attempt ends, fails or is queued again, and what every transition
-// records (the store, the event stream, the gauges). Everything here runs under mu_.
+// records (the store, through the committer; the event stream; the gauges). Everything here runs
+// under mu_.
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -56,11 +58,11 @@ void JobManager::StopAttempt(JobRecord& rec, const std::string& reason,
   rendezvous_.EraseWithPrefix(absl::StrCat(job.id(), "/", job.attempt(), "/"));
 }
 
-absl::Status JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
-                                const std::string& skip_worker) {
+int64_t JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
+                           const std::string& skip_worker) {
   if (absl::Status allowed = CheckTransition(rec.job.state(), state); !allowed.ok()) {
     Log(absl::StrCat("job ", rec.job.id(), ": ", allowed.message()));
-    return absl::OkStatus();
+    return 0;
   }
   StopAttempt(rec, reason, skip_worker);
   pp::v1::Job& job = rec.job;
@@ -68,11 +70,11 @@ absl::Status JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const st
   job.set_reason(reason);
   job.set_updated_unix(NowUnix());
   rendezvous_.EraseWithPrefix(job.id() + "/");
-  absl::Status saved = Persist(rec);
+  const int64_t ticket = Persist(rec);
   Emit(rec, FinalEventKind(state),
        reason.empty() ? absl::StrCat("finished after ", job.step(), " steps") : reason);
   UpdateGauges();
-  return saved;
+  return ticket;
 }
 
 void JobManager::Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker) {
@@ -83,8 +85,7 @@ void JobManager::Fail(JobRecord& rec, const std::string& reason, const std::stri
   }
   Finish(rec, pp::v1::FAILED,
          budget > 0 ? absl::StrCat(reason, " (after ", budget, " automatic restarts)") : reason,
-         skip_worker)
-      .IgnoreError();
+         skip_worker);
 }
 
 void JobManager::Suspect(JobRecord& rec, const std::string& reason, const std::string& worker) {
@@ -168,7 +169,11 @@ void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automat
   // the abandoned history behind, which last_checkpoint_step excludes). Hashing its shards takes
   // long for a large model, so the scheduler verifies it outside the lock before placing the job
   // (VerifyQueued) and falls back to an older one when it is damaged.
-  const int from_step = job.last_checkpoint_step();
+  // A checkpoint still being committed counts: VerifyQueued waits for its commit, and falls back
+  // to an older one when that commit fails.
+  const int from_step = rec.commits_in_flight > 0
+                            ? std::max(job.last_checkpoint_step(), rec.newest_commit_in_flight)
+                            : job.last_checkpoint_step();
   rec.verify_pending = from_step > 0;
   absl::Duration backoff = absl::ZeroDuration();
   if (automatic) {
@@ -182,7 +187,7 @@ void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automat
   StartNextAttempt(job, from_step, reason, automatic, NowUnix());
   Log(absl::StrCat("job ", job.id(), ": attempt ", job.attempt(), " from step ", from_step,
                    " after: ", reason));
-  Persist(rec).IgnoreError();
+  Persist(rec);
   Emit(rec, pp::v1::EVENT_RESTARTED,
        absl::StrCat(
            automatic ? absl::StrCat("restart ", job.restarts(), " of ", job.spec().max_restarts())
@@ -200,12 +205,6 @@ pp::v1::JobEvent& JobManager::Emit(JobRecord& rec, pp::v1::JobEventKind kind,
   event.set_kind(kind);
   event.set_message(message);
   return events_.Append(rec.job.id(), std::move(event));
-}
-
-absl::Status JobManager::Persist(JobRecord& rec) {
-  absl::Status saved = store_->Put(rec.job);
-  if (!saved.ok()) Log(absl::StrCat("job ", rec.job.id(), " not saved: ", saved.message()));
-  return saved;
 }
 
 void JobManager::UpdateGauges() {

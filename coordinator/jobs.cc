@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(const ManagerOpti
   if (absl::Status reloaded = manager->Reload(); !reloaded.ok()) return reloaded;
   manager->scheduler_ = std::thread([m = manager.get()] { m->SchedulerLoop(); });
   manager->verifier_ = std::thread([m = manager.get()] { m->VerifierLoop(); });
+  manager->committer_ = std::thread([m = manager.get()] { m->CommitterLoop(); });
   return manager;
 }
 
@@ -48,11 +49,11 @@ JobManager::JobManager(const ManagerOptions& options, std::unique_ptr<JobStore> 
                        CoordinatorMetrics* metrics)
     : options_(options),
       metrics_(metrics),
+      store_(std::move(store)),
       rpc_(&mu_, metrics, options.worker_rpc_deadline, options.probe_deadline,
            [this](const Outbound& rpc, const grpc::Status& status)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { RpcDone(rpc, status); }),
-      events_(&mu_),
-      store_(std::move(store)) {}
+      events_(&mu_) {}
 
 JobManager::~JobManager() { Stop(); }
 
@@ -66,9 +67,13 @@ void JobManager::Stop() {
   rendezvous_.Close();
   if (scheduler_.joinable()) scheduler_.join();
   if (verifier_.joinable()) verifier_.join();
-  // Worker RPCs carry deadlines, so their callbacks come back in bounded time.
-  absl::MutexLock lock(&mu_);
-  rpc_.AwaitIdle(options_.worker_rpc_deadline + absl::Seconds(1));
+  {
+    // Worker RPCs carry deadlines, so their callbacks come back in bounded time.
+    absl::MutexLock lock(&mu_);
+    rpc_.AwaitIdle(options_.worker_rpc_deadline + absl::Seconds(1));
+    closing_store_ = true;  // the committer writes what is marked, then ends
+  }
+  if (committer_.joinable()) committer_.join();
 }
 
 std::string JobManager::checkpoint_root() const {
@@ -76,9 +81,13 @@ std::string JobManager::checkpoint_root() const {
 }
 
 absl::Status JobManager::Reload() {
-  absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::vector<pp::v1::Job>> jobs = store_->LoadJobs();
+  absl::StatusOr<std::vector<pp::v1::Job>> jobs;
+  {
+    absl::MutexLock store_lock(&store_mu_);
+    jobs = store_->LoadJobs();
+  }
   if (!jobs.ok()) return jobs.status();
+  absl::MutexLock lock(&mu_);
   for (pp::v1::Job& job : *jobs) {
     const std::string id = job.id();
     JobRecord& rec = jobs_[id];
@@ -92,7 +101,7 @@ absl::Status JobManager::Reload() {
           absl::StrCat("quarantined at startup: its spec is refused: ", planned.status().message());
       Log(absl::StrCat("job ", id, ": ", reason));
       if (rec.job.state() == pp::v1::RUNNING) rec.job.set_state(pp::v1::QUEUED);
-      Finish(rec, pp::v1::FAILED, reason).IgnoreError();  // logged above; ppcoord starts anyway
+      Finish(rec, pp::v1::FAILED, reason);  // logged above; ppcoord starts anyway
       continue;
     }
     rec.schedule = std::move(planned->schedule);
@@ -125,76 +134,6 @@ void JobManager::SchedulerLoop() {
   }
 }
 
-void JobManager::VerifierLoop() {
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.tick);
-      if (stopping_) return;
-    }
-    VerifyQueued();
-  }
-}
-
-void JobManager::VerifyQueued() {
-  struct Pending {
-    std::string job_id;
-    int attempt = 0;
-    int max_step = 0;
-    absl::StatusOr<pp::common::LatestManifest> latest;
-  };
-  std::vector<Pending> pending;
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [id, rec] : jobs_) {
-      if (rec.verify_pending && rec.job.state() == pp::v1::QUEUED) {
-        Pending& p = pending.emplace_back();
-        p.job_id = id;
-        p.attempt = rec.job.attempt();
-        p.max_step = rec.job.start_step();
-      }
-    }
-  }
-  if (pending.empty()) return;
-  for (Pending& p : pending) {
-    p.latest = pp::common::LatestVerifiedCheckpoint(checkpoint_root(), p.job_id, p.max_step);
-  }
-  absl::MutexLock lock(&mu_);
-  for (Pending& p : pending) {
-    JobRecord* rec = FindLocked(p.job_id);
-    if (rec == nullptr || rec->job.state() != pp::v1::QUEUED || rec->job.attempt() != p.attempt ||
-        !rec->verify_pending) {
-      continue;  // cancelled or requeued meanwhile
-    }
-    SettleStartStep(*rec, p.latest);
-  }
-  PlaceQueued();
-  UpdateGauges();
-}
-
-void JobManager::SettleStartStep(JobRecord& rec,
-                                 const absl::StatusOr<pp::common::LatestManifest>& latest) {
-  rec.verify_pending = false;
-  pp::v1::Job& job = rec.job;
-  int from_step = 0;
-  if (latest.ok()) {
-    from_step = latest->manifest.step();
-    for (const std::string& why : latest->skipped) {
-      Log(absl::StrCat("job ", job.id(), ": skipped a checkpoint: ", why));
-    }
-  } else {
-    Log(absl::StrCat("job ", job.id(), ": restarting from scratch: ", latest.status().message()));
-  }
-  if (from_step != job.start_step()) {
-    job.set_start_step(from_step);
-    job.set_step(from_step);
-    if (job.restart_log_size() > 0) {
-      job.mutable_restart_log(job.restart_log_size() - 1)->set_from_step(from_step);
-    }
-    Persist(rec).IgnoreError();
-  }
-}
-
 void JobManager::Tick() {
   const absl::Time now = absl::Now();
   for (auto& [id, rec] : jobs_) {
@@ -221,6 +160,15 @@ void JobManager::Tick() {
                       ") stopped heartbeating: silent for more than ",
                       absl::FormatDuration(options_.worker_timeout)),
          w.name());
+  }
+  for (const std::string& name :
+       workers_.ForgetDown(now, options_.down_worker_ttl, [this](const std::string& w)
+                               ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                                 auto held = held_.find(w);
+                                 return held != held_.end() && IsLive(held->second);
+                               })) {
+    Log(absl::StrCat("worker ", name, " forgotten: DOWN for more than ",
+                     absl::FormatDuration(options_.down_worker_ttl)));
   }
   PlaceQueued();
   UpdateGauges();
@@ -258,7 +206,7 @@ void JobManager::NoteWait(JobRecord& rec, const std::string& reason) {
   rec.waiting = true;
   rec.job.set_reason(reason);
   rec.job.set_updated_unix(NowUnix());
-  Persist(rec).IgnoreError();
+  Persist(rec);
   Emit(rec, pp::v1::EVENT_QUEUED, reason);
 }
 
@@ -296,7 +244,7 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
                         .attempt = job.attempt(),
                         .plan = std::move(plan)});
   }
-  Persist(rec).IgnoreError();
+  Persist(rec);
   Emit(rec, pp::v1::EVENT_PLACED,
        absl::StrCat("attempt ", job.attempt(), " placed on ", absl::StrJoin(names, ", "),
                     job.start_step() > 0 ? absl::StrCat(", from step ", job.start_step()) : ""));
@@ -305,24 +253,32 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
 absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec) {
   absl::StatusOr<PlannedJob> planned = PlanJobSpec(spec);
   if (!planned.ok()) return planned.status();
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return absl::UnavailableError("ppcoord is shutting down");
   const std::vector<int64_t> rank_bytes = RankBytes(planned->memory);
-  if (absl::Status fits = CheckMemoryFits(rank_bytes, workers_.All()); !fits.ok()) return fits;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("ppcoord is shutting down");
+    if (absl::Status fits = CheckMemoryFits(rank_bytes, workers_.All()); !fits.ok()) return fits;
+  }
   // Nothing is acknowledged that a restart would lose: the job exists once its row is stored.
+  // The row is written under store_mu_ alone, so heartbeats (mu_) do not wait on the disk;
+  // store_mu_ is held on until the job is listed, so jobs are listed in their rows' order.
+  absl::MutexLock store_lock(&store_mu_);
   absl::StatusOr<int64_t> sequence = store_->ReserveSequence();
   if (!sequence.ok()) return Unsaved("job not submitted", sequence.status());
-  const std::string id = MakeJobId(planned->spec.name(), *sequence);
-  JobRecord& rec = jobs_[id];
-  rec.job.set_id(id);
-  *rec.job.mutable_spec() = std::move(planned->spec);
-  rec.job.set_state(pp::v1::QUEUED);
-  rec.job.set_created_unix(NowUnix());
-  rec.job.set_updated_unix(rec.job.created_unix());
-  if (absl::Status saved = Persist(rec); !saved.ok()) {
-    jobs_.erase(id);
+  pp::v1::Job job;
+  job.set_id(MakeJobId(planned->spec.name(), *sequence));
+  *job.mutable_spec() = std::move(planned->spec);
+  job.set_state(pp::v1::QUEUED);
+  job.set_created_unix(NowUnix());
+  job.set_updated_unix(job.created_unix());
+  if (absl::Status saved = store_->Put(job); !saved.ok()) {
+    Log(absl::StrCat("job ", job.id(), " not saved: ", saved.message()));
     return Unsaved("job not submitted", saved);
   }
+  const std::string id = job.id();
+  absl::MutexLock lock(&mu_);
+  JobRecord& rec = jobs_[id];
+  rec.job = std::move(job);
   rec.schedule = std::move(planned->schedule);
   rec.stage_units = std::move(planned->stage_units);
   rec.rank_bytes = rank_bytes;
@@ -353,17 +309,23 @@ absl::StatusOr<pp::v1::ListJobsResponse> JobManager::List(const pp::v1::ListJobs
 }
 
 absl::StatusOr<pp::v1::Job> JobManager::Cancel(const std::string& job_id) {
-  absl::MutexLock lock(&mu_);
-  JobRecord* rec = FindLocked(job_id);
-  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
-  if (IsTerminal(rec->job.state())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job \"", job_id, "\" already ended: ", pp::v1::JobState_Name(rec->job.state())));
+  pp::v1::Job cancelled;
+  int64_t ticket = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    JobRecord* rec = FindLocked(job_id);
+    if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
+    if (IsTerminal(rec->job.state())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job \"", job_id, "\" already ended: ", pp::v1::JobState_Name(rec->job.state())));
+    }
+    ticket = Finish(*rec, pp::v1::CANCELLED, "cancelled by the user");
+    cancelled = rec->job;
   }
-  if (absl::Status saved = Finish(*rec, pp::v1::CANCELLED, "cancelled by the user"); !saved.ok()) {
+  if (absl::Status saved = AwaitStored(job_id, ticket); !saved.ok()) {
     return Unsaved("job cancelled, but a restart may bring it back", saved);
   }
-  return rec->job;
+  return cancelled;
 }
 
 absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& request) {
@@ -387,32 +349,54 @@ absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& r
   } else {
     checkpoint.manifest = latest.status();
   }
-  absl::MutexLock lock(&mu_);
-  return ApplyResume(id, attempt, *std::move(planned), checkpoint);
+  int64_t ticket = 0;
+  absl::StatusOr<pp::v1::Job> resumed;
+  {
+    absl::MutexLock lock(&mu_);
+    resumed = ApplyResume(id, attempt, *std::move(planned), checkpoint, &ticket);
+  }
+  if (!resumed.ok()) return resumed;
+  if (absl::Status saved = AwaitStored(id, ticket); !saved.ok()) {
+    return Unsaved("job resumed, but a restart may end it again", saved);
+  }
+  return resumed;
 }
 
 absl::StatusOr<PlannedJob> JobManager::PlanResume(const pp::v1::ResumeJobRequest& request,
                                                   int* attempt) {
   const std::string& id = request.job_id();
-  absl::MutexLock lock(&mu_);
-  JobRecord* rec = FindLocked(id);
-  if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
-  if (absl::Status ended = CheckResumable(rec->job); !ended.ok()) return ended;
-  *attempt = rec->job.attempt();
-  absl::StatusOr<pp::v1::JobSpec> spec = ResumedSpec(rec->job.spec(), request);
+  absl::StatusOr<pp::v1::JobSpec> spec;
+  {
+    absl::MutexLock lock(&mu_);
+    JobRecord* rec = FindLocked(id);
+    if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
+    if (absl::Status ended = CheckResumable(rec->job); !ended.ok()) return ended;
+    // The checkpoint it resumes from may still be in the committer's queue.
+    auto committed = [rec]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return rec->commits_in_flight == 0;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&committed), absl::Seconds(30));
+    *attempt = rec->job.attempt();
+    spec = ResumedSpec(rec->job.spec(), request);
+  }
   if (!spec.ok()) return spec.status();
-  return PlanJobSpec(*std::move(spec));
+  return PlanJobSpec(*std::move(spec));  // outside the lock: planning a large job takes long
 }
 
 absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int attempt,
                                                     PlannedJob planned,
-                                                    const ResumeCheckpoint& checkpoint) {
+                                                    const ResumeCheckpoint& checkpoint,
+                                                    int64_t* ticket) {
   JobRecord* rec = FindLocked(id);
   if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
   if (absl::Status ended = CheckResumable(rec->job); !ended.ok()) return ended;
   if (rec->job.attempt() != attempt) {
     return absl::AbortedError(
         absl::StrCat("job \"", id, "\" was resumed by another request meanwhile"));
+  }
+  if (rec->commits_in_flight > 0) {  // a commit would move last_checkpoint_step past the resume
+    return absl::AbortedError(
+        absl::StrCat("job \"", id, "\" still commits a checkpoint; retry"));
   }
   for (const std::string& why : checkpoint.skipped) {
     Log(absl::StrCat("job ", id, ": resume skipped a checkpoint: ", why));
@@ -435,12 +419,11 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
   rec->not_before = absl::InfinitePast();  // a resume is asked for: no backoff
   StartNextAttempt(job, from_step, ResumeReason(from_step, job.spec().parallel()),
                    /*automatic=*/false, NowUnix());
-  const absl::Status saved = Persist(*rec);
+  *ticket = Persist(*rec);
   metrics_->JobCreated(id, rec->schedule.simulation().bubble_fraction());
   Emit(*rec, pp::v1::EVENT_QUEUED, job.reason());
   PlaceQueued();
   UpdateGauges();
-  if (!saved.ok()) return Unsaved("job resumed, but a restart may end it again", saved);
   return rec->job;
 }
 

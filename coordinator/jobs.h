@@ -1,22 +1,41 @@
 // The coordinator's state (internal): jobs, workers, rendezvous keys and event streams, behind one
-// lock, plus a scheduler thread that detects silent workers, places queued jobs and pushes tasks.
+// lock, plus a scheduler thread that detects silent workers, places queued jobs and pushes tasks,
+// and the threads that do the store and checkpoint I/O outside that lock.
 // The gRPC services (service.cc) are thin adapters over these methods.
 //
 // JobManager owns the lock and wires its parts together: the pure bookkeeping (job_logic.h,
 // resume_logic.h, placement.h, common/manifest.h), the worker table (registry.h), the job store
 // (store.h), the calls to workers (worker_rpc.h) and the event stream (event_log.h); the last two
-// share the lock. Its implementation is in three files: jobs.cc (lifecycle, scheduling, the client
-// side), job_transitions.cc (how an attempt ends, fails or is queued again) and worker_reports.cc
-// (the worker side: registration, heartbeats, step, task and checkpoint reports).
+// share the lock. Its implementation is in four files: jobs.cc (lifecycle, scheduling, the client
+// side), job_transitions.cc (how an attempt ends, fails or is queued again), worker_reports.cc
+// (the worker side: registration, heartbeats, step, task and checkpoint reports) and commits.cc
+// (the committer and verifier threads: every store and checkpoint I/O).
 //
 // Threading: every public method is thread-safe and takes mu_ itself (none may be called with it
 // held). mu_ guards every member marked ABSL_GUARDED_BY(mu_) and the state of rpc_ and events_.
-// Outside mu_ run only the worker RPCs' start (WorkerRpc::Issue, on the scheduler thread), the
-// hashing of checkpoints (VerifyQueued, on the verifier thread, and Resume) and the wait of a
-// watcher (EventLog::Follow).
+// No file or store I/O runs under mu_: a heartbeat never waits on a disk. Outside mu_ run the
+// worker RPCs' start (WorkerRpc::Issue, on the scheduler thread), the hashing of checkpoints
+// (VerifyQueued, on the verifier thread, and Resume), the wait of a watcher (EventLog::Follow),
+// and all store and checkpoint I/O, on the committer thread (commits.cc):
+//  - Under mu_, a transition only marks its job's row dirty (Persist, which returns a ticket) and
+//    a complete checkpoint is only queued (CommitCheckpoint). The committer takes the queue, writes
+//    each manifest (CommitManifest) without mu_, re-takes mu_ to point the job at it, snapshots
+//    every dirty row under mu_, writes the rows without mu_ (under store_mu_), prunes the older
+//    checkpoints of the jobs whose row was stored, and re-takes mu_ to record what was stored.
+//    One committer thread: the commits of a job happen in the order its ranks completed them.
+//  - Whatever depends on a checkpoint waits for its commit: a rank's end of the live attempt
+//    (ReportTask) reported while a commit of its job is in flight is applied once the commits
+//    are (so a job ends, fails or restarts knowing the checkpoints its ranks reported first); a
+//    requeued job is verified and placed only then; Resume waits for them.
+//  - RPCs that answer only once durable wait for their ticket outside mu_ (AwaitStored: Cancel,
+//    Resume), or write under store_mu_ alone (Submit stores its row before mu_ is taken). A row
+//    that fails to write fails the RPC that waits on it; other failures are logged, and the job's
+//    next write retries.
+// Lock order: store_mu_ before mu_ (Submit); nothing takes store_mu_ while holding mu_.
 #ifndef PP_COORDINATOR_JOBS_H_
 #define PP_COORDINATOR_JOBS_H_
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -61,6 +80,8 @@ struct ManagerOptions {
   // at once on every attempt does not spin through its max_restarts.
   absl::Duration restart_backoff = absl::Seconds(1);
   absl::Duration restart_backoff_cap = absl::Seconds(60);
+  // A DOWN worker silent this long is forgotten unless it holds a live job's rank.
+  absl::Duration down_worker_ttl = kDownWorkerTtl;
 };
 
 class JobManager {
@@ -104,6 +125,11 @@ class JobManager {
   std::string checkpoint_root() const;
 
  private:
+  // A rank's ReportTask of a live attempt, with the worker it came from.
+  struct TaskEnd {
+    pp::v1::TaskReport report;
+    std::string worker;
+  };
   // job.attempt() is the live attempt: the one running, or the one waiting to be placed.
   struct JobRecord {
     pp::v1::Job job;
@@ -135,6 +161,25 @@ class JobManager {
     absl::Time not_before = absl::InfinitePast();
     // job.reason says why it waits (NoteWait) rather than why its attempt began.
     bool waiting = false;
+    // Checkpoints queued for the committer and not applied yet, and the newest of their steps.
+    int commits_in_flight = 0;
+    int newest_commit_in_flight = 0;
+    // Task ends reported while commits were in flight: ApplyTaskEnd once they are applied.
+    std::vector<TaskEnd> reports_after_commits;
+  };
+  // A complete checkpoint, queued under mu_ for the committer thread.
+  struct PendingCommit {
+    std::string job_id;
+    int step = 0;
+    int keep = 0;  // the job's checkpoint.keep: what the prune leaves
+    pp::v1::CheckpointManifest manifest;
+    absl::Status written;  // CommitManifest's outcome
+    int64_t ticket = 0;    // the row write that points the job at it (0: none)
+  };
+  // A row write the committer made: the newest ticket it covers and its outcome.
+  struct Stored {
+    int64_t ticket = 0;
+    absl::Status status;
   };
   // The task a BUSY worker was given (or says it runs).
   struct Held {
@@ -175,9 +220,11 @@ class JobManager {
   // attempt; `attempt` is the ended attempt (Resume applies only if it is still the job's).
   absl::StatusOr<PlannedJob> PlanResume(const pp::v1::ResumeJobRequest& request, int* attempt)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Resume, under the lock again: queues the job from `checkpoint` unless it changed meanwhile.
+  // Resume, under the lock again: queues the job from `checkpoint` unless it changed meanwhile;
+  // `ticket` is its row's write.
   absl::StatusOr<pp::v1::Job> ApplyResume(const std::string& job_id, int attempt,
-                                          PlannedJob planned, const ResumeCheckpoint& checkpoint)
+                                          PlannedJob planned, const ResumeCheckpoint& checkpoint,
+                                          int64_t* ticket)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker RPC came back (WorkerRpc's completion): probes go to ProbeAnswered; a failed RunTask
   // of the live attempt frees its worker and fails the attempt.
@@ -196,8 +243,8 @@ class JobManager {
   void StopAttempt(JobRecord& rec, const std::string& reason, const std::string& skip_worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves a job to a terminal state: persists it, emits the event, stops its live attempt.
-  // Returns what Persist returned (OK when the transition is not allowed: that is only logged).
-  absl::Status Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
+  // Returns Persist's ticket (0 when the transition is not allowed: that is only logged).
+  int64_t Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
                       const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A failure of the live attempt: Requeue while max_restarts allows, else Finish FAILED.
   void Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker = "")
@@ -220,21 +267,57 @@ class JobManager {
   // caller to complete.
   pp::v1::JobEvent& Emit(JobRecord& rec, pp::v1::JobEventKind kind, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Writes the job's row; logs and returns the store's error. A call that answers a client fails
-  // on an error; a transition nobody waits on only logs it (its job's next write retries).
-  absl::Status Persist(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the job's row for the committer to write (the row as it is then, so writes coalesce);
+  // returns the ticket an AwaitStored can wait on.
+  int64_t Persist(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits until the job's row as of `ticket` (0: nothing to wait for) was written: the store's
+  // outcome, logged by the committer; Unavailable when ppcoord stops first, DeadlineExceeded
+  // after kStoreWait.
+  absl::Status AwaitStored(const std::string& job_id, int64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
+  // Builds the manifest of a complete checkpoint and queues its commit for the committer.
   void CommitCheckpoint(JobRecord& rec, const std::vector<pp::v1::CheckpointReport>& shards)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a rank's end of the live attempt leads to: its error fails the attempt (or waits for its
+  // cause, Suspect); once every rank ended well, EndAttempt.
+  void ApplyTaskEnd(JobRecord& rec, const pp::v1::TaskReport& report, const std::string& worker)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every rank of the live attempt ended well: SUCCEEDED, or after a drain the next attempt.
+  void EndAttempt(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The committer thread (commits.cc): the store and checkpoint I/O, until Stop and nothing left.
+  void CommitterLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  bool HasStoreWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !dirty_.empty() || !commits_.empty() || !steps_to_store_.empty();
+  }
+  // One round of the committer: `commits`' manifests, then every dirty row, then the prunes.
+  void CommitRound(std::deque<PendingCommit> commits) ABSL_LOCKS_EXCLUDED(mu_);
+  // Under mu_ after CommitManifest: points the job at the checkpoint and emits its event.
+  void ApplyManifest(PendingCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Under mu_ after the rows were written: records them, and ends what waited on the commits.
+  void ApplyStored(const std::map<std::string, Stored>& stored,
+                   const std::deque<PendingCommit>& commits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ManagerOptions options_;
   CoordinatorMetrics* const metrics_;
   RendezvousStore rendezvous_;  // thread-safe on its own
 
+  // JobStore is not thread-safe; its calls take a few ms, or seconds when the disk is slow or
+  // the database is locked (busy timeout), so never under mu_.
+  absl::Mutex store_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(store_mu_);
+
   absl::Mutex mu_;
   WorkerRpc rpc_;    // guarded by mu_ (see worker_rpc.h)
   EventLog events_;  // guarded by mu_ (see event_log.h)
-  std::unique_ptr<JobStore> store_ ABSL_GUARDED_BY(mu_);
+  // The committer's queue: rows to write (job id -> newest ticket), checkpoints to commit in
+  // order, step records to store; and what it wrote.
+  int64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<std::string, int64_t> dirty_ ABSL_GUARDED_BY(mu_);
+  std::deque<PendingCommit> commits_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, StepRecord>> steps_to_store_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Stored> stored_ ABSL_GUARDED_BY(mu_);
+  bool closing_store_ ABSL_GUARDED_BY(mu_) = false;  // Stop: write what is left, then end
+  bool committer_done_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
   WorkerTable workers_ ABSL_GUARDED_BY(mu_);
@@ -242,6 +325,7 @@ class JobManager {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread scheduler_;
   std::thread verifier_;  // VerifierLoop: checkpoint hashing never holds up the scheduler
+  std::thread committer_;  // CommitterLoop: store and checkpoint I/O
 };
 
 }  // namespace pp::coordinator

@@ -15,6 +15,12 @@ absl::Status WorkerTable::Register(const pp::v1::WorkerInfo& info, absl::Time no
     return absl::InvalidArgumentError(
         absl::StrCat("worker.address: must not be empty (worker ", info.name(), ")"));
   }
+  if (!workers_.contains(info.name()) && static_cast<int>(workers_.size()) >= max_workers_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("worker ", info.name(), " not registered: ", workers_.size(),
+                     " workers are registered, the limit (DOWN ones are forgotten after ",
+                     absl::FormatDuration(kDownWorkerTtl), ")"));
+  }
   pp::v1::WorkerInfo& w = workers_[info.name()];
   w = info;
   w.set_state(info.job_id().empty() ? pp::v1::IDLE : pp::v1::BUSY);
@@ -40,6 +46,22 @@ std::vector<pp::v1::WorkerInfo> WorkerTable::MarkSilentDown(absl::Time now,
     w.clear_job_id();
   }
   return down;
+}
+
+std::vector<std::string> WorkerTable::ForgetDown(
+    absl::Time now, absl::Duration ttl, const std::function<bool(const std::string&)>& keep) {
+  std::vector<std::string> forgotten;
+  const double limit = ToUnix(now) - absl::ToDoubleSeconds(ttl);
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const pp::v1::WorkerInfo& w = it->second;
+    if (w.state() == pp::v1::DOWN && w.last_heartbeat_unix() < limit && !keep(w.name())) {
+      forgotten.push_back(w.name());
+      it = workers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return forgotten;
 }
 
 std::vector<pp::v1::WorkerInfo> WorkerTable::Idle() const {

@@ -108,6 +108,7 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::Get(
     const std::vector<std::string>& keys, absl::Duration timeout,
     const std::function<bool()>& cancelled) {
   // Waits in short slices so a departed caller or a shutdown ends the wait promptly.
+  timeout = std::min(timeout, limits_.max_wait);
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);
   auto ready = [this, &keys]()

@@ -8,6 +8,9 @@
 // is RESOURCE_EXHAUSTED naming the limit. A key neither set nor read for `idle_ttl` is dropped
 // (an attempt that ended without StopAttempt, e.g. keys of a worker's own making); ppcoord also
 // drops an attempt's keys when the attempt stops and a job's when it ends.
+// A Get waits at most max_wait, whatever its caller asked: each wait holds a server thread, so a
+// long rendezvous is a client's loop of short waits (worker/comm's comm::KvStore retries until its
+// own deadline), and a client that vanished holds a thread no longer than that.
 // Thread-safe: one lock of its own guards the values; Get releases it while it waits.
 #ifndef PP_COORDINATOR_RENDEZVOUS_H_
 #define PP_COORDINATOR_RENDEZVOUS_H_
@@ -26,6 +29,9 @@
 
 namespace pp::coordinator {
 
+// The longest one Get (one KvGet call) waits before it answers DEADLINE_EXCEEDED, "not yet".
+inline constexpr absl::Duration kMaxRendezvousWait = absl::Seconds(10);
+
 // Gloo's full mesh stores one key per rank whose value holds an address per peer (about 140
 // bytes each), so 1 MiB is a mesh of about 7000 ranks, above the 4096 ranks a spec may ask for;
 // an NCCL unique id is 128 bytes. The store's totals keep a flood of keys from exhausting
@@ -37,7 +43,10 @@ struct RendezvousLimits {
   int64_t max_total_keys = int64_t{1} << 18;      // 262144
   int64_t max_total_bytes = int64_t{512} << 20;   // 512 MiB
   absl::Duration idle_ttl = absl::Hours(1);
+  absl::Duration max_wait = kMaxRendezvousWait;
 };
+
+
 
 class RendezvousStore {
  public:
@@ -49,8 +58,8 @@ class RendezvousStore {
   // over its limit.
   absl::Status Set(const std::string& key, std::string value);
 
-  // Values of `keys` in order, once all exist. Waits up to `timeout`; DeadlineExceeded names the
-  // missing keys. `cancelled` (polled while waiting) lets a caller that went away stop the wait.
+  // Values of `keys` in order, once all exist. Waits up to `timeout`, at most limits.max_wait;
+  // DeadlineExceeded names the missing keys. `cancelled` (polled while waiting) lets a caller that went away stop the wait.
   absl::StatusOr<std::vector<std::string>> Get(const std::vector<std::string>& keys,
                                                absl::Duration timeout,
                                                const std::function<bool()>& cancelled = nullptr);

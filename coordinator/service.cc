@@ -23,9 +23,6 @@
 namespace pp::coordinator {
 namespace {
 
-// Longest rendezvous wait a worker may ask for.
-constexpr double kMaxKvWaitSeconds = 600;
-
 // WatchJob streams one client host may hold open; each holds a server thread while it is open.
 constexpr int kMaxWatchesPerHost = 16;
 
@@ -193,8 +190,9 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
                                                             request->timeout_seconds())));
     }
     const std::vector<std::string> keys(request->keys().begin(), request->keys().end());
+    // The store caps the wait (kMaxRendezvousWait); absl::Seconds saturates a huge request.
     absl::StatusOr<std::vector<std::string>> values = jobs_->rendezvous().Get(
-        keys, absl::Seconds(std::min(request->timeout_seconds(), kMaxKvWaitSeconds)),
+        keys, absl::Seconds(request->timeout_seconds()),
         [context] { return context->IsCancelled(); });
     if (values.ok()) {
       for (std::string& v : *values) response->add_values(std::move(v));

@@ -1,37 +1,17 @@
 // JobManager: the worker side: registration, heartbeats, and the step, task and checkpoint reports
 // of running attempts, with the commit of a checkpoint once every rank reported its shard.
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/checkpoint.h"
-#include "common/manifest.h"
 #include "common/step_math.h"
 #include "coordinator/jobs.h"
 #include "coordinator/log.h"
 
 namespace pp::coordinator {
-namespace {
-
-// Test hook: PP_TEST_EXIT_AFTER_PRUNE=STEP (tests only) ends ppcoord at once, as a crash would,
-// right after it pruned the checkpoints older than step STEP, to check what a restart finds.
-void ExitIfTestHookAfterPrune(int step) {
-  static const int hook_step = [] {
-    const char* value = std::getenv("PP_TEST_EXIT_AFTER_PRUNE");
-    int parsed = 0;
-    return value != nullptr && absl::SimpleAtoi(value, &parsed) ? parsed : 0;
-  }();
-  if (hook_step <= 0 || step != hook_step) return;
-  Log(absl::StrCat("PP_TEST_EXIT_AFTER_PRUNE: exiting after the prune of checkpoint ", step));
-  std::_Exit(3);  // not 0, 1 or 2: an exit ppcoord never makes of its own
-}
-
-}  // namespace
 
 absl::StatusOr<pp::v1::RegisterWorkerResponse> JobManager::Register(
     const pp::v1::WorkerInfo& worker) {
@@ -127,10 +107,8 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
                     .tokens_per_second = job.tokens_per_second(),
                     .bubble_ratio = summary->bubble_ratio,
                     .time_unix = job.updated_unix()};
-  if (absl::Status saved = store_->AddStep(job.id(), record); !saved.ok()) {
-    Log(absl::StrCat("step of job ", job.id(), " not saved: ", saved.message()));
-  }
-  Persist(*rec).IgnoreError();
+  steps_to_store_.emplace_back(job.id(), record);
+  Persist(*rec);
   metrics_->StepCompleted(job.id(), summary->loss,
                           common::LearningRateAt(job.spec().train(), summary->step),
                           summary->bubble_ratio);
@@ -156,38 +134,51 @@ pp::v1::ReportResponse JobManager::ReportTask(const pp::v1::TaskReport& report) 
     UpdateGauges();
     return response;
   }
-  pp::v1::Job& job = rec->job;
+  if (rec->commits_in_flight > 0) {
+    // A rank reports its checkpoint before its end, and what the end leads to (a final state, a
+    // restart) reads the newest checkpoint: apply it once the commits reported before it are.
+    rec->reports_after_commits.push_back(TaskEnd{.report = report, .worker = worker});
+  } else {
+    ApplyTaskEnd(*rec, report, worker);
+  }
+  PlaceQueued();
+  UpdateGauges();
+  return response;
+}
+
+void JobManager::ApplyTaskEnd(JobRecord& rec, const pp::v1::TaskReport& report,
+                              const std::string& worker) {
+  pp::v1::Job& job = rec.job;
   if (!report.ok()) {
     const std::string reason =
         absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ", report.error());
     const auto code = static_cast<absl::StatusCode>(report.error_code());
     if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded) {
-      Suspect(*rec, reason, worker);
+      Suspect(rec, reason, worker);
     } else if (code == absl::StatusCode::kOutOfRange) {
       // Non-finite loss, gradients or weights: a restart would compute them again.
-      Finish(*rec, pp::v1::FAILED, reason, worker);
+      Finish(rec, pp::v1::FAILED, reason, worker);
     } else {
-      Fail(*rec, reason, worker);  // the rank's own error: the cause
+      Fail(rec, reason, worker);  // the rank's own error: the cause
     }
   } else if (report.rank() >= 0 && report.rank() < job.placement_size()) {
-    rec->ranks_done.insert(report.rank());
-    rec->drained = rec->drained || report.drained();
-    if (static_cast<int>(rec->ranks_done.size()) == job.placement_size()) {
-      if (rec->drained) {
-        // The workers that asked to drain are leaving: the next attempt goes elsewhere.
-        for (const std::string& w : rec->leaving_workers) workers_.SetDown(w);
-        Requeue(*rec,
-                absl::StrCat("worker(s) ", absl::StrJoin(rec->leaving_workers, ", "),
-                             " drained after step ", rec->stop_step),
-                /*automatic=*/false);
-      } else {
-        Finish(*rec, pp::v1::SUCCEEDED, "").IgnoreError();
-      }
-    }
+    rec.ranks_done.insert(report.rank());
+    rec.drained = rec.drained || report.drained();
+    if (static_cast<int>(rec.ranks_done.size()) == job.placement_size()) EndAttempt(rec);
   }
-  PlaceQueued();
-  UpdateGauges();
-  return response;
+}
+
+void JobManager::EndAttempt(JobRecord& rec) {
+  if (rec.drained) {
+    // The workers that asked to drain are leaving: the next attempt goes elsewhere.
+    for (const std::string& w : rec.leaving_workers) workers_.SetDown(w);
+    Requeue(rec,
+            absl::StrCat("worker(s) ", absl::StrJoin(rec.leaving_workers, ", "),
+                         " drained after step ", rec.stop_step),
+            /*automatic=*/false);
+  } else {
+    Finish(rec, pp::v1::SUCCEEDED, "");
+  }
 }
 
 pp::v1::ReportResponse JobManager::ReportCheckpoint(const pp::v1::CheckpointReport& report) {
@@ -211,41 +202,6 @@ pp::v1::ReportResponse JobManager::ReportCheckpoint(const pp::v1::CheckpointRepo
     CommitCheckpoint(*rec, **complete);
   }
   return response;
-}
-
-void JobManager::CommitCheckpoint(JobRecord& rec,
-                                  const std::vector<pp::v1::CheckpointReport>& shards) {
-  pp::v1::Job& job = rec.job;
-  const pp::v1::JobSpec& spec = job.spec();
-  const int step = shards.front().step();
-  std::vector<pp::v1::CheckpointShard> manifest_shards;
-  for (const pp::v1::CheckpointReport& r : shards) {
-    manifest_shards.push_back(common::ManifestShard(r));
-  }
-  const pp::v1::CheckpointManifest manifest = common::BuildManifest(
-      job.id(), step, spec, common::MeshLayout(spec, rec.stage_units), manifest_shards, NowUnix());
-  const std::string root = checkpoint_root();
-  absl::Status committed = common::CommitManifest(common::StepDir(root, job.id(), step), manifest);
-  if (!committed.ok()) {
-    Log(absl::StrCat("job ", job.id(), ": checkpoint step ", step,
-                     " not committed: ", committed.message()));
-    metrics_->CheckpointFailed(job.id());
-    return;
-  }
-  // The row that points at the new checkpoint is stored before older ones go: a crash in between
-  // leaves one checkpoint too many, never a row that points at a pruned one. When the row cannot
-  // be stored, the older checkpoints stay (a restart resumes from the one the row names).
-  job.set_last_checkpoint_step(step);
-  if (Persist(rec).ok()) {
-    if (absl::Status pruned = common::PruneCheckpoints(root, job.id(), spec.checkpoint().keep());
-        !pruned.ok()) {
-      Log(absl::StrCat("job ", job.id(), ": ", pruned.message()));
-    }
-    ExitIfTestHookAfterPrune(step);
-  }
-  metrics_->CheckpointCommitted(job.id(), step, manifest.created_unix());
-  Emit(rec, pp::v1::EVENT_CHECKPOINT, absl::StrCat("checkpoint step ", step, " committed"))
-      .set_step(step);
 }
 
 }  // namespace pp::coordinator

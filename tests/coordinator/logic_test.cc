@@ -5,6 +5,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "coordinator/job_logic.h"
 #include "coordinator/rendezvous.h"
@@ -116,6 +117,39 @@ TEST(WorkerTable, IdleIsSortedByNameAndBadRegistrationsAreRefused) {
   pp::v1::WorkerInfo no_address;
   no_address.set_name("x");
   EXPECT_THAT(table.Register(no_address, t).message(), HasSubstr("worker.address"));
+}
+
+TEST(WorkerTable, NewNamesBeyondTheLimitAreRefusedUntilADownOneIsForgotten) {
+  WorkerTable table(/*max_workers=*/2);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  ASSERT_TRUE(table.Register(Worker("a"), t0).ok());
+  ASSERT_TRUE(table.Register(Worker("b"), t0).ok());
+  const absl::Status full = table.Register(Worker("c"), t0);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+  EXPECT_THAT(full.message(), HasSubstr("worker c not registered: 2 workers are registered"));
+  EXPECT_TRUE(table.Register(Worker("a"), t0 + absl::Seconds(1)).ok());  // a known name: always
+
+  table.MarkSilentDown(t0 + absl::Seconds(10), absl::Seconds(5));  // a and b DOWN
+  auto keep_b = [](const std::string& name) { return name == "b"; };  // b holds a live rank
+  EXPECT_TRUE(table.ForgetDown(t0 + absl::Minutes(30), absl::Hours(1), keep_b).empty());
+  EXPECT_THAT(table.ForgetDown(t0 + absl::Hours(2), absl::Hours(1), keep_b), ElementsAre("a"));
+  EXPECT_EQ(table.Find("a"), nullptr);
+  EXPECT_NE(table.Find("b"), nullptr);
+  EXPECT_TRUE(table.Register(Worker("c"), t0 + absl::Hours(2)).ok());
+  EXPECT_FALSE(table.Heartbeat("a", t0 + absl::Hours(2)));  // forgotten: registers anew
+}
+
+TEST(JobLogic, TheRestartLogKeepsTheNewestRestartsOnly) {
+  pp::v1::Job job;
+  const int restarts = kMaxRestartLog + 8;
+  for (int i = 1; i <= restarts; ++i) {
+    StartNextAttempt(job, /*from_step=*/i, absl::StrCat("failure ", i), /*automatic=*/true, i);
+  }
+  ASSERT_EQ(job.restart_log_size(), kMaxRestartLog);
+  EXPECT_EQ(job.attempt(), restarts);
+  EXPECT_EQ(job.restart_log(0).attempt(), restarts - kMaxRestartLog + 1);
+  EXPECT_EQ(job.restart_log(kMaxRestartLog - 1).attempt(), restarts);
+  EXPECT_EQ(job.restart_log(kMaxRestartLog - 1).reason(), absl::StrCat("failure ", restarts));
 }
 
 pp::v1::JobSpec Spec(int pipeline, int chunks) {

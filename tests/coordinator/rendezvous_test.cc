@@ -1,7 +1,8 @@
 // The rendezvous store's bounds: value size, keys and bytes per job attempt and in total, and
-// the idle TTL (with a fake clock). Its waits are tested in logic_test.cc.
+// the idle TTL (with a fake clock), the cap on one wait. Its waits are tested in logic_test.cc.
 #include "coordinator/rendezvous.h"
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -82,6 +83,21 @@ TEST(RendezvousLimits, KeysIdleForTheTtlAreDropped) {
   EXPECT_EQ(kv.size(), 2u);
   EXPECT_FALSE(kv.Get({"j/0/old"}, absl::ZeroDuration()).ok());
   EXPECT_TRUE(kv.Get({"j/0/read", "j/0/new"}, absl::ZeroDuration()).ok());
+}
+
+// A wait holds a server thread: one Get waits at most max_wait, however long its caller asked.
+TEST(RendezvousLimits, AGetWaitsAtMostMaxWaitWhateverItsCallerAsked) {
+  EXPECT_EQ(RendezvousLimits{}.max_wait, kMaxRendezvousWait);
+  RendezvousLimits limits = Small();
+  limits.max_wait = absl::Milliseconds(200);
+  RendezvousStore kv(limits);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::vector<std::string>> got = kv.Get({"j/0/late"}, absl::Seconds(30));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("j/0/late"));
+  EXPECT_TRUE(kv.Set("j/0/late", "v").ok());
+  EXPECT_TRUE(kv.Get({"j/0/late"}, absl::Seconds(30)).ok());
 }
 
 }  // namespace

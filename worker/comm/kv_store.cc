@@ -1,10 +1,13 @@
 // The two KvStore implementations: an in-process map and the coordinator's rendezvous RPCs.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "worker/comm/transport.h"
 
@@ -54,25 +57,35 @@ class CoordinatorKvStore : public KvStore {
     return absl::OkStatus();
   }
 
+  // ppcoord answers one KvGet within its own cap (kMaxRendezvousWait there, 10 s) with
+  // DEADLINE_EXCEEDED while a key is not set yet: ask again until this call's own deadline, so a
+  // rendezvous may wait longer than one server wait.
   absl::StatusOr<std::string> Get(const std::string& key, absl::Duration timeout) override {
-    grpc::ClientContext context;
-    // The server waits up to `timeout`; the RPC deadline leaves it room to answer.
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
-    pp::v1::KvGetRequest request;
-    request.add_keys(key);
-    request.set_timeout_seconds(absl::ToDoubleSeconds(timeout));
-    pp::v1::KvGetResponse response;
-    grpc::Status status = registry_->KvGet(&context, request, &response);
-    if (!status.ok()) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("rendezvous key '", key, "' not available within ",
-                       absl::FormatDuration(timeout), ": ", status.error_message()));
+    const absl::Time deadline = absl::Now() + timeout;
+    while (true) {
+      const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+      grpc::ClientContext context;
+      // The server waits up to `left`; the RPC deadline leaves it room to answer.
+      context.set_deadline(absl::ToChronoTime(absl::Now() + left + absl::Seconds(5)));
+      pp::v1::KvGetRequest request;
+      request.add_keys(key);
+      request.set_timeout_seconds(absl::ToDoubleSeconds(left));
+      pp::v1::KvGetResponse response;
+      grpc::Status status = registry_->KvGet(&context, request, &response);
+      if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && absl::Now() < deadline) {
+        continue;  // not set yet
+      }
+      if (!status.ok()) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("rendezvous key '", key, "' not available within ",
+                         absl::FormatDuration(timeout), ": ", status.error_message()));
+      }
+      if (response.values_size() != 1) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "rendezvous key '", key, "' not set within ", absl::FormatDuration(timeout)));
+      }
+      return response.values(0);
     }
-    if (response.values_size() != 1) {
-      return absl::DeadlineExceededError(absl::StrCat("rendezvous key '", key, "' not set within ",
-                                                      absl::FormatDuration(timeout)));
-    }
-    return response.values(0);
   }
 
  private:

@@ -38,7 +38,9 @@ class KvStore {
 
 // Thread-safe, in-process: one instance shared by the ranks of a test (threads).
 std::unique_ptr<KvStore> NewMemoryKvStore();
-// Over the coordinator's WorkerRegistry KvSet/KvGet RPCs. `registry` must outlive the store.
+// Over the coordinator's WorkerRegistry KvSet/KvGet RPCs. `registry` must outlive the store. Get
+// asks again while ppcoord answers DEADLINE_EXCEEDED before `timeout` (ppcoord caps each KvGet's
+// wait), so a rendezvous may last longer than one server wait.
 std::unique_ptr<KvStore> NewCoordinatorKvStore(pp::v1::WorkerRegistry::StubInterface* registry);
 
 using Handle = int64_t;

@@ -1,0 +1,267 @@
+// JobManager: the checkpoint and store I/O, all outside mu_ (the threading contract is in jobs.h):
+// the committer thread, which writes the job rows transitions marked dirty, the per-step records
+// and complete checkpoints (with the prune of older ones); and the verifier thread, which hashes
+// the checkpoint a requeued job will start from.
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/checkpoint.h"
+#include "common/manifest.h"
+#include "coordinator/jobs.h"
+#include "coordinator/log.h"
+
+namespace pp::coordinator {
+namespace {
+
+// How long an RPC waits for its row to be written: the store's busy timeout (5 s) several times.
+constexpr absl::Duration kStoreWait = absl::Seconds(30);
+
+// Test hook: PP_TEST_EXIT_AFTER_PRUNE=STEP (tests only) ends ppcoord at once, as a crash would,
+// right after it pruned the checkpoints older than step STEP, to check what a restart finds.
+void ExitIfTestHookAfterPrune(int step) {
+  static const int hook_step = [] {
+    const char* value = std::getenv("PP_TEST_EXIT_AFTER_PRUNE");
+    int parsed = 0;
+    return value != nullptr && absl::SimpleAtoi(value, &parsed) ? parsed : 0;
+  }();
+  if (hook_step <= 0 || step != hook_step) return;
+  Log(absl::StrCat("PP_TEST_EXIT_AFTER_PRUNE: exiting after the prune of checkpoint ", step));
+  std::_Exit(3);  // not 0, 1 or 2: an exit ppcoord never makes of its own
+}
+
+// Test hook: PP_TEST_COMMIT_PAUSE=SECONDS (tests only) sleeps that long in every checkpoint
+// commit's I/O, as a slow disk would while a large manifest and its shards are checked and synced.
+void PauseIfTestHookInCommit(int step) {
+  static const double pause_seconds = [] {
+    const char* value = std::getenv("PP_TEST_COMMIT_PAUSE");
+    double parsed = 0;
+    return value != nullptr && absl::SimpleAtod(value, &parsed) ? parsed : 0;
+  }();
+  if (pause_seconds <= 0) return;
+  Log(absl::StrCat("PP_TEST_COMMIT_PAUSE: checkpoint step ", step, ": pausing ", pause_seconds,
+                   " s"));
+  absl::SleepFor(absl::Seconds(pause_seconds));
+}
+
+}  // namespace
+
+int64_t JobManager::Persist(JobRecord& rec) {
+  const int64_t ticket = next_ticket_++;
+  dirty_[rec.job.id()] = ticket;
+  return ticket;
+}
+
+absl::Status JobManager::AwaitStored(const std::string& job_id, int64_t ticket) {
+  if (ticket <= 0) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  auto written = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = stored_.find(job_id);
+    return it != stored_.end() && it->second.ticket >= ticket;
+  };
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return committer_done_ || written(); };
+  mu_.AwaitWithTimeout(absl::Condition(&done), kStoreWait);  // releases mu_ while it waits
+  if (written()) return stored_.at(job_id).status;
+  if (committer_done_) return absl::UnavailableError("ppcoord is shutting down");
+  return absl::DeadlineExceededError(
+      absl::StrCat("the job store did not answer within ", absl::FormatDuration(kStoreWait)));
+}
+
+void JobManager::CommitCheckpoint(JobRecord& rec,
+                                  const std::vector<pp::v1::CheckpointReport>& shards) {
+  const pp::v1::Job& job = rec.job;
+  PendingCommit& commit = commits_.emplace_back();
+  commit.job_id = job.id();
+  commit.step = shards.front().step();
+  commit.keep = job.spec().checkpoint().keep();
+  std::vector<pp::v1::CheckpointShard> manifest_shards;
+  for (const pp::v1::CheckpointReport& r : shards) {
+    manifest_shards.push_back(common::ManifestShard(r));
+  }
+  commit.manifest = common::BuildManifest(job.id(), commit.step, job.spec(),
+                                          common::MeshLayout(job.spec(), rec.stage_units),
+                                          manifest_shards, NowUnix());
+  ++rec.commits_in_flight;
+  rec.newest_commit_in_flight = std::max(rec.newest_commit_in_flight, commit.step);
+}
+
+void JobManager::CommitterLoop() {
+  while (true) {
+    std::deque<PendingCommit> commits;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return closing_store_ || HasStoreWork();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (!HasStoreWork()) {  // closing, and everything is written
+        committer_done_ = true;
+        return;
+      }
+      commits = std::exchange(commits_, {});
+    }
+    CommitRound(std::move(commits));
+  }
+}
+
+void JobManager::CommitRound(std::deque<PendingCommit> commits) {
+  const std::string root = checkpoint_root();
+  for (PendingCommit& commit : commits) {
+    PauseIfTestHookInCommit(commit.step);
+    commit.written =
+        common::CommitManifest(common::StepDir(root, commit.job_id, commit.step), commit.manifest);
+  }
+  std::vector<pp::v1::Job> rows;
+  std::map<std::string, Stored> stored;
+  std::vector<std::pair<std::string, StepRecord>> steps;
+  {
+    absl::MutexLock lock(&mu_);
+    for (PendingCommit& commit : commits) ApplyManifest(commit);
+    for (const auto& [id, ticket] : dirty_) {
+      if (JobRecord* rec = FindLocked(id); rec != nullptr) rows.push_back(rec->job);
+      stored[id].ticket = ticket;
+    }
+    dirty_.clear();
+    steps = std::exchange(steps_to_store_, {});
+  }
+  {
+    absl::MutexLock lock(&store_mu_);
+    for (const pp::v1::Job& row : rows) stored[row.id()].status = store_->Put(row);
+    for (const auto& [id, step] : steps) {
+      if (absl::Status saved = store_->AddStep(id, step); !saved.ok()) {
+        Log(absl::StrCat("step ", step.step, " of job ", id, " not saved: ", saved.message()));
+      }
+    }
+  }
+  // The row that points at the new checkpoint is stored before older ones go: a crash in between
+  // leaves one checkpoint too many, never a row that points at a pruned one. When the row cannot
+  // be stored, the older checkpoints stay (a restart resumes from the one the row names).
+  for (const PendingCommit& commit : commits) {
+    if (commit.ticket == 0 || !stored[commit.job_id].status.ok()) continue;
+    if (absl::Status pruned = common::PruneCheckpoints(root, commit.job_id, commit.keep);
+        !pruned.ok()) {
+      Log(absl::StrCat("job ", commit.job_id, ": ", pruned.message()));
+    }
+    ExitIfTestHookAfterPrune(commit.step);
+  }
+  absl::MutexLock lock(&mu_);
+  ApplyStored(stored, commits);
+}
+
+void JobManager::ApplyManifest(PendingCommit& commit) {
+  JobRecord* rec = FindLocked(commit.job_id);
+  if (rec == nullptr) return;
+  pp::v1::Job& job = rec->job;
+  if (!commit.written.ok()) {
+    Log(absl::StrCat("job ", job.id(), ": checkpoint step ", commit.step,
+                     " not committed: ", commit.written.message()));
+    metrics_->CheckpointFailed(job.id());
+    return;
+  }
+  // Only a resume moves last_checkpoint_step back, and it waits for the commits in flight.
+  if (commit.step > job.last_checkpoint_step()) {
+    job.set_last_checkpoint_step(commit.step);
+    commit.ticket = Persist(*rec);
+  }
+  metrics_->CheckpointCommitted(job.id(), commit.step, commit.manifest.created_unix());
+  Emit(*rec, pp::v1::EVENT_CHECKPOINT,
+       absl::StrCat("checkpoint step ", commit.step, " committed"))
+      .set_step(commit.step);
+}
+
+void JobManager::ApplyStored(const std::map<std::string, Stored>& stored,
+                             const std::deque<PendingCommit>& commits) {
+  for (const auto& [id, outcome] : stored) {
+    if (!outcome.status.ok()) Log(absl::StrCat("job ", id, " not saved: ", outcome.status.message()));
+    stored_[id] = outcome;
+  }
+  for (const PendingCommit& commit : commits) {
+    JobRecord* rec = FindLocked(commit.job_id);
+    if (rec == nullptr || --rec->commits_in_flight > 0) continue;
+    rec->newest_commit_in_flight = 0;
+    for (const TaskEnd& end : std::exchange(rec->reports_after_commits, {})) {
+      if (IsLive(Held{.job_id = commit.job_id, .attempt = end.report.attempt()})) {
+        ApplyTaskEnd(*rec, end.report, end.worker);
+      }
+    }
+  }
+  PlaceQueued();  // a requeued job waited for its commits (VerifyQueued)
+  UpdateGauges();
+}
+
+void JobManager::VerifierLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.tick);
+      if (stopping_) return;
+    }
+    VerifyQueued();
+  }
+}
+
+void JobManager::VerifyQueued() {
+  struct Pending {
+    std::string job_id;
+    int attempt = 0;
+    int max_step = 0;
+    absl::StatusOr<pp::common::LatestManifest> latest;
+  };
+  std::vector<Pending> pending;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, rec] : jobs_) {
+      // A checkpoint still being committed is verified once it is (or found missing).
+      if (rec.verify_pending && rec.job.state() == pp::v1::QUEUED && rec.commits_in_flight == 0) {
+        Pending& p = pending.emplace_back();
+        p.job_id = id;
+        p.attempt = rec.job.attempt();
+        p.max_step = rec.job.start_step();
+      }
+    }
+  }
+  if (pending.empty()) return;
+  for (Pending& p : pending) {
+    p.latest = pp::common::LatestVerifiedCheckpoint(checkpoint_root(), p.job_id, p.max_step);
+  }
+  absl::MutexLock lock(&mu_);
+  for (Pending& p : pending) {
+    JobRecord* rec = FindLocked(p.job_id);
+    if (rec == nullptr || rec->job.state() != pp::v1::QUEUED || rec->job.attempt() != p.attempt ||
+        !rec->verify_pending) {
+      continue;  // cancelled or requeued meanwhile
+    }
+    SettleStartStep(*rec, p.latest);
+  }
+  PlaceQueued();
+  UpdateGauges();
+}
+
+void JobManager::SettleStartStep(JobRecord& rec,
+                                 const absl::StatusOr<pp::common::LatestManifest>& latest) {
+  rec.verify_pending = false;
+  pp::v1::Job& job = rec.job;
+  int from_step = 0;
+  if (latest.ok()) {
+    from_step = latest->manifest.step();
+    for (const std::string& why : latest->skipped) {
+      Log(absl::StrCat("job ", job.id(), ": skipped a checkpoint: ", why));
+    }
+  } else {
+    Log(absl::StrCat("job ", job.id(), ": restarting from scratch: ", latest.status().message()));
+  }
+  if (from_step != job.start_step()) {
+    job.set_start_step(from_step);
+    job.set_step(from_step);
+    if (job.restart_log_size() > 0) {
+      job.mutable_restart_log(job.restart_log_size() - 1)->set_from_step(from_step);
+    }
+    Persist(rec);
+  }
+}
+
+}  // namespace pp::coordinator
