@@ -135,7 +135,7 @@ TEST_F(ServiceLimitsTest, NegativeSizeAndForeignTokensAreRefused) {
   grpc::Status negative = List(-1, "", &page);
   EXPECT_EQ(negative.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(negative.error_message().find("page_size"), std::string::npos);
-  for (const std::string token : {std::string("not base64!"), absl::WebSafeBase64Escape("garbage"),
+  for (const std::string& token : {std::string("not base64!"), absl::WebSafeBase64Escape("garbage"),
                                   absl::WebSafeBase64Escape("after:no-such-job-9")}) {
     grpc::Status status = List(0, token, &page);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << token;
