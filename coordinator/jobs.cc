@@ -48,7 +48,8 @@ JobManager::JobManager(const ManagerOptions& options, std::unique_ptr<JobStore> 
                        CoordinatorMetrics* metrics)
     : options_(options),
       metrics_(metrics),
-      rpc_(&mu_, metrics, options.worker_rpc_deadline, options.probe_deadline,
+      rpc_(&mu_, metrics, options.worker_credentials, options.worker_rpc_deadline,
+           options.probe_deadline,
            [this](const Outbound& rpc, const grpc::Status& status)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { RpcDone(rpc, status); }),
       events_(&mu_),
@@ -301,7 +302,8 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
                     job.start_step() > 0 ? absl::StrCat(", from step ", job.start_step()) : ""));
 }
 
-absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec) {
+absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
+                                               const std::string& owner) {
   absl::StatusOr<PlannedJob> planned = PlanJobSpec(spec);
   if (!planned.ok()) return planned.status();
   absl::MutexLock lock(&mu_);
@@ -314,6 +316,7 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec) {
   rec.job.set_id(id);
   *rec.job.mutable_spec() = std::move(planned->spec);
   rec.job.set_state(pp::v1::QUEUED);
+  rec.job.set_owner(owner);
   rec.job.set_created_unix(NowUnix());
   rec.job.set_updated_unix(rec.job.created_unix());
   if (absl::Status saved = Persist(rec); !saved.ok()) {

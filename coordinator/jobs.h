@@ -61,6 +61,8 @@ struct ManagerOptions {
   // at once on every attempt does not spin through its max_restarts.
   absl::Duration restart_backoff = absl::Seconds(1);
   absl::Duration restart_backoff_cap = absl::Seconds(60);
+  // RunTask, AbortTask and probes dial workers with these; null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
 };
 
 class JobManager {
@@ -77,7 +79,7 @@ class JobManager {
   void Stop();
 
   // Client side.
-  absl::StatusOr<std::string> Submit(const pp::v1::JobSpec& spec);
+  absl::StatusOr<std::string> Submit(const pp::v1::JobSpec& spec, const std::string& owner = "");
   absl::StatusOr<pp::v1::Job> Get(const std::string& job_id);
   // One page in submission order (coordinator/list_page.h); INVALID_ARGUMENT for a bad page.
   absl::StatusOr<pp::v1::ListJobsResponse> List(const pp::v1::ListJobsRequest& request);

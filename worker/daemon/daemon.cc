@@ -11,10 +11,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/device.h"
 #include "common/host_port.h"
 #include "common/metrics_server.h"
+#include "common/path_roots.h"
+#include "common/tls.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -65,6 +68,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     if (auto device = common::ParseDevice(options_.device, "device"); !device.ok()) {
       return device.status();
     }
+    if (absl::Status security = LoadSecurity(); !security.ok()) return security;
     advertise_host_ = !options_.advertise_host.empty() ? options_.advertise_host
                       : grpc_at->IsWildcard()          ? MachineName()
                                                        : grpc_at->host;
@@ -76,8 +80,9 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
                                     ":", metrics_server_->port());
     if (absl::Status served = ServeGrpc(*grpc_at); !served.ok()) return served;
 
-    registry_stub_ = pp::v1::WorkerRegistry::NewStub(
-        grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials()));
+    registry_stub_ = pp::v1::WorkerRegistry::NewStub(grpc::CreateChannel(
+        options_.coordinator,
+        tls_.has_value() ? common::ChannelCredentials(*tls_) : grpc::InsecureChannelCredentials()));
     kv_ = comm::NewCoordinatorKvStore(registry_stub_.get());
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
     return absl::OkStatus();
@@ -124,11 +129,13 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   }
 
   // ---- pp.v1.Worker -------------------------------------------------------------------------
-  grpc::Status RunTask(grpc::ServerContext*, const pp::v1::TaskPlan* plan,
+  grpc::Status RunTask(grpc::ServerContext* context, const pp::v1::TaskPlan* plan,
                        pp::v1::RunTaskResponse*) override {
+    if (absl::Status from = CheckCoordinator(*context, "RunTask"); !from.ok()) return ToGrpc(from);
     if (plan->job_id().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "task plan: job_id is empty");
     }
+    if (absl::Status paths = CheckPlanPaths(*plan); !paths.ok()) return ToGrpc(paths);
     absl::MutexLock lock(&mu_);
     if (shutdown_ || draining_) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -155,8 +162,11 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status AbortTask(grpc::ServerContext*, const pp::v1::AbortTaskRequest* request,
+  grpc::Status AbortTask(grpc::ServerContext* context, const pp::v1::AbortTaskRequest* request,
                          pp::v1::AbortTaskResponse*) override {
+    if (absl::Status from = CheckCoordinator(*context, "AbortTask"); !from.ok()) {
+      return ToGrpc(from);
+    }
     std::shared_ptr<Task> task;
     {
       absl::MutexLock lock(&mu_);
@@ -186,13 +196,77 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   }
 
  private:
+  static grpc::Status ToGrpc(const absl::Status& status) {
+    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                        std::string(status.message()));
+  }
+
+  // The listen rule (plaintext only on loopback, unless --insecure), then the TLS files.
+  absl::Status LoadSecurity() {
+    const bool with_tls = !options_.tls.empty();
+    if (absl::Status listen = common::CheckListenAddress("ppworker", "grpc", options_.grpc,
+                                                         with_tls, options_.insecure);
+        !listen.ok()) {
+      return listen;
+    }
+    if (!with_tls) return absl::OkStatus();
+    absl::StatusOr<common::TlsConfig> loaded = common::LoadTls(options_.tls);
+    if (!loaded.ok()) return loaded.status();
+    tls_ = *std::move(loaded);
+    absl::MutexLock lock(&mu_);
+    coordinator_identity_ = options_.coordinator_identity;
+    return absl::OkStatus();
+  }
+
+  // With TLS, tasks come only from the coordinator: a caller whose certificate does not name it
+  // (another worker, say) is PERMISSION_DENIED.
+  absl::Status CheckCoordinator(const grpc::ServerContext& context, absl::string_view method) {
+    if (!tls_.has_value()) return absl::OkStatus();
+    std::string coordinator;
+    {
+      absl::MutexLock lock(&mu_);
+      coordinator = coordinator_identity_;
+    }
+    if (coordinator.empty()) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "pp.v1.Worker/", method, ": this worker has not learnt the coordinator's identity yet"));
+    }
+    if (common::PeerIs(context, coordinator)) return absl::OkStatus();
+    const std::vector<std::string> names = common::PeerNames(context);
+    return absl::PermissionDeniedError(
+        absl::StrCat("pp.v1.Worker/", method, ": only the coordinator (", coordinator,
+                     ") may call this; the caller is ",
+                     names.empty() ? "anonymous" : absl::StrJoin(names, ", ")));
+  }
+
+  // The plan's files lie under --data_root and --checkpoint_root.
+  absl::Status CheckPlanPaths(const pp::v1::TaskPlan& plan) const {
+    if (absl::Status s = common::CheckUnderRoots("task plan data.path", plan.spec().data().path(),
+                                                 options_.data_roots, "data_root");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = common::CheckUnderRoots("task plan checkpoint_dir", plan.checkpoint_dir(),
+                                                 options_.checkpoint_roots, "checkpoint_root");
+        !s.ok()) {
+      return s;
+    }
+    if (plan.resume_from().empty()) return absl::OkStatus();
+    return common::CheckUnderRoots("task plan resume_from", plan.resume_from(),
+                                   options_.checkpoint_roots, "checkpoint_root");
+  }
+
   // Serves pp.v1.Worker (+ health, reflection) on `at`; sets grpc_address_ and the default name.
   absl::Status ServeGrpc(const common::HostPort& at) {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(options_.grpc, grpc::InsecureServerCredentials(), &port);
+    // Only ppcoord calls a worker: with TLS, no handshake without a client certificate.
+    builder.AddListeningPort(options_.grpc,
+                             tls_.has_value() ? common::ServerCredentials(*tls_, true)
+                                              : grpc::InsecureServerCredentials(),
+                             &port);
     builder.RegisterService(this);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port == 0) {
@@ -200,7 +274,10 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     }
     grpc_address_ = absl::StrCat(at.IsWildcard() ? advertise_host_ : at.host, ":", port);
     absl::MutexLock lock(&mu_);
-    name_ = !options_.name.empty() ? options_.name : absl::StrCat(advertise_host_, "-", port);
+    name_ = !options_.name.empty() ? options_.name
+            : tls_.has_value() && !tls_->common_name.empty()
+                ? tls_->common_name
+                : absl::StrCat(advertise_host_, "-", port);
     return absl::OkStatus();
   }
 
@@ -314,6 +391,13 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       return false;
     }
     absl::MutexLock lock(&mu_);
+    if (tls_.has_value() && coordinator_identity_.empty()) {
+      // The coordinator answered over a verified TLS connection: its certificate names it.
+      const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+      for (const grpc::string_ref& cn : auth->FindPropertyValues("x509_common_name")) {
+        coordinator_identity_.assign(cn.data(), cn.size());
+      }
+    }
     if (!response.name().empty()) name_ = response.name();
     heartbeat_ = response.heartbeat_seconds() > 0 ? absl::Seconds(response.heartbeat_seconds())
                                                   : absl::Seconds(1);
@@ -399,9 +483,11 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   std::string grpc_address_;
   std::string metrics_address_;
   std::thread heartbeat_thread_;
+  std::optional<common::TlsConfig> tls_;  // set by Init, then read only
 
   absl::Mutex mu_;
   std::string name_ ABSL_GUARDED_BY(mu_);
+  std::string coordinator_identity_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
