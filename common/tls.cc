@@ -155,4 +155,18 @@ absl::Status CheckListenAddress(absl::string_view program, absl::string_view fla
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::optional<TlsConfig>> LoadDaemonTls(absl::string_view program,
+                                                       absl::string_view grpc_address,
+                                                       const TlsPaths& paths, bool insecure) {
+  if (absl::Status listen =
+          CheckListenAddress(program, "grpc", grpc_address, !paths.empty(), insecure);
+      !listen.ok()) {
+    return listen;
+  }
+  if (paths.empty()) return std::optional<TlsConfig>();
+  absl::StatusOr<TlsConfig> tls = LoadTls(paths);
+  if (!tls.ok()) return tls.status();
+  return std::optional<TlsConfig>(*std::move(tls));
+}
+
 }  // namespace pp::common

@@ -18,6 +18,7 @@
 #define PP_COMMON_TLS_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,12 @@ bool PeerIs(const grpc::ServerContext& context, absl::string_view name);
 
 absl::Status CheckListenAddress(absl::string_view program, absl::string_view flag,
                                 absl::string_view address, bool tls, bool insecure);
+
+// A daemon's start: CheckListenAddress for --grpc, then LoadTls when `paths` name any file. The
+// TLS to serve with; nullopt: plaintext.
+absl::StatusOr<std::optional<TlsConfig>> LoadDaemonTls(absl::string_view program,
+                                                       absl::string_view grpc_address,
+                                                       const TlsPaths& paths, bool insecure);
 
 }  // namespace pp::common
 

@@ -291,24 +291,17 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
 // files into *tls (none without options.tls) and the token file into *auth.
 absl::Status LoadSecurity(const CoordinatorOptions& options, std::optional<common::TlsConfig>* tls,
                           Authorizer* auth) {
-  const bool with_tls = !options.tls.empty();
-  if (absl::Status listen = common::CheckListenAddress("ppcoord", "grpc", options.grpc_address,
-                                                       with_tls, options.insecure);
-      !listen.ok()) {
-    return listen;
-  }
-  if (with_tls) {
-    absl::StatusOr<common::TlsConfig> loaded = common::LoadTls(options.tls);
-    if (!loaded.ok()) return loaded.status();
-    *tls = *std::move(loaded);
-  }
+  absl::StatusOr<std::optional<common::TlsConfig>> loaded =
+      common::LoadDaemonTls("ppcoord", options.grpc_address, options.tls, options.insecure);
+  if (!loaded.ok()) return loaded.status();
+  *tls = *std::move(loaded);
   std::optional<TokenTable> tokens;
   if (!options.auth_tokens.empty()) {
     absl::StatusOr<TokenTable> table = TokenTable::Load(options.auth_tokens);
     if (!table.ok()) return table.status();
     tokens = *std::move(table);
   }
-  *auth = Authorizer(std::move(tokens), with_tls);
+  *auth = Authorizer(std::move(tokens), tls->has_value());
   return absl::OkStatus();
 }
 

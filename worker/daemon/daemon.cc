@@ -11,12 +11,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/device.h"
 #include "common/host_port.h"
 #include "common/metrics_server.h"
-#include "common/path_roots.h"
 #include "common/tls.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -24,6 +22,7 @@
 #include "pp/v1/coordinator.grpc.pb.h"
 #include "pp/v1/worker.grpc.pb.h"
 #include "prometheus/registry.h"
+#include "worker/daemon/access.h"
 #include "worker/daemon/metrics.h"
 #include "worker/daemon/task.h"
 
@@ -135,7 +134,10 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     if (plan->job_id().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "task plan: job_id is empty");
     }
-    if (absl::Status paths = CheckPlanPaths(*plan); !paths.ok()) return ToGrpc(paths);
+    if (absl::Status paths = CheckPlanPaths(*plan, options_.data_roots, options_.checkpoint_roots);
+        !paths.ok()) {
+      return ToGrpc(paths);
+    }
     absl::MutexLock lock(&mu_);
     if (shutdown_ || draining_) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -203,23 +205,16 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
 
   // The listen rule (plaintext only on loopback, unless --insecure), then the TLS files.
   absl::Status LoadSecurity() {
-    const bool with_tls = !options_.tls.empty();
-    if (absl::Status listen = common::CheckListenAddress("ppworker", "grpc", options_.grpc,
-                                                         with_tls, options_.insecure);
-        !listen.ok()) {
-      return listen;
-    }
-    if (!with_tls) return absl::OkStatus();
-    absl::StatusOr<common::TlsConfig> loaded = common::LoadTls(options_.tls);
-    if (!loaded.ok()) return loaded.status();
-    tls_ = *std::move(loaded);
+    absl::StatusOr<std::optional<common::TlsConfig>> tls =
+        common::LoadDaemonTls("ppworker", options_.grpc, options_.tls, options_.insecure);
+    if (!tls.ok()) return tls.status();
+    tls_ = *std::move(tls);
     absl::MutexLock lock(&mu_);
     coordinator_identity_ = options_.coordinator_identity;
     return absl::OkStatus();
   }
 
-  // With TLS, tasks come only from the coordinator: a caller whose certificate does not name it
-  // (another worker, say) is PERMISSION_DENIED.
+  // With TLS, tasks come only from the coordinator (worker/daemon/access.h).
   absl::Status CheckCoordinator(const grpc::ServerContext& context, absl::string_view method) {
     if (!tls_.has_value()) return absl::OkStatus();
     std::string coordinator;
@@ -227,33 +222,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       absl::MutexLock lock(&mu_);
       coordinator = coordinator_identity_;
     }
-    if (coordinator.empty()) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "pp.v1.Worker/", method, ": this worker has not learnt the coordinator's identity yet"));
-    }
-    if (common::PeerIs(context, coordinator)) return absl::OkStatus();
-    const std::vector<std::string> names = common::PeerNames(context);
-    return absl::PermissionDeniedError(
-        absl::StrCat("pp.v1.Worker/", method, ": only the coordinator (", coordinator,
-                     ") may call this; the caller is ",
-                     names.empty() ? "anonymous" : absl::StrJoin(names, ", ")));
-  }
-
-  // The plan's files lie under --data_root and --checkpoint_root.
-  absl::Status CheckPlanPaths(const pp::v1::TaskPlan& plan) const {
-    if (absl::Status s = common::CheckUnderRoots("task plan data.path", plan.spec().data().path(),
-                                                 options_.data_roots, "data_root");
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = common::CheckUnderRoots("task plan checkpoint_dir", plan.checkpoint_dir(),
-                                                 options_.checkpoint_roots, "checkpoint_root");
-        !s.ok()) {
-      return s;
-    }
-    if (plan.resume_from().empty()) return absl::OkStatus();
-    return common::CheckUnderRoots("task plan resume_from", plan.resume_from(),
-                                   options_.checkpoint_roots, "checkpoint_root");
+    return CheckCallerIs(context, coordinator, method);
   }
 
   // Serves pp.v1.Worker (+ health, reflection) on `at`; sets grpc_address_ and the default name.
@@ -367,7 +336,52 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     return !shutdown_;
   }
 
+  // A coordinator that refuses this worker's credentials says why, once per reason: retrying
+  // will not help until the certificate or --name is fixed.
+  void NoteRefusal(const grpc::Status& status) {
+    if (status.error_code() != grpc::StatusCode::UNAUTHENTICATED &&
+        status.error_code() != grpc::StatusCode::PERMISSION_DENIED) {
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    if (status.error_message() == last_refusal_) return;
+    last_refusal_ = status.error_message();
+    std::cerr << "ppworker: the coordinator refuses this worker: " << last_refusal_ << "\n";
+  }
+
+  // With TLS and no --coordinator_identity: the common name of the certificate ppcoord presents,
+  // read from a heartbeat (which registers nothing) before the first registration, because ppcoord
+  // may push a task the moment it has registered this worker. False while it cannot be read.
+  bool LearnCoordinatorIdentity() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!tls_.has_value() || !coordinator_identity_.empty()) return true;
+    }
+    grpc::ClientContext context;
+    SetDeadline(context, kRpcDeadline);
+    pp::v1::HeartbeatRequest request;
+    request.set_name(name());
+    pp::v1::HeartbeatResponse response;
+    if (grpc::Status status = registry_stub_->Heartbeat(&context, request, &response);
+        !status.ok()) {
+      NoteRefusal(status);
+      return false;
+    }
+    std::string identity;
+    for (const grpc::string_ref& cn :
+         context.auth_context()->FindPropertyValues("x509_common_name")) {
+      identity.assign(cn.data(), cn.size());
+    }
+    absl::MutexLock lock(&mu_);
+    coordinator_identity_ = identity;
+    return !identity.empty();
+  }
+
   bool Register() {
+    if (!LearnCoordinatorIdentity()) {
+      metrics_.RpcError("RegisterWorker");
+      return false;
+    }
     pp::v1::RegisterWorkerRequest request;
     pp::v1::WorkerInfo* info = request.mutable_worker();
     info->set_name(name());
@@ -386,18 +400,13 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     grpc::ClientContext context;
     SetDeadline(context, kRpcDeadline);
     pp::v1::RegisterWorkerResponse response;
-    if (!registry_stub_->RegisterWorker(&context, request, &response).ok()) {
+    if (grpc::Status status = registry_stub_->RegisterWorker(&context, request, &response);
+        !status.ok()) {
+      NoteRefusal(status);
       metrics_.RpcError("RegisterWorker");
       return false;
     }
     absl::MutexLock lock(&mu_);
-    if (tls_.has_value() && coordinator_identity_.empty()) {
-      // The coordinator answered over a verified TLS connection: its certificate names it.
-      const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-      for (const grpc::string_ref& cn : auth->FindPropertyValues("x509_common_name")) {
-        coordinator_identity_.assign(cn.data(), cn.size());
-      }
-    }
     if (!response.name().empty()) name_ = response.name();
     heartbeat_ = response.heartbeat_seconds() > 0 ? absl::Seconds(response.heartbeat_seconds())
                                                   : absl::Seconds(1);
@@ -488,6 +497,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   absl::Mutex mu_;
   std::string name_ ABSL_GUARDED_BY(mu_);
   std::string coordinator_identity_ ABSL_GUARDED_BY(mu_);
+  std::string last_refusal_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

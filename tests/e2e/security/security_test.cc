@@ -2,9 +2,12 @@
 // made by openssl in the test, a token file with one user per role and --data_root /
 // --checkpoint_root on every daemon. Each test calls the daemons as an attacker or a user would,
 // over its own gRPC channel.
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -354,6 +357,52 @@ TEST_F(SecurityTest, PpctlSpeaksTlsWithItsTokenFile) {
       run({ppctl, "list", at, "--rpc_timeout=2s", "--token_file=" + token_file});
   EXPECT_NE(plaintext.exit_code, 0);
   EXPECT_THAT(plaintext.err, HasSubstr("a TLS ppcoord needs --ca"));
+}
+
+// ppctl up runs secure by default: its printed line reaches the cluster with its CA and token,
+// and nothing reaches it without them.
+TEST_F(SecurityTest, PpctlUpRunsSecureAndSaysHowToReachIt) {
+  const std::string job = (dir_ / "long.json").string();
+  std::ofstream(job) << R"({"name": "long",
+      "model": {"vocabSize": 256, "seqLen": 32, "dModel": 32, "nHeads": 2, "nLayers": 2},
+      "parallel": {"pipeline": 2, "schedule": "1f1b"},
+      "train": {"steps": 100000, "microbatches": 4, "microbatchSize": 4},
+      "data": {"format": "generated", "generatedTokens": 65536, "generatedSeed": 3}})";
+  const std::string ppctl = std::string(PP_BIN_DIR) + "/ppctl";
+  const std::string log = (dir_ / "up.log").string();
+  absl::StatusOr<std::unique_ptr<testing_support::Process>> up = testing_support::Process::Start(
+      {ppctl, "up", "--workers=2", "--job=" + job, "--data_dir=" + (dir_ / "up").string()}, log);
+  ASSERT_TRUE(up.ok()) << up.status();
+  const std::regex reach(
+      R"(reach it: ppctl (--coordinator=\S+) (--ca=\S+) (--token_file=\S+) list)");
+  std::smatch match;
+  std::string out;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!std::regex_search(out, match, reach) && (*up)->running() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+    (void)(*up)->Wait(absl::ZeroDuration());
+    out = (*up)->Log();
+  }
+  ASSERT_TRUE(std::regex_search(out, match, reach)) << out;
+  const std::string at = match[1], ca = match[2], token = match[3];
+  auto run = [](const std::vector<std::string>& argv) {
+    absl::StatusOr<testing_support::CommandResult> result =
+        testing_support::RunCommand(argv, absl::Seconds(30));
+    EXPECT_TRUE(result.ok()) << result.status();
+    return result.ok() ? *result : testing_support::CommandResult{};
+  };
+  const testing_support::CommandResult listed = run({ppctl, "list", at, ca, token});
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr("long-1"));
+  const testing_support::CommandResult anonymous =
+      run({"/usr/bin/env", "-u", "PPCTL_TOKEN_FILE", "HOME=" + (dir_ / "home").string(), ppctl,
+           "list", at, ca});
+  EXPECT_THAT(anonymous.err, HasSubstr("not authenticated"));
+  const testing_support::CommandResult plaintext =
+      run({ppctl, "list", at, token, "--rpc_timeout=2s"});
+  EXPECT_THAT(plaintext.err, HasSubstr("a TLS ppcoord needs --ca"));
+  (*up)->Signal(SIGTERM);
+  EXPECT_TRUE((*up)->Wait(absl::Seconds(30)).ok()) << (*up)->Log();
 }
 
 TEST_F(SecurityTest, PlaintextOffLoopbackNeedsInsecure) {
