@@ -155,6 +155,25 @@ absl::Status CheckListenAddress(absl::string_view program, absl::string_view fla
   return absl::OkStatus();
 }
 
+bool IsLoopbackAddress(absl::string_view address) {
+  absl::StatusOr<HostPort> at = ParseHostPort(address);
+  return at.ok() && IsLoopbackHost(at->host);
+}
+
+absl::Status CheckRootsGiven(
+    absl::string_view grpc_address, bool insecure,
+    const std::vector<std::pair<const char*, const std::vector<std::string>*>>& roots_flags) {
+  if (insecure || IsLoopbackAddress(grpc_address)) return absl::OkStatus();
+  for (const auto& [flag, roots] : roots_flags) {
+    if (roots->empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " is needed with --grpc=", grpc_address,
+                       " (not loopback): the folders a job may name, or --insecure"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<TlsConfig>> LoadDaemonTls(absl::string_view program,
                                                        absl::string_view grpc_address,
                                                        const TlsPaths& paths, bool insecure) {

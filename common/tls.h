@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,6 +54,16 @@ bool PeerIs(const grpc::ServerContext& context, absl::string_view name);
 
 absl::Status CheckListenAddress(absl::string_view program, absl::string_view flag,
                                 absl::string_view address, bool tls, bool insecure);
+
+// Whether HOST:PORT names a loopback host (localhost, 127.0.0.0/8, ::1); false when malformed.
+bool IsLoopbackAddress(absl::string_view address);
+
+// A daemon reachable from other machines must say which folders a job may name: on a
+// non-loopback `grpc_address`, each of `roots_flags` (e.g. "data_root") whose `roots` is empty is
+// InvalidArgument, unless `insecure`.
+absl::Status CheckRootsGiven(
+    absl::string_view grpc_address, bool insecure,
+    const std::vector<std::pair<const char*, const std::vector<std::string>*>>& roots_flags);
 
 // A daemon's start: CheckListenAddress for --grpc, then LoadTls when `paths` name any file. The
 // TLS to serve with; nullopt: plaintext.

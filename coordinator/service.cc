@@ -295,6 +295,11 @@ absl::Status LoadSecurity(const CoordinatorOptions& options, std::optional<commo
       common::LoadDaemonTls("ppcoord", options.grpc_address, options.tls, options.insecure);
   if (!loaded.ok()) return loaded.status();
   *tls = *std::move(loaded);
+  if (absl::Status roots = common::CheckRootsGiven(options.grpc_address, options.insecure,
+                                                   {{"data_root", &options.data_roots}});
+      !roots.ok()) {
+    return roots;
+  }
   std::optional<TokenTable> tokens;
   if (!options.auth_tokens.empty()) {
     absl::StatusOr<TokenTable> table = TokenTable::Load(options.auth_tokens);

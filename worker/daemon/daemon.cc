@@ -209,6 +209,12 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
         common::LoadDaemonTls("ppworker", options_.grpc, options_.tls, options_.insecure);
     if (!tls.ok()) return tls.status();
     tls_ = *std::move(tls);
+    if (absl::Status roots = common::CheckRootsGiven(
+            options_.grpc, options_.insecure,
+            {{"data_root", &options_.data_roots}, {"checkpoint_root", &options_.checkpoint_roots}});
+        !roots.ok()) {
+      return roots;
+    }
     absl::MutexLock lock(&mu_);
     coordinator_identity_ = options_.coordinator_identity;
     return absl::OkStatus();

@@ -405,6 +405,26 @@ TEST_F(SecurityTest, PpctlUpRunsSecureAndSaysHowToReachIt) {
   EXPECT_TRUE((*up)->Wait(absl::Seconds(30)).ok()) << (*up)->Log();
 }
 
+// Off loopback, even with TLS, a daemon must be told which folders jobs may name.
+TEST_F(SecurityTest, DaemonsOffLoopbackNeedTheirRoots) {
+  const std::string bin = PP_BIN_DIR;
+  std::vector<std::string> ppcoord = {bin + "/ppcoord", "--grpc=0.0.0.0:0", "--metrics=127.0.0.1:0",
+                                      "--data_dir=" + (dir_ / "coord").string()};
+  for (const std::string& flag : TlsFlags("ppcoord")) ppcoord.push_back(flag);
+  std::vector<std::string> ppworker = {bin + "/ppworker", "--coordinator=127.0.0.1:1",
+                                       "--grpc=0.0.0.0:0", "--metrics=127.0.0.1:0",
+                                       "--data_root=" + dir_.string()};
+  for (const std::string& flag : TlsFlags("w0")) ppworker.push_back(flag);
+  for (const auto& [argv, missing] :
+       {std::pair(ppcoord, "--data_root"), std::pair(ppworker, "--checkpoint_root")}) {
+    absl::StatusOr<testing_support::CommandResult> refused =
+        testing_support::RunCommand(argv, absl::Seconds(20));
+    ASSERT_TRUE(refused.ok()) << refused.status();
+    EXPECT_EQ(refused->exit_code, 2) << argv[0];
+    EXPECT_THAT(refused->err, HasSubstr(absl::StrCat(missing, " is needed with --grpc=0.0.0.0:0")));
+  }
+}
+
 TEST_F(SecurityTest, PlaintextOffLoopbackNeedsInsecure) {
   const std::string ppcoord = std::string(PP_BIN_DIR) + "/ppcoord";
   const std::string data = (dir_ / "open").string();
