@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/clock_text.h"
+#include "client/credentials.h"
 #include "common/exit_code.h"
 #include "common/host_port.h"
 #include "common/job_spec.h"
@@ -54,7 +55,20 @@ int Fail(const std::string& command, const std::string& message, int code = comm
   return code;
 }
 
+// The bearer token every call carries (--token_file); empty: none. Set once by RunJobCommand.
+std::string& BearerToken() {
+  static std::string* token = new std::string();
+  return *token;
+}
+
 std::string Describe(const grpc::Status& status) {
+  if (status.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    return absl::StrCat("not authenticated: ", status.error_message(),
+                        " (see --token_file, or --ca with --cert and --key)");
+  }
+  if (status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+    return absl::StrCat("permission denied: ", status.error_message());
+  }
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return absl::StrCat("coordinator at ", absl::GetFlag(FLAGS_coordinator),
@@ -66,6 +80,7 @@ std::string Describe(const grpc::Status& status) {
 std::unique_ptr<grpc::ClientContext> Context() {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(absl::ToChronoTime(absl::Now() + absl::GetFlag(FLAGS_rpc_timeout)));
+  if (!BearerToken().empty()) context->AddMetadata("authorization", "Bearer " + BearerToken());
   return context;
 }
 
@@ -300,13 +315,22 @@ int RunJobCommand(const std::string& command, const std::vector<std::string>& ar
                              ": want HOST:PORT of ppcoord, e.g. 127.0.0.1:50051"),
                 common::kExitUsage);
   }
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  absl::StatusOr<ClientCredentials> credentials = ClientCredentialsFromFlags();
+  if (!credentials.ok()) {
+    return Fail(command, std::string(credentials.status().message()), common::kExitUsage);
+  }
+  BearerToken() = credentials->token;
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(address, credentials->channel);
   const absl::Duration timeout = absl::GetFlag(FLAGS_rpc_timeout);
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
-    return Fail(command, absl::StrCat("cannot reach the coordinator at ", address, " within ",
-                                      absl::FormatDuration(timeout),
-                                      " (is ppcoord running? see --coordinator)"));
+    return Fail(
+        command,
+        absl::StrCat("cannot reach the coordinator at ", address, " within ",
+                     absl::FormatDuration(timeout), " (is ppcoord running? see --coordinator",
+                     credentials->tls ? "; with TLS: does --ca hold the CA that signed "
+                                        "ppcoord's certificate, and does it name this host?"
+                                      : "; a TLS ppcoord needs --ca",
+                     ")"));
   }
   std::unique_ptr<pp::v1::Coordinator::Stub> stub = pp::v1::Coordinator::NewStub(channel);
   return c.run(*stub, args);

@@ -1,5 +1,6 @@
 // ppctl: the pipeline service's command-line client. `ppctl --help` lists the commands.
 #include "client/command.h"
+#include "client/credentials.h"
 #include "client/job_commands.h"
 
 #include "absl/strings/match.h"
@@ -25,6 +26,8 @@ std::vector<pp::client::Command> JobCommands() {
       }
     }
     c.flags = {"coordinator", "rpc_timeout"};
+    c.flags.insert(c.flags.end(), std::begin(pp::client::kCredentialFlags),
+                   std::end(pp::client::kCredentialFlags));
     const std::vector<std::string> own = pp::client::JobCommandFlags(name);
     c.flags.insert(c.flags.end(), own.begin(), own.end());
     c.run = [name](const std::vector<std::string>& args) {

@@ -34,6 +34,7 @@
 #include "client/command.h"
 #include "client/local_cluster.h"
 #include "client/up_progress.h"
+#include "client/up_secrets.h"
 #include "client/up_spec.h"
 #include "client/up_summary.h"
 #include "client/work_dir.h"
@@ -41,6 +42,7 @@
 #include "common/exit_code.h"
 #include "common/file_io.h"
 #include "common/stop_signals.h"
+#include "common/tls.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pp/v1/coordinator.grpc.pb.h"
@@ -200,11 +202,16 @@ class Up {
     for (const std::string& name : files.names) {  // left by an earlier run in the same folder
       std::filesystem::remove(files.AddressFile(name));
     }
-    absl::Status started = cluster_.Start(
-        "ppcoord", ppcoord,
-        {"--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0", "--data_dir=" + data_dir,
-         "--address_file=" + files.AddressFile("ppcoord")},
-        files.Log("ppcoord"));
+    std::vector<std::string> holders = files.names;
+    holders.push_back("ppctl");
+    absl::StatusOr<UpSecrets> secrets = MakeUpSecrets(files.dir + "/tls", holders);
+    if (!secrets.ok()) return secrets.status();
+    std::vector<std::string> coordinator_args = {
+        "--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0", "--data_dir=" + data_dir,
+        "--address_file=" + files.AddressFile("ppcoord"), "--auth_tokens=" + secrets->tokens_file};
+    for (std::string& flag : secrets->DaemonFlags("ppcoord")) coordinator_args.push_back(flag);
+    absl::Status started =
+        cluster_.Start("ppcoord", ppcoord, coordinator_args, files.Log("ppcoord"));
     if (!started.ok()) return started;
     if (absl::Status s = WaitForAddresses(files, {"ppcoord"}, "address file from ppcoord");
         !s.ok()) {
@@ -213,11 +220,14 @@ class Up {
     const std::string coordinator = addresses_["ppcoord"].grpc;
     const std::vector<std::string> worker_names(files.names.begin() + 1, files.names.end());
     for (const std::string& name : worker_names) {
-      started = cluster_.Start(
-          name, ppworker,
-          {"--coordinator=" + coordinator, "--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0",
-           "--device=cpu", "--name=" + name, "--address_file=" + files.AddressFile(name)},
-          files.Log(name));
+      std::vector<std::string> args = {"--coordinator=" + coordinator,
+                                       "--grpc=127.0.0.1:0",
+                                       "--metrics=127.0.0.1:0",
+                                       "--device=cpu",
+                                       "--name=" + name,
+                                       "--address_file=" + files.AddressFile(name)};
+      for (std::string& flag : secrets->DaemonFlags(name)) args.push_back(flag);
+      started = cluster_.Start(name, ppworker, args, files.Log(name));
       if (!started.ok()) return started;
     }
     if (absl::Status s = WaitForAddresses(files, files.names, "address files from the workers");
@@ -225,8 +235,15 @@ class Up {
       return s;
     }
     PrintAddresses(files, worker_names);
+    std::cout << "reach it: ppctl --coordinator=" << coordinator << " --ca=" << secrets->ca
+              << " --token_file=" << secrets->token_file << " list\n"
+              << std::flush;
+    // ppctl up itself is an admin by its own certificate.
+    absl::StatusOr<pp::common::TlsConfig> tls =
+        pp::common::LoadTls({secrets->Cert("ppctl"), secrets->Key("ppctl"), secrets->ca}, true, "");
+    if (!tls.ok()) return tls.status();
     stub_ = pp::v1::Coordinator::NewStub(
-        grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(coordinator, pp::common::ChannelCredentials(*tls)));
     return WaitForRegistration(worker_names);
   }
 

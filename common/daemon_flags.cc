@@ -4,12 +4,22 @@
 #include <vector>
 
 #include "absl/flags/commandlineflag.h"
+#include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate of this daemon, signed by --tls_ca; with --tls_key and --tls_ca every "
+          "gRPC connection is mutual TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert (unencrypted)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM certificate of the CA that signs every daemon's (and admin client's) certificate");
+ABSL_FLAG(bool, insecure, false,
+          "allow plaintext gRPC without authentication on a non-loopback --grpc address");
 
 namespace pp::common {
 namespace {
@@ -84,6 +94,14 @@ absl::Status ParseDaemonFlags(int argc, char** argv) {
         absl::StrCat("unexpected argument \"", rest[1], "\" (see --help)"));
   }
   return absl::OkStatus();
+}
+
+SecurityFlags SecurityFromFlags() {
+  SecurityFlags flags;
+  flags.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+               absl::GetFlag(FLAGS_tls_ca)};
+  flags.insecure = absl::GetFlag(FLAGS_insecure);
+  return flags;
 }
 
 }  // namespace pp::common

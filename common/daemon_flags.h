@@ -15,6 +15,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/tls.h"
 
 namespace pp::common {
 
@@ -28,6 +29,15 @@ absl::Status ParseDaemonFlags(int argc, char** argv);
 // needs a value" or "bad value 'v' for --x: why". ppctl parses its command lines with this too.
 absl::Status SetFlagToken(absl::string_view token, const char* next, bool* used_next,
                           absl::FunctionRef<absl::CommandLineFlag*(absl::string_view)> find);
+
+// The security flags both daemons take (defined here, so they read the same in both):
+// --tls_cert, --tls_key, --tls_ca (PEM files; all three or none) and --insecure (serve plaintext
+// on a non-loopback address). See common/tls.h. REQUIRES: after ParseDaemonFlags.
+struct SecurityFlags {
+  TlsPaths tls;
+  bool insecure = false;
+};
+SecurityFlags SecurityFromFlags();
 
 }  // namespace pp::common
 

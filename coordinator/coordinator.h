@@ -14,9 +14,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 
 namespace pp::coordinator {
 
@@ -26,6 +28,14 @@ struct CoordinatorOptions {
   std::string data_dir;  // required: ppcoord.db and checkpoints/<job>/step-<N>/
   absl::Duration worker_timeout = absl::Seconds(5);
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // Security (docs/security.md). With tls, every gRPC connection is TLS: WorkerRegistry takes only
+  // callers with a client certificate of tls.ca, a worker registers only under a name in its
+  // certificate, and workers are dialled with tls.cert. Without tls, grpc_address must be
+  // loopback unless insecure.
+  common::TlsPaths tls;
+  bool insecure = false;
+  std::string auth_tokens;              // token file (coordinator/auth.h); empty: none
+  std::vector<std::string> data_roots;  // data.path must lie under one; empty: anywhere
 };
 
 class CoordinatorServer {

@@ -50,7 +50,8 @@ JobManager::JobManager(const ManagerOptions& options, std::unique_ptr<JobStore> 
     : options_(options),
       metrics_(metrics),
       store_(std::move(store)),
-      rpc_(&mu_, metrics, options.worker_rpc_deadline, options.probe_deadline,
+      rpc_(&mu_, metrics, options.worker_credentials, options.worker_rpc_deadline,
+           options.probe_deadline,
            [this](const Outbound& rpc, const grpc::Status& status)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { RpcDone(rpc, status); }),
       events_(&mu_) {}
@@ -250,7 +251,8 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
                     job.start_step() > 0 ? absl::StrCat(", from step ", job.start_step()) : ""));
 }
 
-absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec) {
+absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
+                                               const std::string& owner) {
   absl::StatusOr<PlannedJob> planned = PlanJobSpec(spec);
   if (!planned.ok()) return planned.status();
   const std::vector<int64_t> rank_bytes = RankBytes(planned->memory);
@@ -269,6 +271,7 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec) {
   job.set_id(MakeJobId(planned->spec.name(), *sequence));
   *job.mutable_spec() = std::move(planned->spec);
   job.set_state(pp::v1::QUEUED);
+  job.set_owner(owner);
   job.set_created_unix(NowUnix());
   job.set_updated_unix(job.created_unix());
   if (absl::Status saved = store_->Put(job); !saved.ok()) {

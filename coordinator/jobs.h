@@ -82,6 +82,8 @@ struct ManagerOptions {
   absl::Duration restart_backoff_cap = absl::Seconds(60);
   // A DOWN worker silent this long is forgotten unless it holds a live job's rank.
   absl::Duration down_worker_ttl = kDownWorkerTtl;
+  // RunTask, AbortTask and probes dial workers with these; null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
 };
 
 class JobManager {
@@ -98,7 +100,7 @@ class JobManager {
   void Stop();
 
   // Client side.
-  absl::StatusOr<std::string> Submit(const pp::v1::JobSpec& spec);
+  absl::StatusOr<std::string> Submit(const pp::v1::JobSpec& spec, const std::string& owner = "");
   absl::StatusOr<pp::v1::Job> Get(const std::string& job_id);
   // One page in submission order (coordinator/list_page.h); INVALID_ARGUMENT for a bad page.
   absl::StatusOr<pp::v1::ListJobsResponse> List(const pp::v1::ListJobsRequest& request);

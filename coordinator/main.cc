@@ -10,11 +10,13 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/daemon_flags.h"
 #include "common/daemon_main.h"
 #include "common/host_port.h"
 #include "coordinator/coordinator.h"
@@ -33,6 +35,12 @@ ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(5),
           "(spec.max_restarts) or FAILS");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers are told to heartbeat");
+ABSL_FLAG(std::string, auth_tokens, "",
+          "file of 'TOKEN ROLE NAME' lines (roles admin, submit, view): pp.v1.Coordinator then "
+          "needs 'authorization: Bearer TOKEN' or a client certificate of --tls_ca");
+ABSL_FLAG(std::vector<std::string>, data_root, {},
+          "comma-separated folders a job's data.path must lie in (after resolving symlinks); "
+          "empty: anywhere");
 
 namespace {
 
@@ -50,6 +58,11 @@ absl::StatusOr<pp::coordinator::CoordinatorOptions> OptionsFromFlags() {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  const pp::common::SecurityFlags security = pp::common::SecurityFromFlags();
+  options.tls = security.tls;
+  options.insecure = security.insecure;
+  options.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
+  options.data_roots = absl::GetFlag(FLAGS_data_root);
   return options;
 }
 
@@ -99,6 +112,8 @@ int main(int argc, char** argv) {
   daemon.name = "ppcoord";
   daemon.usage =
       "ppcoord --grpc=HOST:PORT --metrics=HOST:PORT --data_dir=DIR [--address_file=PATH]\n"
+      "        [--tls_cert=PEM --tls_key=PEM --tls_ca=PEM] [--auth_tokens=FILE] "
+      "[--data_root=DIRS]\n"
       "The coordinator daemon of the pipeline-parallel training service.";
   daemon.address_file = &FLAGS_address_file;
   daemon.start = [&server]() -> absl::StatusOr<pp::common::DaemonAddresses> {

@@ -1,16 +1,21 @@
 // gRPC adapters of the Coordinator and WorkerRegistry services over JobManager, and the server.
 #include <algorithm>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/coordinator.h"
+#include "absl/strings/str_join.h"
 #include "common/host_port.h"
 #include "common/mesh.h"
+#include "common/path_roots.h"
+#include "common/tls.h"
+#include "coordinator/auth.h"
+#include "coordinator/coordinator.h"
 #include "coordinator/jobs.h"
 #include "coordinator/metrics.h"
 #include "coordinator/peer_limit.h"
-#include "coordinator/plan/render.h"
 #include "coordinator/placement.h"
+#include "coordinator/plan/render.h"
 #include "coordinator/planning.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -40,25 +45,38 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 class CoordinatorService final : public pp::v1::Coordinator::Service {
  public:
-  CoordinatorService(JobManager* jobs, CoordinatorMetrics* metrics)
-      : jobs_(jobs), metrics_(metrics) {}
+  CoordinatorService(JobManager* jobs, CoordinatorMetrics* metrics, const Authorizer* auth,
+                     std::vector<std::string> data_roots)
+      : jobs_(jobs), metrics_(metrics), auth_(auth), data_roots_(std::move(data_roots)) {}
 
-  grpc::Status SubmitJob(grpc::ServerContext*, const pp::v1::SubmitJobRequest* request,
+  grpc::Status SubmitJob(grpc::ServerContext* context, const pp::v1::SubmitJobRequest* request,
                          pp::v1::SubmitJobResponse* response) override {
-    absl::StatusOr<std::string> id = jobs_->Submit(request->spec());
+    absl::StatusOr<Caller> caller = auth_->Authorize(*context, "SubmitJob");
+    if (!caller.ok()) return Answer("SubmitJob", caller.status());
+    // Before planning, so that a user learns where the data may live before anything runs.
+    if (absl::Status inside = common::CheckUnderRoots("data.path", request->spec().data().path(),
+                                                      data_roots_, "data_root");
+        !inside.ok()) {
+      return Answer("SubmitJob", inside);
+    }
+    absl::StatusOr<std::string> id = jobs_->Submit(request->spec(), caller->name);
     if (id.ok()) response->set_job_id(*id);
     return Answer("SubmitJob", id.status());
   }
 
-  grpc::Status GetJob(grpc::ServerContext*, const pp::v1::GetJobRequest* request,
+  grpc::Status GetJob(grpc::ServerContext* context, const pp::v1::GetJobRequest* request,
                       pp::v1::Job* response) override {
+    absl::StatusOr<Caller> caller = auth_->Authorize(*context, "GetJob");
+    if (!caller.ok()) return Answer("GetJob", caller.status());
     absl::StatusOr<pp::v1::Job> job = jobs_->Get(request->job_id());
     if (job.ok()) *response = *std::move(job);
     return Answer("GetJob", job.status());
   }
 
-  grpc::Status ListJobs(grpc::ServerContext*, const pp::v1::ListJobsRequest* request,
+  grpc::Status ListJobs(grpc::ServerContext* context, const pp::v1::ListJobsRequest* request,
                         pp::v1::ListJobsResponse* response) override {
+    absl::StatusOr<Caller> caller = auth_->Authorize(*context, "ListJobs");
+    if (!caller.ok()) return Answer("ListJobs", caller.status());
     absl::StatusOr<pp::v1::ListJobsResponse> page = jobs_->List(*request);
     if (page.ok()) *response = *std::move(page);
     return Answer("ListJobs", page.status());
@@ -66,6 +84,8 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
 
   grpc::Status WatchJob(grpc::ServerContext* context, const pp::v1::WatchJobRequest* request,
                         grpc::ServerWriter<pp::v1::JobEvent>* writer) override {
+    absl::StatusOr<Caller> caller = auth_->Authorize(*context, "WatchJob");
+    if (!caller.ok()) return Answer("WatchJob", caller.status());
     absl::StatusOr<std::unique_ptr<PeerLimit::Slot>> slot = watches_.Acquire(context->peer());
     if (!slot.ok()) return Answer("WatchJob", slot.status());
     absl::Status status = jobs_->Watch(
@@ -75,28 +95,38 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
                   status.code() == absl::StatusCode::kCancelled ? absl::OkStatus() : status);
   }
 
-  grpc::Status CancelJob(grpc::ServerContext*, const pp::v1::CancelJobRequest* request,
+  grpc::Status CancelJob(grpc::ServerContext* context, const pp::v1::CancelJobRequest* request,
                          pp::v1::Job* response) override {
+    if (absl::Status allowed = MayChange(*context, "CancelJob", request->job_id()); !allowed.ok()) {
+      return Answer("CancelJob", allowed);
+    }
     absl::StatusOr<pp::v1::Job> job = jobs_->Cancel(request->job_id());
     if (job.ok()) *response = *std::move(job);
     return Answer("CancelJob", job.status());
   }
 
-  grpc::Status ResumeJob(grpc::ServerContext*, const pp::v1::ResumeJobRequest* request,
+  grpc::Status ResumeJob(grpc::ServerContext* context, const pp::v1::ResumeJobRequest* request,
                          pp::v1::Job* response) override {
+    if (absl::Status allowed = MayChange(*context, "ResumeJob", request->job_id()); !allowed.ok()) {
+      return Answer("ResumeJob", allowed);
+    }
     absl::StatusOr<pp::v1::Job> job = jobs_->Resume(*request);
     if (job.ok()) *response = *std::move(job);
     return Answer("ResumeJob", job.status());
   }
 
-  grpc::Status ListWorkers(grpc::ServerContext*, const pp::v1::ListWorkersRequest*,
+  grpc::Status ListWorkers(grpc::ServerContext* context, const pp::v1::ListWorkersRequest*,
                            pp::v1::ListWorkersResponse* response) override {
+    absl::StatusOr<Caller> caller = auth_->Authorize(*context, "ListWorkers");
+    if (!caller.ok()) return Answer("ListWorkers", caller.status());
     for (pp::v1::WorkerInfo& w : jobs_->Workers()) *response->add_workers() = std::move(w);
     return grpc::Status::OK;
   }
 
-  grpc::Status PlanJob(grpc::ServerContext*, const pp::v1::PlanJobRequest* request,
+  grpc::Status PlanJob(grpc::ServerContext* context, const pp::v1::PlanJobRequest* request,
                        pp::v1::PlanJobResponse* response) override {
+    absl::StatusOr<Caller> caller = auth_->Authorize(*context, "PlanJob");
+    if (!caller.ok()) return Answer("PlanJob", caller.status());
     absl::StatusOr<PlannedJob> planned = PlanJobSpec(request->spec());
     if (planned.ok()) {
       absl::StatusOr<std::string> ascii =
@@ -121,8 +151,10 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
     return Answer("PlanJob", planned.status());
   }
 
-  grpc::Status GetTrace(grpc::ServerContext*, const pp::v1::GetTraceRequest* request,
+  grpc::Status GetTrace(grpc::ServerContext* context, const pp::v1::GetTraceRequest* request,
                         pp::v1::StepTrace* response) override {
+    absl::StatusOr<Caller> caller = auth_->Authorize(*context, "GetTrace");
+    if (!caller.ok()) return Answer("GetTrace", caller.status());
     absl::StatusOr<pp::v1::StepTrace> trace = jobs_->Trace(request->job_id(), request->step());
     if (trace.ok()) *response = *std::move(trace);
     return Answer("GetTrace", trace.status());
@@ -134,48 +166,75 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
     return ToGrpc(status);
   }
 
+  // Whether the caller may call `method` on job `job_id`: its role allows the method and the job
+  // is its own, or it is an admin.
+  absl::Status MayChange(const grpc::ServerContext& context, const char* method,
+                         const std::string& job_id) {
+    absl::StatusOr<Caller> caller = auth_->Authorize(context, method);
+    if (!caller.ok()) return caller.status();
+    if (caller->role == Role::kAdmin) return absl::OkStatus();
+    absl::StatusOr<pp::v1::Job> job = jobs_->Get(job_id);
+    if (!job.ok()) return job.status();
+    return CheckOwner(*caller, job->owner(), method, job_id);
+  }
+
   JobManager* jobs_;
   CoordinatorMetrics* metrics_;
+  const Authorizer* auth_;
+  const std::vector<std::string> data_roots_;
   PeerLimit watches_{kMaxWatchesPerHost, "WatchJob streams"};
 };
 
 class RegistryService final : public pp::v1::WorkerRegistry::Service {
  public:
-  RegistryService(JobManager* jobs, CoordinatorMetrics* metrics) : jobs_(jobs), metrics_(metrics) {}
+  RegistryService(JobManager* jobs, CoordinatorMetrics* metrics, bool tls)
+      : jobs_(jobs), metrics_(metrics), tls_(tls) {}
 
-  grpc::Status RegisterWorker(grpc::ServerContext*, const pp::v1::RegisterWorkerRequest* request,
+  grpc::Status RegisterWorker(grpc::ServerContext* context,
+                              const pp::v1::RegisterWorkerRequest* request,
                               pp::v1::RegisterWorkerResponse* response) override {
+    if (absl::Status s = CheckWorker(*context, &request->worker().name()); !s.ok())
+      return Answer("RegisterWorker", s);
     absl::StatusOr<pp::v1::RegisterWorkerResponse> r = jobs_->Register(request->worker());
     if (r.ok()) *response = *std::move(r);
     return Answer("RegisterWorker", r.status());
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext*, const pp::v1::HeartbeatRequest* request,
+  grpc::Status Heartbeat(grpc::ServerContext* context, const pp::v1::HeartbeatRequest* request,
                          pp::v1::HeartbeatResponse* response) override {
+    if (absl::Status s = CheckWorker(*context, &request->name()); !s.ok())
+      return Answer("Heartbeat", s);
     *response = jobs_->Heartbeat(*request);
     return grpc::Status::OK;
   }
 
-  grpc::Status ReportStep(grpc::ServerContext*, const pp::v1::StepReport* request,
+  grpc::Status ReportStep(grpc::ServerContext* context, const pp::v1::StepReport* request,
                           pp::v1::ReportResponse* response) override {
+    if (absl::Status s = CheckWorker(*context, nullptr); !s.ok()) return Answer("ReportStep", s);
     *response = jobs_->ReportStep(*request);
     return grpc::Status::OK;
   }
 
-  grpc::Status ReportTask(grpc::ServerContext*, const pp::v1::TaskReport* request,
+  grpc::Status ReportTask(grpc::ServerContext* context, const pp::v1::TaskReport* request,
                           pp::v1::ReportResponse* response) override {
+    if (absl::Status s = CheckWorker(*context, &request->worker()); !s.ok())
+      return Answer("ReportTask", s);
     *response = jobs_->ReportTask(*request);
     return grpc::Status::OK;
   }
 
-  grpc::Status ReportCheckpoint(grpc::ServerContext*, const pp::v1::CheckpointReport* request,
+  grpc::Status ReportCheckpoint(grpc::ServerContext* context,
+                                const pp::v1::CheckpointReport* request,
                                 pp::v1::ReportResponse* response) override {
+    if (absl::Status s = CheckWorker(*context, nullptr); !s.ok())
+      return Answer("ReportCheckpoint", s);
     *response = jobs_->ReportCheckpoint(*request);
     return grpc::Status::OK;
   }
 
-  grpc::Status KvSet(grpc::ServerContext*, const pp::v1::KvSetRequest* request,
+  grpc::Status KvSet(grpc::ServerContext* context, const pp::v1::KvSetRequest* request,
                      pp::v1::KvSetResponse*) override {
+    if (absl::Status s = CheckWorker(*context, nullptr); !s.ok()) return Answer("KvSet", s);
     if (request->key().empty()) {
       return Answer("KvSet", absl::InvalidArgumentError("key: must not be empty"));
     }
@@ -184,6 +243,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
 
   grpc::Status KvGet(grpc::ServerContext* context, const pp::v1::KvGetRequest* request,
                      pp::v1::KvGetResponse* response) override {
+    if (absl::Status s = CheckWorker(*context, nullptr); !s.ok()) return Answer("KvGet", s);
     if (!(request->timeout_seconds() >= 0)) {
       return Answer("KvGet",
                     absl::InvalidArgumentError(absl::StrCat("timeout_seconds: must be >= 0, got ",
@@ -206,14 +266,57 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
     return ToGrpc(status);
   }
 
+  // With TLS, only callers with a client certificate of the CA reach the registry, and a call
+  // that names a worker (`name`, null when it names none) must come from that worker.
+  absl::Status CheckWorker(const grpc::ServerContext& context, const std::string* name) const {
+    if (!tls_) return absl::OkStatus();
+    const std::vector<std::string> names = common::PeerNames(context);
+    if (names.empty()) {
+      return absl::UnauthenticatedError(
+          "pp.v1.WorkerRegistry takes only callers with a client certificate of --tls_ca");
+    }
+    if (name != nullptr && !common::PeerIs(context, *name)) {
+      return absl::PermissionDeniedError(absl::StrCat("worker name \"", *name,
+                                                      "\" is not in the caller's certificate (",
+                                                      absl::StrJoin(names, ", "), ")"));
+    }
+    return absl::OkStatus();
+  }
+
   JobManager* jobs_;
   CoordinatorMetrics* metrics_;
+  const bool tls_;
 };
+
+// Applies the listen rule (plaintext only on loopback, unless --insecure), then reads the TLS
+// files into *tls (none without options.tls) and the token file into *auth.
+absl::Status LoadSecurity(const CoordinatorOptions& options, std::optional<common::TlsConfig>* tls,
+                          Authorizer* auth) {
+  absl::StatusOr<std::optional<common::TlsConfig>> loaded =
+      common::LoadDaemonTls("ppcoord", options.grpc_address, options.tls, options.insecure);
+  if (!loaded.ok()) return loaded.status();
+  *tls = *std::move(loaded);
+  if (absl::Status roots = common::CheckRootsGiven(options.grpc_address, options.insecure,
+                                                   {{"data_root", &options.data_roots}});
+      !roots.ok()) {
+    return roots;
+  }
+  std::optional<TokenTable> tokens;
+  if (!options.auth_tokens.empty()) {
+    absl::StatusOr<TokenTable> table = TokenTable::Load(options.auth_tokens);
+    if (!table.ok()) return table.status();
+    tokens = *std::move(table);
+  }
+  *auth = Authorizer(std::move(tokens), tls->has_value());
+  return absl::OkStatus();
+}
 
 }  // namespace
 
 // Members in construction order; destruction runs the other way (server before what it uses).
 struct CoordinatorServer::Impl {
+  std::optional<common::TlsConfig> tls;
+  Authorizer auth;
   std::unique_ptr<CoordinatorMetrics> metrics;
   std::unique_ptr<JobManager> jobs;
   std::unique_ptr<CoordinatorService> coordinator;
@@ -224,8 +327,9 @@ struct CoordinatorServer::Impl {
   bool shut_down = false;
 };
 
-absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const CoordinatorOptions& options) {
+namespace {
+
+absl::Status CheckTimes(const CoordinatorOptions& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("--data_dir: must be given");
   if (options.worker_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--worker_timeout: must be positive");
@@ -235,12 +339,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::InvalidArgumentError(
         "--heartbeat_interval: must be positive and shorter than --worker_timeout");
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const CoordinatorOptions& options) {
+  if (absl::Status valid = CheckTimes(options); !valid.ok()) return valid;
   absl::StatusOr<common::HostPort> grpc_at = common::ParseHostPort(options.grpc_address, "grpc");
   if (!grpc_at.ok()) return grpc_at.status();
   absl::StatusOr<common::HostPort> metrics_at =
       common::ParseHostPort(options.metrics_address, "metrics");
   if (!metrics_at.ok()) return metrics_at.status();
   auto impl = std::make_unique<Impl>();
+  if (absl::Status s = LoadSecurity(options, &impl->tls, &impl->auth); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> metrics =
       CoordinatorMetrics::Serve(options.metrics_address);
   if (!metrics.ok()) return metrics.status();
@@ -252,12 +365,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   manager.data_dir = options.data_dir;
   manager.worker_timeout = options.worker_timeout;
   manager.heartbeat_interval = options.heartbeat_interval;
+  if (impl->tls.has_value()) manager.worker_credentials = common::ChannelCredentials(*impl->tls);
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
       JobManager::Create(manager, impl->metrics.get());
   if (!jobs.ok()) return jobs.status();
   impl->jobs = *std::move(jobs);
-  impl->coordinator = std::make_unique<CoordinatorService>(impl->jobs.get(), impl->metrics.get());
-  impl->registry = std::make_unique<RegistryService>(impl->jobs.get(), impl->metrics.get());
+  impl->coordinator = std::make_unique<CoordinatorService>(impl->jobs.get(), impl->metrics.get(),
+                                                           &impl->auth, options.data_roots);
+  impl->registry = std::make_unique<RegistryService>(impl->jobs.get(), impl->metrics.get(),
+                                                     impl->tls.has_value());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -266,7 +382,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   quota.SetMaxThreads(kMaxServerThreads);
   builder.SetResourceQuota(quota);
   int port = 0;
-  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &port);
+  // Users with tokens call the same port as the workers: a client certificate is verified when
+  // presented but not required here; RegistryService and Authorizer decide per call.
+  builder.AddListeningPort(options.grpc_address,
+                           impl->tls.has_value() ? common::ServerCredentials(*impl->tls, false)
+                                                 : grpc::InsecureServerCredentials(),
+                           &port);
   builder.RegisterService(impl->coordinator.get());
   builder.RegisterService(impl->registry.get());
   impl->server = builder.BuildAndStart();

@@ -10,10 +10,13 @@
 
 namespace pp::coordinator {
 
-WorkerRpc::WorkerRpc(absl::Mutex* mu, CoordinatorMetrics* metrics, absl::Duration rpc_deadline,
-                     absl::Duration probe_deadline, DoneFn done)
+WorkerRpc::WorkerRpc(absl::Mutex* mu, CoordinatorMetrics* metrics,
+                     std::shared_ptr<grpc::ChannelCredentials> credentials,
+                     absl::Duration rpc_deadline, absl::Duration probe_deadline, DoneFn done)
     : mu_(mu),
       metrics_(metrics),
+      credentials_(credentials != nullptr ? std::move(credentials)
+                                          : grpc::InsecureChannelCredentials()),
       rpc_deadline_(rpc_deadline),
       probe_deadline_(probe_deadline),
       done_(std::move(done)) {}
@@ -32,8 +35,7 @@ void WorkerRpc::AwaitIdle(absl::Duration timeout) {
 pp::v1::Worker::Stub* WorkerRpc::StubFor(const std::string& address) {
   std::unique_ptr<pp::v1::Worker::Stub>& stub = stubs_[address];
   if (!stub) {
-    stub =
-        pp::v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    stub = pp::v1::Worker::NewStub(grpc::CreateChannel(address, credentials_));
   }
   return stub.get();
 }

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/metrics.h"
+#include "grpcpp/security/credentials.h"
 #include "grpcpp/support/status.h"
 #include "pp/v1/worker.grpc.pb.h"
 
@@ -42,8 +43,10 @@ class WorkerRpc {
   // metrics (pp.v1.Worker/RunTask, pp.v1.Worker/AbortTask) and logged; probes are neither.
   using DoneFn = std::function<void(const Outbound& rpc, const grpc::Status& status)>;
 
-  // RunTask and AbortTask carry `rpc_deadline`, probes `probe_deadline`.
-  WorkerRpc(absl::Mutex* mu, CoordinatorMetrics* metrics, absl::Duration rpc_deadline,
+  // RunTask and AbortTask carry `rpc_deadline`, probes `probe_deadline`. Workers are dialled
+  // with `credentials` (mutual TLS), or plaintext when it is null.
+  WorkerRpc(absl::Mutex* mu, CoordinatorMetrics* metrics,
+            std::shared_ptr<grpc::ChannelCredentials> credentials, absl::Duration rpc_deadline,
             absl::Duration probe_deadline, DoneFn done);
 
   void Queue(Outbound rpc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -64,6 +67,7 @@ class WorkerRpc {
 
   absl::Mutex* const mu_;
   CoordinatorMetrics* const metrics_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
   const absl::Duration rpc_deadline_;
   const absl::Duration probe_deadline_;
   const DoneFn done_;

@@ -120,8 +120,9 @@ absl::Status Cluster::StartCoordinator(int port) {
   absl::StatusOr<Daemon> coordinator = Launch("ppcoord", argv, options_.coordinator_env);
   if (!coordinator.ok()) return coordinator.status();
   coordinator_ = *std::move(coordinator);
-  stub_ = pp::v1::Coordinator::NewStub(
-      grpc::CreateChannel(coordinator_.addresses.grpc, grpc::InsecureChannelCredentials()));
+  stub_ = pp::v1::Coordinator::NewStub(grpc::CreateChannel(
+      coordinator_.addresses.grpc,
+      options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials()));
   return absl::OkStatus();
 }
 

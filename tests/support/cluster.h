@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/security/credentials.h"
 #include "pp/v1/coordinator.grpc.pb.h"
 #include "tests/support/process.h"
 
@@ -32,6 +33,8 @@ struct ClusterOptions {
   std::map<std::string, std::string> coordinator_env;  // at every start, e.g. a PP_TEST_ hook
   std::vector<std::string> worker_flags;       // extra flags for every worker
   absl::Duration startup_timeout = absl::Seconds(20);
+  // The Coordinator stub's credentials (TLS, a client certificate); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 struct WorkerOptions {

@@ -15,12 +15,14 @@
 #include "common/device.h"
 #include "common/host_port.h"
 #include "common/metrics_server.h"
+#include "common/tls.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "pp/v1/coordinator.grpc.pb.h"
 #include "pp/v1/worker.grpc.pb.h"
 #include "prometheus/registry.h"
+#include "worker/daemon/access.h"
 #include "worker/daemon/metrics.h"
 #include "worker/daemon/task.h"
 
@@ -65,6 +67,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     if (auto device = common::ParseDevice(options_.device, "device"); !device.ok()) {
       return device.status();
     }
+    if (absl::Status security = LoadSecurity(); !security.ok()) return security;
     advertise_host_ = !options_.advertise_host.empty() ? options_.advertise_host
                       : grpc_at->IsWildcard()          ? MachineName()
                                                        : grpc_at->host;
@@ -76,8 +79,9 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
                                     ":", metrics_server_->port());
     if (absl::Status served = ServeGrpc(*grpc_at); !served.ok()) return served;
 
-    registry_stub_ = pp::v1::WorkerRegistry::NewStub(
-        grpc::CreateChannel(options_.coordinator, grpc::InsecureChannelCredentials()));
+    registry_stub_ = pp::v1::WorkerRegistry::NewStub(grpc::CreateChannel(
+        options_.coordinator,
+        tls_.has_value() ? common::ChannelCredentials(*tls_) : grpc::InsecureChannelCredentials()));
     kv_ = comm::NewCoordinatorKvStore(registry_stub_.get());
     heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
     return absl::OkStatus();
@@ -124,10 +128,15 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   }
 
   // ---- pp.v1.Worker -------------------------------------------------------------------------
-  grpc::Status RunTask(grpc::ServerContext*, const pp::v1::TaskPlan* plan,
+  grpc::Status RunTask(grpc::ServerContext* context, const pp::v1::TaskPlan* plan,
                        pp::v1::RunTaskResponse*) override {
+    if (absl::Status from = CheckCoordinator(*context, "RunTask"); !from.ok()) return ToGrpc(from);
     if (plan->job_id().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "task plan: job_id is empty");
+    }
+    if (absl::Status paths = CheckPlanPaths(*plan, options_.data_roots, options_.checkpoint_roots);
+        !paths.ok()) {
+      return ToGrpc(paths);
     }
     absl::MutexLock lock(&mu_);
     if (shutdown_ || draining_) {
@@ -155,8 +164,11 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status AbortTask(grpc::ServerContext*, const pp::v1::AbortTaskRequest* request,
+  grpc::Status AbortTask(grpc::ServerContext* context, const pp::v1::AbortTaskRequest* request,
                          pp::v1::AbortTaskResponse*) override {
+    if (absl::Status from = CheckCoordinator(*context, "AbortTask"); !from.ok()) {
+      return ToGrpc(from);
+    }
     std::shared_ptr<Task> task;
     {
       absl::MutexLock lock(&mu_);
@@ -186,13 +198,50 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   }
 
  private:
+  static grpc::Status ToGrpc(const absl::Status& status) {
+    return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                        std::string(status.message()));
+  }
+
+  // The listen rule (plaintext only on loopback, unless --insecure), then the TLS files.
+  absl::Status LoadSecurity() {
+    absl::StatusOr<std::optional<common::TlsConfig>> tls =
+        common::LoadDaemonTls("ppworker", options_.grpc, options_.tls, options_.insecure);
+    if (!tls.ok()) return tls.status();
+    tls_ = *std::move(tls);
+    if (absl::Status roots = common::CheckRootsGiven(
+            options_.grpc, options_.insecure,
+            {{"data_root", &options_.data_roots}, {"checkpoint_root", &options_.checkpoint_roots}});
+        !roots.ok()) {
+      return roots;
+    }
+    absl::MutexLock lock(&mu_);
+    coordinator_identity_ = options_.coordinator_identity;
+    return absl::OkStatus();
+  }
+
+  // With TLS, tasks come only from the coordinator (worker/daemon/access.h).
+  absl::Status CheckCoordinator(const grpc::ServerContext& context, absl::string_view method) {
+    if (!tls_.has_value()) return absl::OkStatus();
+    std::string coordinator;
+    {
+      absl::MutexLock lock(&mu_);
+      coordinator = coordinator_identity_;
+    }
+    return CheckCallerIs(context, coordinator, method);
+  }
+
   // Serves pp.v1.Worker (+ health, reflection) on `at`; sets grpc_address_ and the default name.
   absl::Status ServeGrpc(const common::HostPort& at) {
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(options_.grpc, grpc::InsecureServerCredentials(), &port);
+    // Only ppcoord calls a worker: with TLS, no handshake without a client certificate.
+    builder.AddListeningPort(options_.grpc,
+                             tls_.has_value() ? common::ServerCredentials(*tls_, true)
+                                              : grpc::InsecureServerCredentials(),
+                             &port);
     builder.RegisterService(this);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port == 0) {
@@ -200,7 +249,10 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     }
     grpc_address_ = absl::StrCat(at.IsWildcard() ? advertise_host_ : at.host, ":", port);
     absl::MutexLock lock(&mu_);
-    name_ = !options_.name.empty() ? options_.name : absl::StrCat(advertise_host_, "-", port);
+    name_ = !options_.name.empty() ? options_.name
+            : tls_.has_value() && !tls_->common_name.empty()
+                ? tls_->common_name
+                : absl::StrCat(advertise_host_, "-", port);
     return absl::OkStatus();
   }
 
@@ -290,7 +342,52 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     return !shutdown_;
   }
 
+  // A coordinator that refuses this worker's credentials says why, once per reason: retrying
+  // will not help until the certificate or --name is fixed.
+  void NoteRefusal(const grpc::Status& status) {
+    if (status.error_code() != grpc::StatusCode::UNAUTHENTICATED &&
+        status.error_code() != grpc::StatusCode::PERMISSION_DENIED) {
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    if (status.error_message() == last_refusal_) return;
+    last_refusal_ = status.error_message();
+    std::cerr << "ppworker: the coordinator refuses this worker: " << last_refusal_ << "\n";
+  }
+
+  // With TLS and no --coordinator_identity: the common name of the certificate ppcoord presents,
+  // read from a heartbeat (which registers nothing) before the first registration, because ppcoord
+  // may push a task the moment it has registered this worker. False while it cannot be read.
+  bool LearnCoordinatorIdentity() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!tls_.has_value() || !coordinator_identity_.empty()) return true;
+    }
+    grpc::ClientContext context;
+    SetDeadline(context, kRpcDeadline);
+    pp::v1::HeartbeatRequest request;
+    request.set_name(name());
+    pp::v1::HeartbeatResponse response;
+    if (grpc::Status status = registry_stub_->Heartbeat(&context, request, &response);
+        !status.ok()) {
+      NoteRefusal(status);
+      return false;
+    }
+    std::string identity;
+    for (const grpc::string_ref& cn :
+         context.auth_context()->FindPropertyValues("x509_common_name")) {
+      identity.assign(cn.data(), cn.size());
+    }
+    absl::MutexLock lock(&mu_);
+    coordinator_identity_ = identity;
+    return !identity.empty();
+  }
+
   bool Register() {
+    if (!LearnCoordinatorIdentity()) {
+      metrics_.RpcError("RegisterWorker");
+      return false;
+    }
     pp::v1::RegisterWorkerRequest request;
     pp::v1::WorkerInfo* info = request.mutable_worker();
     info->set_name(name());
@@ -311,7 +408,9 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     grpc::ClientContext context;
     SetDeadline(context, kRpcDeadline);
     pp::v1::RegisterWorkerResponse response;
-    if (!registry_stub_->RegisterWorker(&context, request, &response).ok()) {
+    if (grpc::Status status = registry_stub_->RegisterWorker(&context, request, &response);
+        !status.ok()) {
+      NoteRefusal(status);
       metrics_.RpcError("RegisterWorker");
       return false;
     }
@@ -401,9 +500,12 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   std::string grpc_address_;
   std::string metrics_address_;
   std::thread heartbeat_thread_;
+  std::optional<common::TlsConfig> tls_;  // set by Init, then read only
 
   absl::Mutex mu_;
   std::string name_ ABSL_GUARDED_BY(mu_);
+  std::string coordinator_identity_ ABSL_GUARDED_BY(mu_);
+  std::string last_refusal_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -20,9 +20,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 
 namespace pp::daemon {
 
@@ -41,6 +43,19 @@ struct DaemonOptions {
   bool async_checkpoints = true;     // TaskEnv::async_checkpoints
   int pause_shard_step = 0;          // test hook, TaskEnv::pause_shard_step
   absl::Duration pause_shard_for;
+  // Security (docs/security.md). With tls, pp.v1.Worker takes only mutual-TLS callers with a
+  // certificate of tls.ca, RunTask and AbortTask only from coordinator_identity (empty: the
+  // common name of the certificate ppcoord presented at registration), the coordinator is dialled
+  // with tls.cert, and the default name is the certificate's common name. Without tls, grpc must
+  // be loopback unless insecure.
+  common::TlsPaths tls;
+  bool insecure = false;
+  std::string coordinator_identity;
+  // A TaskPlan's data.path must lie under one of data_roots, its checkpoint_dir and resume_from
+  // under one of checkpoint_roots (common/path_roots.h), or RunTask is INVALID_ARGUMENT. Empty:
+  // anywhere.
+  std::vector<std::string> data_roots;
+  std::vector<std::string> checkpoint_roots;
 };
 
 class WorkerDaemon {

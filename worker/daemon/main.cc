@@ -6,11 +6,13 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/daemon_flags.h"
 #include "common/daemon_main.h"
 #include "worker/daemon/daemon.h"
 
@@ -35,6 +37,14 @@ ABSL_FLAG(int64_t, memory_bytes, -1,
           "negative: detect (physical memory on cpu, unknown on cuda)");
 ABSL_FLAG(bool, async_checkpoints, true,
           "write checkpoint shards on a background thread while training continues");
+ABSL_FLAG(std::string, coordinator_identity, "",
+          "with TLS: the certificate name RunTask and AbortTask must come from; default: the "
+          "common name of the certificate ppcoord presents");
+ABSL_FLAG(std::vector<std::string>, data_root, {},
+          "comma-separated folders a task's data.path must lie in (after resolving symlinks "
+          "and ..); empty: anywhere");
+ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
+          "comma-separated folders a task's checkpoint folder must lie in; empty: anywhere");
 
 namespace {
 
@@ -64,6 +74,12 @@ absl::StatusOr<pp::daemon::DaemonOptions> OptionsFromFlags() {
   options.comm_timeout = absl::GetFlag(FLAGS_comm_timeout);
   options.async_checkpoints = absl::GetFlag(FLAGS_async_checkpoints);
   options.memory_bytes = absl::GetFlag(FLAGS_memory_bytes);
+  const pp::common::SecurityFlags security = pp::common::SecurityFromFlags();
+  options.tls = security.tls;
+  options.insecure = security.insecure;
+  options.coordinator_identity = absl::GetFlag(FLAGS_coordinator_identity);
+  options.data_roots = absl::GetFlag(FLAGS_data_root);
+  options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_root);
   if (options.comm_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--comm_timeout must be positive");
   }
@@ -83,7 +99,8 @@ int main(int argc, char** argv) {
   daemon.name = "ppworker";
   daemon.usage =
       "ppworker --coordinator=HOST:PORT [--grpc=HOST:PORT] [--metrics=HOST:PORT] "
-      "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH] [--memory_bytes=N]";
+      "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH] [--memory_bytes=N] "
+      "[--tls_cert=PEM --tls_key=PEM --tls_ca=PEM] [--data_root=DIRS] [--checkpoint_root=DIRS]";
   daemon.address_file = &FLAGS_address_file;
   daemon.start = [&worker]() -> absl::StatusOr<pp::common::DaemonAddresses> {
     absl::StatusOr<pp::daemon::DaemonOptions> options = OptionsFromFlags();

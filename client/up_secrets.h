@@ -1,0 +1,36 @@
+// The throw-away secrets of one `ppctl up` run, so that even the laptop default runs secure: a CA,
+// a certificate it signs for each daemon and for ppctl itself, and an admin token, all made with
+// OpenSSL's C API (no hand-written crypto) under `dir`.
+// Contract: MakeUpSecrets(dir, names) writes dir/ca.crt, dir/NAME.crt and dir/NAME.key for each
+// name (CN=NAME; subject alternative names NAME, localhost and 127.0.0.1: every daemon of ppctl up
+// listens on loopback), dir/tokens (ppcoord's --auth_tokens: one admin line) and dir/token (the
+// token alone, for ppctl --token_file). Keys and token files get mode 0600. Earlier files there
+// are replaced. The CA's key is not kept: nothing more can be signed once the run is over.
+// Errors: Internal naming the OpenSSL step, or the file-system error.
+#ifndef PP_CLIENT_UP_SECRETS_H_
+#define PP_CLIENT_UP_SECRETS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pp::client {
+
+struct UpSecrets {
+  std::string dir;
+  std::string ca;           // dir/ca.crt
+  std::string tokens_file;  // dir/tokens
+  std::string token_file;   // dir/token
+  std::string Cert(const std::string& name) const { return dir + "/" + name + ".crt"; }
+  std::string Key(const std::string& name) const { return dir + "/" + name + ".key"; }
+  // --tls_cert, --tls_key and --tls_ca for a daemon holding `name`'s certificate.
+  std::vector<std::string> DaemonFlags(const std::string& name) const;
+};
+
+absl::StatusOr<UpSecrets> MakeUpSecrets(const std::string& dir,
+                                        const std::vector<std::string>& names);
+
+}  // namespace pp::client
+
+#endif  // PP_CLIENT_UP_SECRETS_H_

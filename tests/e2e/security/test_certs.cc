@@ -1,0 +1,76 @@
+#include "tests/e2e/security/test_certs.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tests/support/process.h"
+
+namespace pp::security_test {
+namespace {
+
+constexpr absl::Duration kOpensslTimeout = absl::Seconds(30);
+
+// The openssl program on $PATH (RunCommand takes a path, not a name to look up).
+std::string OpensslPath() {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "/usr/bin", ':')) {
+    const std::string candidate = absl::StrCat(dir, "/openssl");
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "openssl";
+}
+
+absl::Status Openssl(std::vector<std::string> args) {
+  args.insert(args.begin(), OpensslPath());
+  absl::StatusOr<testing_support::CommandResult> run =
+      testing_support::RunCommand(args, kOpensslTimeout);
+  if (!run.ok()) return run.status();
+  if (run->exit_code != 0) {
+    return absl::InternalError(
+        absl::StrCat("openssl ", args[1], " exited ", run->exit_code, ": ", run->err));
+  }
+  return absl::OkStatus();
+}
+
+// A new P-256 key and a request (or, with "-x509", a self-signed certificate) for CN=name.
+std::vector<std::string> NewKeyArgs(const std::string& dir, const std::string& name) {
+  return {"req",
+          "-newkey",
+          "ec",
+          "-pkeyopt",
+          "ec_paramgen_curve:prime256v1",
+          "-nodes",
+          "-keyout",
+          Files(dir, name).key,
+          "-subj",
+          "/CN=" + name};
+}
+
+}  // namespace
+
+absl::Status MakeCa(const std::string& dir, const std::string& name) {
+  std::vector<std::string> args = NewKeyArgs(dir, name);
+  args.insert(args.end(), {"-x509", "-days", "2", "-out", Files(dir, name).cert, "-addext",
+                           "basicConstraints=critical,CA:TRUE", "-addext",
+                           "keyUsage=critical,keyCertSign,cRLSign"});
+  return Openssl(args);
+}
+
+absl::Status MakeCert(const std::string& dir, const std::string& ca, const std::string& name) {
+  const std::string csr = absl::StrCat(dir, "/", name, ".csr");
+  const std::string ext = absl::StrCat(dir, "/", name, ".ext");
+  std::ofstream(ext) << "subjectAltName=DNS:" << name << ",DNS:localhost,IP:127.0.0.1\n";
+  std::vector<std::string> request = NewKeyArgs(dir, name);
+  request.insert(request.end(), {"-out", csr});
+  if (absl::Status s = Openssl(request); !s.ok()) return s;
+  return Openssl({"x509", "-req", "-in", csr, "-CA", Files(dir, ca).cert, "-CAkey",
+                  Files(dir, ca).key, "-CAcreateserial", "-days", "2", "-extfile", ext, "-out",
+                  Files(dir, name).cert});
+}
+
+}  // namespace pp::security_test

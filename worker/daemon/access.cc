@@ -1,0 +1,41 @@
+#include "worker/daemon/access.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/path_roots.h"
+#include "common/tls.h"
+
+namespace pp::daemon {
+
+absl::Status CheckCallerIs(const grpc::ServerContext& context, const std::string& coordinator,
+                           absl::string_view method) {
+  if (coordinator.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "pp.v1.Worker/", method, ": this worker has not learnt the coordinator's identity yet"));
+  }
+  if (common::PeerIs(context, coordinator)) return absl::OkStatus();
+  const std::vector<std::string> names = common::PeerNames(context);
+  return absl::PermissionDeniedError(absl::StrCat(
+      "pp.v1.Worker/", method, ": only the coordinator (", coordinator,
+      ") may call this; the caller is ", names.empty() ? "anonymous" : absl::StrJoin(names, ", ")));
+}
+
+absl::Status CheckPlanPaths(const pp::v1::TaskPlan& plan,
+                            const std::vector<std::string>& data_roots,
+                            const std::vector<std::string>& checkpoint_roots) {
+  if (absl::Status s = common::CheckUnderRoots("task plan data.path", plan.spec().data().path(),
+                                               data_roots, "data_root");
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = common::CheckUnderRoots("task plan checkpoint_dir", plan.checkpoint_dir(),
+                                               checkpoint_roots, "checkpoint_root");
+      !s.ok()) {
+    return s;
+  }
+  if (plan.resume_from().empty()) return absl::OkStatus();
+  return common::CheckUnderRoots("task plan resume_from", plan.resume_from(), checkpoint_roots,
+                                 "checkpoint_root");
+}
+
+}  // namespace pp::daemon

@@ -1,0 +1,33 @@
+// What pp.v1.Worker lets through (ppworker's side of docs/security.md): tasks only from the
+// coordinator, and only naming files under the allowed folders.
+// Contract:
+// - CheckCallerIs: OK when the call's verified client certificate names `coordinator`;
+//   PERMISSION_DENIED naming the method, the expected name and the caller's names otherwise,
+//   also while `coordinator` is still unknown (empty).
+// - CheckPlanPaths: the plan's data.path under one of `data_roots`, its checkpoint_dir and
+//   resume_from under one of `checkpoint_roots` (common/path_roots.h); INVALID_ARGUMENT naming
+//   the field, the path and the roots otherwise. Empty roots allow anything.
+// Thread-safe: pure functions.
+#ifndef PP_WORKER_DAEMON_ACCESS_H_
+#define PP_WORKER_DAEMON_ACCESS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/server_context.h"
+#include "pp/v1/worker.pb.h"
+
+namespace pp::daemon {
+
+absl::Status CheckCallerIs(const grpc::ServerContext& context, const std::string& coordinator,
+                           absl::string_view method);
+
+absl::Status CheckPlanPaths(const pp::v1::TaskPlan& plan,
+                            const std::vector<std::string>& data_roots,
+                            const std::vector<std::string>& checkpoint_roots);
+
+}  // namespace pp::daemon
+
+#endif  // PP_WORKER_DAEMON_ACCESS_H_
