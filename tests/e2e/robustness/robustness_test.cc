@@ -1,7 +1,8 @@
 // The store, the data folder and the scheduler under trouble, with real processes (ppcoord +
 // ppworker on loopback): ppcoord killed right after it pruned old checkpoints restarts from the
 // new one; a second ppcoord on the same data folder is refused; a job too large for the cluster
-// waits with its reason while later jobs that fit run.
+// waits with its reason while later jobs that fit run; a checkpoint whose slice metadata overflows
+// int fails the resume with DataLoss and leaves every daemon up.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -9,6 +10,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "common/file_io.h"
+#include "common/safetensors.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/cluster.h"
@@ -142,6 +146,65 @@ TEST_F(RobustnessTest, AJobTooLargeForTheClusterWaitsWithItsReasonWhileALaterOne
                     absl::StrContains(e.message(), "needs 8 workers, 2 registered, "));
   }
   EXPECT_TRUE(told) << "no QUEUED event said why the job waits";
+}
+
+// Rewrites rank 1's shard of `step_dir` with the slice of h.0.attn.qkv.weight at offset 2^32
+// (past int) and the manifest to match it (bytes, sha256), so that only the slice check can catch it.
+void WriteOverflowingSlice(const std::string& step_dir) {
+  absl::StatusOr<pp::v1::CheckpointManifest> manifest = common::VerifyCheckpoint(step_dir);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  const std::string path = step_dir + "/" + common::ShardFileName(1);
+  absl::StatusOr<std::string> bytes = common::ReadFile(path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<common::SafetensorsFile> shard = common::ParseSafetensors(*bytes, path);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  const std::string key = common::SliceKey("h.0.attn.qkv.weight");
+  ASSERT_EQ(shard->metadata.count(key), 1u);
+  shard->metadata[key] = "0 3 4294967296 16 96 32";  // dim parts offset length full_shape
+  absl::StatusOr<std::string> hostile =
+      common::SerializeSafetensors(shard->tensors, shard->metadata);
+  ASSERT_TRUE(hostile.ok()) << hostile.status();
+  ASSERT_TRUE(common::WriteFileAtomic(path, *hostile).ok());
+  for (pp::v1::CheckpointShard& s : *manifest->mutable_shards()) {
+    if (s.file() != common::ShardFileName(1)) continue;
+    s.set_bytes(static_cast<int64_t>(hostile->size()));
+    s.set_sha256(common::Sha256Hex(*hostile));
+  }
+  ASSERT_TRUE(common::CommitManifest(step_dir, *manifest).ok());
+}
+
+TEST_F(RobustnessTest, ASliceOffsetPastIntFailsTheResumeWithDataLossAndEveryDaemonLivesOn) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2));
+  pp::v1::JobSpec spec = SpecFrom(R"pb(
+    name: "slices"
+    model { seq_len: 16 d_model: 32 n_heads: 4 n_layers: 2 }
+    parallel { pipeline: 1 tensor: 2 }
+    train { steps: 5 microbatches: 2 microbatch_size: 2 seed: 5 }
+    checkpoint { every_steps: 5 }
+  )pb");
+  const std::string job = Run(spec);
+  ASSERT_FALSE(job.empty());
+  ASSERT_NO_FATAL_FAILURE(
+      WriteOverflowingSlice(common::StepDir(cluster_->checkpoint_root(), job, 5)));
+
+  pp::v1::ResumeJobRequest request;
+  request.set_job_id(job);
+  request.set_steps(10);
+  ASSERT_TRUE(testing_support::ResumeJob(cluster_->stub(), request).ok());
+  absl::StatusOr<pp::v1::Job> ended = WaitForJob(
+      cluster_->stub(), job, [](const pp::v1::Job& j) { return j.state() == pp::v1::FAILED; },
+      kJobTimeout);
+  ASSERT_TRUE(ended.ok()) << ended.status() << cluster_->Logs();
+  EXPECT_THAT(ended->reason(), HasSubstr("slice \"0 3 4294967296 16 96 32\" does not fit"));
+  EXPECT_THAT(ended->reason(), HasSubstr(common::ShardFileName(1)));
+
+  // Nobody crashed: both workers are back to IDLE and the next job trains.
+  absl::StatusOr<std::vector<pp::v1::WorkerInfo>> workers =
+      testing_support::ListWorkers(cluster_->stub());
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  for (const pp::v1::WorkerInfo& w : *workers) EXPECT_NE(w.state(), pp::v1::DOWN) << w.name();
+  spec.set_name("after");
+  EXPECT_FALSE(Run(spec).empty()) << cluster_->Logs();
 }
 
 }  // namespace
