@@ -6,12 +6,96 @@ Issuer of the render), with names that match what the peers dial and the worker 
 overlays also give ppcoord --auth_tokens from a Secret, both daemons --data_root, workers
 --checkpoint_root over their checkpoint volume, and NetworkPolicies that admit only the pipeline's
 pods to gRPC and only the metrics ports to the rest.
+
+Kubernetes' schemas do not cover cert-manager's kinds, so CERT_MANAGER holds the part of its v1
+API (cert-manager.io/v1, 1.x) the overlays may use, strictly: an unknown or misspelled field fails.
 """
 
 import os
 
+import jsonschema
+
 TLS_FLAGS = ("tls_cert", "tls_key", "tls_ca")
 USAGES = ("server auth", "client auth")
+
+_DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"}
+_NAMES = {"type": "array", "items": {"type": "string", "minLength": 1}}
+_STRICT = {"type": "object", "additionalProperties": False}
+_KEY_USAGES = (
+    "signing", "digital signature", "content commitment", "key encipherment", "key agreement",
+    "data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any",
+    "server auth", "client auth", "code signing", "email protection", "s/mime",
+    "ipsec end system", "ipsec tunnel", "ipsec user", "timestamping", "ocsp signing",
+)
+_CERTIFICATE_SPEC = dict(
+    _STRICT,
+    required=["secretName", "issuerRef"],
+    properties={
+        "secretName": {"type": "string", "minLength": 1},
+        "commonName": {"type": "string", "maxLength": 64},
+        "dnsNames": _NAMES,
+        "ipAddresses": _NAMES,
+        "uris": _NAMES,
+        "duration": _DURATION,
+        "renewBefore": _DURATION,
+        "isCA": {"type": "boolean"},
+        "usages": {"type": "array", "items": {"enum": list(_KEY_USAGES)}},
+        "privateKey": dict(_STRICT, properties={
+            "algorithm": {"enum": ["RSA", "ECDSA", "Ed25519"]},
+            "size": {"type": "integer"},
+            "encoding": {"enum": ["PKCS1", "PKCS8"]},
+            "rotationPolicy": {"enum": ["Never", "Always"]},
+        }),
+        "issuerRef": dict(_STRICT, required=["name"], properties={
+            "name": {"type": "string"},
+            "kind": {"enum": ["Issuer", "ClusterIssuer"]},
+            "group": {"type": "string"},
+        }),
+    },
+)
+_ISSUER_SPEC = dict(
+    _STRICT,
+    minProperties=1,
+    maxProperties=1,
+    properties={
+        "selfSigned": dict(_STRICT, properties={"crlDistributionPoints": _NAMES}),
+        "ca": dict(_STRICT, required=["secretName"], properties={
+            "secretName": {"type": "string", "minLength": 1},
+            "crlDistributionPoints": _NAMES,
+            "ocspServers": _NAMES,
+            "issuingCertificateURLs": _NAMES,
+        }),
+    },
+)
+_METADATA = {"type": "object", "required": ["name"]}
+CERT_MANAGER = {
+    kind: dict(
+        _STRICT,
+        required=["apiVersion", "kind", "metadata", "spec"],
+        properties={
+            "apiVersion": {"const": "cert-manager.io/v1"},
+            "kind": {"const": kind},
+            "metadata": _METADATA,
+            "spec": spec,
+        },
+    )
+    for kind, spec in (("Certificate", _CERTIFICATE_SPEC), ("Issuer", _ISSUER_SPEC))
+}
+
+
+def validate_cert_manager(problems, overlay, objects):
+    """Every cert-manager object against CERT_MANAGER."""
+    for obj in objects:
+        if not obj.get("apiVersion", "").startswith("cert-manager.io/"):
+            continue
+        where = f"{overlay} {obj['kind']}/{obj.get('metadata', {}).get('name')}"
+        schema = CERT_MANAGER.get(obj["kind"])
+        if schema is None:
+            problems.add(where, "not a cert-manager kind these checks know")
+            continue
+        for error in jsonschema.Draft202012Validator(schema).iter_errors(obj):
+            path = ".".join(str(p) for p in error.absolute_path)
+            problems.add(where, f"{path}: {error.message}")
 
 
 def secret_files(spec, container):
@@ -35,7 +119,7 @@ def secret_files(spec, container):
 
 
 def certificates(objects):
-    """{secretName: Certificate spec} of the cert-manager Certificates issued by a rendered Issuer."""
+    """{secretName: Certificate spec} of the Certificates that a rendered Issuer issues."""
     issuers = {o["metadata"]["name"] for o in objects if o["kind"] == "Issuer"}
     return {
         o["spec"]["secretName"]: o["spec"]
@@ -64,19 +148,22 @@ def check_names(problems, where, cert, common_name, dialed):
     if cert.get("commonName") != common_name:
         problems.add(where, f"certificate CN {cert.get('commonName')}, want {common_name}")
     if dialed not in cert.get("dnsNames", []):
-        problems.add(where, f"certificate of {common_name} does not name {dialed}, which peers dial")
+        problems.add(where, f"certificate of {common_name} does not name {dialed} (peers dial it)")
     if not all(u in cert.get("usages", []) for u in USAGES):
         problems.add(where, f"certificate of {common_name} lacks usages {USAGES}")
 
 
 def check_tls_probes(problems, where, container, ports):
     """Kubernetes' gRPC probes cannot do TLS: tcpSocket on gRPC, or HTTP on metrics."""
-    wanted = {"tcpSocket": ("grpc", ports.get("grpc")), "httpGet": ("metrics", ports.get("metrics"))}
+    wanted = {
+        "tcpSocket": ("grpc", ports.get("grpc")),
+        "httpGet": ("metrics", ports.get("metrics")),
+    }
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         spec = container.get(probe, {})
         kind = next((k for k in wanted if k in spec), None)
         if kind is None:
-            problems.add(where, f"{probe} under TLS is neither tcpSocket (gRPC) nor httpGet (metrics)")
+            problems.add(where, f"{probe} under TLS: not tcpSocket (gRPC) or httpGet (metrics)")
         elif spec[kind].get("port") not in wanted[kind]:
             problems.add(where, f"{probe} {kind} checks port {spec[kind].get('port')}")
 
@@ -100,7 +187,8 @@ def check_policies(problems, where, objects, coord, workers):
                 labels = peer.get("podSelector", {}).get("matchLabels", {})
                 if "namespaceSelector" in peer or not labels:
                     if not ports or ports - {"metrics"}:
-                        problems.add(where, f"{w.where}: a peer outside the pipeline reaches {ports or 'every port'}")
+                        reached = ports or "every port"
+                        problems.add(where, f"{w.where}: a non-pipeline peer reaches {reached}")
                 elif labels.get("app.kubernetes.io/name") != "pipeline":
                     problems.add(where, f"{w.where}: pods {labels} reach it")
                 else:
@@ -110,6 +198,7 @@ def check_policies(problems, where, objects, coord, workers):
 
 
 def check(problems, overlay, objects, coord, workers):
+    validate_cert_manager(problems, overlay, objects)
     insecure = ["insecure" in w.flags for w in (coord, workers)]
     tls = [all(f in w.flags for f in TLS_FLAGS) for w in (coord, workers)]
     for w, plain, secure in zip((coord, workers), insecure, tls):
