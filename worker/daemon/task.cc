@@ -14,6 +14,7 @@
 #include "common/device.h"
 #include "common/job_spec.h"
 #include "common/step_math.h"
+#include "coordinator/plan/plan.h"
 #include "worker/compute/model_compute.h"
 
 namespace pp::daemon {
@@ -170,6 +171,28 @@ absl::Status ReplicaLoss(parallel::Collectives& data_group, executor::StepResult
   return absl::OkStatus();
 }
 
+// This rank's program of the planner's forward-only schedule on the plan's layout: the plan's
+// stage_to_rank and peers are global ranks, (dp x D + pipeline rank) x TP + tp.
+absl::StatusOr<pp::v1::RankProgram> EvalProgram(const pp::v1::TaskPlan& plan) {
+  const pp::v1::ParallelSpec& parallel = plan.spec().parallel();
+  const int D = parallel.pipeline(), tensor = std::max(1, parallel.tensor());
+  auto global = [&](int pipeline_rank) {
+    return (plan.dp_rank() * D + pipeline_rank) * tensor + plan.tp_rank();
+  };
+  std::vector<int> layout;
+  for (int rank : plan.stage_to_rank()) layout.push_back(rank / tensor - plan.dp_rank() * D);
+  absl::StatusOr<pp::v1::Schedule> schedule =
+      plan::PlanForwardOnly(layout, D, std::max(1, parallel.chunks()),
+                            plan.spec().train().microbatches());
+  if (!schedule.ok()) return schedule.status();
+  pp::v1::RankProgram program = schedule->ranks(plan.pp_rank());
+  program.set_rank(plan.rank());
+  for (pp::v1::Action& action : *program.mutable_actions()) {
+    if (action.has_peer()) action.set_peer(global(action.peer()));
+  }
+  return program;
+}
+
 // Replicas must end bitwise identical: a difference is a bug, never rounding.
 absl::Status CheckReplicasEqual(parallel::Collectives& data_group, const std::string& digest) {
   std::vector<char> all(digest.size() * data_group.size());
@@ -192,6 +215,7 @@ void Task::Abort(const std::string& reason) {
   if (!aborted_) abort_reason_ = reason;
   aborted_ = true;
   if (executor_ != nullptr) executor_->Abort();
+  if (eval_executor_ != nullptr) eval_executor_->Abort();
   for (comm::Transport* group : groups_) group->Abort();
 }
 
@@ -209,6 +233,7 @@ struct Task::Running {
   std::unique_ptr<compute::ModelCompute> compute;
   std::unique_ptr<comm::Transport> transport;  // the pipeline's point-to-point transport
   std::unique_ptr<executor::Executor> executor;
+  std::unique_ptr<executor::Executor> eval_executor;  // with spec.eval: the forward-only program
 };
 
 absl::Status Task::Run(TaskReporter& reporter) {
@@ -219,6 +244,7 @@ absl::Status Task::Run(TaskReporter& reporter) {
     ~Unregister() {
       absl::MutexLock lock(&task->mu_);
       task->executor_ = nullptr;
+      task->eval_executor_ = nullptr;
       task->groups_.clear();
     }
   } unregister{this};
@@ -264,6 +290,15 @@ absl::Status Task::SetUp(Running& running) {
       options, plan_.program(), running.compute.get(), running.transport.get());
   if (!executor.ok()) return executor.status();
   running.executor = *std::move(executor);
+  if (common::EvalEnabled(plan_.spec())) {
+    absl::StatusOr<pp::v1::RankProgram> program = EvalProgram(plan_);
+    if (!program.ok()) return program.status();
+    options.forward_only = true;
+    absl::StatusOr<std::unique_ptr<executor::Executor>> eval = executor::Executor::Create(
+        options, *program, running.compute.get(), running.transport.get());
+    if (!eval.ok()) return eval.status();
+    running.eval_executor = *std::move(eval);
+  }
   Register(running);
   return absl::OkStatus();
 }
@@ -326,11 +361,13 @@ absl::Status Task::Resume(compute::ModelCompute& model_compute) {
 void Task::Register(Running& running) {
   absl::MutexLock lock(&mu_);
   executor_ = running.executor.get();
+  eval_executor_ = running.eval_executor.get();
   for (auto* group : {running.data_transport.get(), running.tensor_transport.get()}) {
     if (group != nullptr) groups_.push_back(group);
   }
   if (aborted_) {
     executor_->Abort();
+    if (eval_executor_ != nullptr) eval_executor_->Abort();
     for (comm::Transport* group : groups_) group->Abort();
   }
 }
@@ -357,8 +394,14 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
                                        spec.train().max_bad_steps());
     }
     completed_steps_ = done;
-    const pp::v1::ReportResponse answer =
-        reporter.ReportStep(StepReportOf(done, *result, *running.compute), *result);
+    pp::v1::StepReport report = StepReportOf(done, *result, *running.compute);
+    if (common::EvalDue(spec, done)) {
+      absl::StatusOr<std::optional<double>> eval = Evaluate(running);
+      if (!eval.ok()) return eval.status();
+      report.set_has_eval(eval->has_value());
+      report.set_eval_loss(eval->value_or(0));
+    }
+    const pp::v1::ReportResponse answer = reporter.ReportStep(report, *result);
     if (answer.abort()) {
       Abort("the coordinator asked to stop");
       return CheckAborted();
@@ -377,6 +420,27 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
     }
   }
   return absl::OkStatus();
+}
+
+// Every rank runs the forward-only program over eval.batches batches; the last stage's rank sums
+// the (replica-gathered) microbatch losses in (batch, global microbatch) order, in double, as the
+// single-process trainer does.
+absl::StatusOr<std::optional<double>> Task::Evaluate(Running& running) {
+  const int batches = plan_.spec().eval().batches();
+  double sum = 0;
+  int64_t count = 0;
+  for (int batch = 0; batch < batches; ++batch) {
+    absl::StatusOr<executor::StepResult> result = running.eval_executor->RunStep(batch);
+    if (!result.ok()) return result.status();
+    if (!result->has_loss) continue;
+    if (running.data_group != nullptr) {
+      if (absl::Status s = ReplicaLoss(*running.data_group, *result); !s.ok()) return s;
+    }
+    for (double loss : result->loss_by_mb) sum += loss;
+    count += static_cast<int64_t>(result->loss_by_mb.size());
+  }
+  if (count == 0) return std::optional<double>();
+  return std::optional<double>(sum / static_cast<double>(count));
 }
 
 pp::v1::StepReport Task::StepReportOf(int done, const executor::StepResult& result,
