@@ -5,6 +5,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "common/step_math.h"
+#include "coordinator/plan/plan.h"
 
 namespace pp::coordinator {
 
@@ -61,6 +63,14 @@ std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
   for (size_t s = 0; s < stage_units.size(); ++s)
     first_unit[s + 1] = first_unit[s] + stage_units[s];
 
+  // Evaluation runs the forward-only schedule on the training schedule's layout. Planned from a
+  // schedule that compiled, it cannot be refused; a worker fails a task that lacks it.
+  absl::StatusOr<pp::v1::Schedule> eval = absl::NotFoundError("no eval");
+  if (common::EvalEnabled(job.spec())) {
+    eval = plan::PlanForwardOnly(
+        std::vector<int>(schedule.stage_to_rank().begin(), schedule.stage_to_rank().end()),
+        schedule.pipeline(), schedule.chunks(), schedule.microbatches());
+  }
   std::vector<pp::v1::TaskPlan> plans;
   for (const pp::v1::RankPlacement& p : job.placement()) {
     pp::v1::TaskPlan& plan = plans.emplace_back();
@@ -82,14 +92,18 @@ std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
     auto global = [&](int pipeline_rank) {
       return (p.dp() * pipeline + pipeline_rank) * tensor + p.tp();
     };
-    for (const pp::v1::RankProgram& program : schedule.ranks()) {
-      if (program.rank() != p.pp()) continue;
-      *plan.mutable_program() = program;
-      plan.mutable_program()->set_rank(p.rank());
-      for (pp::v1::Action& action : *plan.mutable_program()->mutable_actions()) {
-        if (action.has_peer()) action.set_peer(global(action.peer()));
+    auto this_rank = [&](const pp::v1::Schedule& from, pp::v1::RankProgram& into) {
+      for (const pp::v1::RankProgram& program : from.ranks()) {
+        if (program.rank() != p.pp()) continue;
+        into = program;
+        into.set_rank(p.rank());
+        for (pp::v1::Action& action : *into.mutable_actions()) {
+          if (action.has_peer()) action.set_peer(global(action.peer()));
+        }
       }
-    }
+    };
+    this_rank(schedule, *plan.mutable_program());
+    if (eval.ok()) this_rank(*eval, *plan.mutable_eval_program());
     for (int pipeline_rank : schedule.stage_to_rank()) {
       plan.add_stage_to_rank(global(pipeline_rank));
     }

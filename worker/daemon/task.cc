@@ -14,7 +14,6 @@
 #include "common/device.h"
 #include "common/job_spec.h"
 #include "common/step_math.h"
-#include "coordinator/plan/plan.h"
 #include "worker/compute/model_compute.h"
 
 namespace pp::daemon {
@@ -171,28 +170,6 @@ absl::Status ReplicaLoss(parallel::Collectives& data_group, executor::StepResult
   return absl::OkStatus();
 }
 
-// This rank's program of the planner's forward-only schedule on the plan's layout: the plan's
-// stage_to_rank and peers are global ranks, (dp x D + pipeline rank) x TP + tp.
-absl::StatusOr<pp::v1::RankProgram> EvalProgram(const pp::v1::TaskPlan& plan) {
-  const pp::v1::ParallelSpec& parallel = plan.spec().parallel();
-  const int D = parallel.pipeline(), tensor = std::max(1, parallel.tensor());
-  auto global = [&](int pipeline_rank) {
-    return (plan.dp_rank() * D + pipeline_rank) * tensor + plan.tp_rank();
-  };
-  std::vector<int> layout;
-  for (int rank : plan.stage_to_rank()) layout.push_back(rank / tensor - plan.dp_rank() * D);
-  absl::StatusOr<pp::v1::Schedule> schedule =
-      plan::PlanForwardOnly(layout, D, std::max(1, parallel.chunks()),
-                            plan.spec().train().microbatches());
-  if (!schedule.ok()) return schedule.status();
-  pp::v1::RankProgram program = schedule->ranks(plan.pp_rank());
-  program.set_rank(plan.rank());
-  for (pp::v1::Action& action : *program.mutable_actions()) {
-    if (action.has_peer()) action.set_peer(global(action.peer()));
-  }
-  return program;
-}
-
 // Replicas must end bitwise identical: a difference is a bug, never rounding.
 absl::Status CheckReplicasEqual(parallel::Collectives& data_group, const std::string& digest) {
   std::vector<char> all(digest.size() * data_group.size());
@@ -291,11 +268,12 @@ absl::Status Task::SetUp(Running& running) {
   if (!executor.ok()) return executor.status();
   running.executor = *std::move(executor);
   if (common::EvalEnabled(plan_.spec())) {
-    absl::StatusOr<pp::v1::RankProgram> program = EvalProgram(plan_);
-    if (!program.ok()) return program.status();
+    if (plan_.eval_program().actions().empty()) {
+      return absl::InvalidArgumentError("spec.eval is set but the plan has no eval_program");
+    }
     options.forward_only = true;
     absl::StatusOr<std::unique_ptr<executor::Executor>> eval = executor::Executor::Create(
-        options, *program, running.compute.get(), running.transport.get());
+        options, plan_.eval_program(), running.compute.get(), running.transport.get());
     if (!eval.ok()) return eval.status();
     running.eval_executor = *std::move(eval);
   }

@@ -10,7 +10,7 @@
 //   the task checkpoint after step N and return OK early (drained()). Drain() marks the next
 //   reports `draining` so the coordinator picks that common stop step for every rank.
 // - With spec.eval, after every eval.every_steps steps and after the last, every rank runs the
-//   planner's forward-only program on the plan's layout for eval.batches batches (touching no
+//   plan's eval_program (the planner's forward-only schedule) for eval.batches batches (touching no
 //   gradient, moment or saved activation); the last stage's report of that step carries the
 //   eval loss (has_eval).
 // - A step the executor skipped (non-finite loss or gradient norm) is reported with `skipped`;
