@@ -9,6 +9,20 @@
 #include "coordinator/plan/plan.h"
 
 namespace pp::coordinator {
+namespace {
+
+// Evaluation runs the forward-only schedule on the training schedule's layout. Planned from a
+// schedule that compiled, it is never refused; a worker fails a task that lacks it. NotFound
+// without spec.eval.
+absl::StatusOr<pp::v1::Schedule> EvalSchedule(const pp::v1::JobSpec& spec,
+                                              const pp::v1::Schedule& schedule) {
+  if (!common::EvalEnabled(spec)) return absl::NotFoundError("the spec has no eval");
+  return plan::PlanForwardOnly(
+      std::vector<int>(schedule.stage_to_rank().begin(), schedule.stage_to_rank().end()),
+      schedule.pipeline(), schedule.chunks(), schedule.microbatches());
+}
+
+}  // namespace
 
 std::vector<pp::v1::RankPlacement> MeshRanks(const common::Mesh& mesh,
                                              const std::vector<int>& stage_to_rank) {
@@ -63,14 +77,7 @@ std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
   for (size_t s = 0; s < stage_units.size(); ++s)
     first_unit[s + 1] = first_unit[s] + stage_units[s];
 
-  // Evaluation runs the forward-only schedule on the training schedule's layout. Planned from a
-  // schedule that compiled, it cannot be refused; a worker fails a task that lacks it.
-  absl::StatusOr<pp::v1::Schedule> eval = absl::NotFoundError("no eval");
-  if (common::EvalEnabled(job.spec())) {
-    eval = plan::PlanForwardOnly(
-        std::vector<int>(schedule.stage_to_rank().begin(), schedule.stage_to_rank().end()),
-        schedule.pipeline(), schedule.chunks(), schedule.microbatches());
-  }
+  const absl::StatusOr<pp::v1::Schedule> eval = EvalSchedule(job.spec(), schedule);
   std::vector<pp::v1::TaskPlan> plans;
   for (const pp::v1::RankPlacement& p : job.placement()) {
     pp::v1::TaskPlan& plan = plans.emplace_back();
