@@ -100,6 +100,7 @@ std::string ProgressLine(const pp::v1::JobEvent& e) {
   if (e.step() > 0) {
     absl::StrAppendFormat(&line, "  loss %.4f  lr %.3g  %.0f tok/s  bubble %.1f%%", e.loss(),
                           e.learning_rate(), e.tokens_per_second(), 100 * e.bubble_ratio());
+    if (e.has_eval()) absl::StrAppendFormat(&line, "  EVAL loss %.4f", e.eval_loss());
     if (e.step_seconds() > 0 && e.step() < e.total_steps()) {
       absl::StrAppend(&line, "  ETA ", ClockText(e.step_seconds() * (e.total_steps() - e.step())));
     }

@@ -18,7 +18,8 @@
 #include "coordinator/plan/plan.h"
 #include "google/protobuf/util/json_util.h"
 
-ABSL_FLAG(std::string, schedule, "1f1b", "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v");
+ABSL_FLAG(std::string, schedule, "1f1b",
+          "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v | forward-only");
 ABSL_FLAG(int32_t, stages, 4, "D: pipeline ranks");
 ABSL_FLAG(int32_t, chunks, 0,
           "V: model chunks (stages) per rank; 0 = the schedule's own (2 for interleaved-1f1b and "

@@ -29,6 +29,7 @@ std::string ProgressLine(const pp::v1::JobEvent& e, const pp::v1::JobEvent* firs
   if (e.step() > 0) {
     absl::StrAppendFormat(&line, "  loss %.4f  lr %.3g  %.0f tok/s  bubble %.1f%%", e.loss(),
                           e.learning_rate(), e.tokens_per_second(), 100 * e.bubble_ratio());
+    if (e.has_eval()) absl::StrAppendFormat(&line, "  eval %.4f", e.eval_loss());
   }
   if (first != nullptr && e.step() > first->step() && e.step() < total) {
     const double per_step = (e.time_unix() - first->time_unix()) / (e.step() - first->step());

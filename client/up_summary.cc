@@ -38,6 +38,10 @@ void PrintLossAndSpeed(const UpRun& run) {
   std::cout << "\nsummary of job " << run.job_id << "\n";
   std::cout << absl::StrFormat("  loss        %.4f at step %d -> %.4f at step %d\n", first.loss(),
                                first.step(), last.loss(), last.step());
+  if (last.has_eval()) {
+    std::cout << absl::StrFormat("  eval loss   %.4f after step %d\n", last.eval_loss(),
+                                 last.step());
+  }
   std::cout << "  lr          " << ScheduleText(s.train()) << "\n";
   const double seconds = last.time_unix() - first.time_unix();
   if (last.step() > first.step() && seconds > 0) {

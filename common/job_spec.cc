@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
 #include "common/proto_io.h"
 #include "common/schedules.h"
 #include "common/spec_bounds.h"
+#include "common/step_math.h"
 
 namespace pp::common {
 namespace {
@@ -111,7 +113,7 @@ absl::Status ValidateParallel(const pp::v1::JobSpec& spec) {
         absl::StrCat(parallel.tensor(), " does not divide model.n_heads ", spec.model().n_heads()));
   }
   const std::string& schedule = parallel.schedule();
-  if (absl::Status s = Choice("parallel.schedule", schedule, ScheduleNames()); !s.ok()) return s;
+  if (absl::Status s = Choice("parallel.schedule", schedule, TrainingScheduleNames()); !s.ok()) return s;
   if (absl::Status s = ValidateChunks(*FindScheduleRule(schedule), parallel.chunks()); !s.ok()) {
     return s;
   }
@@ -251,6 +253,64 @@ absl::Status ValidateData(const pp::v1::DataSpec& data, const pp::v1::ModelSpec&
   return absl::OkStatus();
 }
 
+// Tokens of a data spec that passed ValidateData.
+absl::StatusOr<int64_t> DataTokens(const pp::v1::DataSpec& data) {
+  if (data.format() == "generated") return data.generated_tokens();
+  absl::StatusOr<RegularFile> file = RegularFile::Open(data.path());
+  if (!file.ok()) return Field("data.path", file.status().message());
+  return static_cast<int64_t>(file->size() / (data.format() == "uint16" ? 2 : 1));
+}
+
+// A holdout must leave at least one window on each side (common::SplitWindows).
+absl::Status ValidateHoldout(const pp::v1::JobSpec& spec) {
+  const double fraction = spec.eval().holdout_fraction();
+  absl::StatusOr<int64_t> tokens = DataTokens(spec.data());
+  if (!tokens.ok()) return tokens.status();
+  const WindowSplit split = SplitWindows(*tokens, spec.model().seq_len(), fraction);
+  if (split.held_out_starts < 1 || split.train_starts < 1) {
+    return Field("eval.holdout_fraction",
+                 absl::StrCat(fraction, " of the ", *tokens - spec.model().seq_len(),
+                              " window starts leaves ", split.held_out_starts,
+                              " held-out and ", std::max<int64_t>(0, split.train_starts),
+                              " training starts (seq_len ", spec.model().seq_len(),
+                              " lie between them); need at least 1 of each"));
+  }
+  return absl::OkStatus();
+}
+
+// eval: off (batches 0, nothing else set), or batches >= 1 with exactly one of data and
+// holdout_fraction. Runs after the training data passed ValidateData.
+absl::Status ValidateEval(const pp::v1::JobSpec& spec) {
+  const pp::v1::EvalSpec& eval = spec.eval();
+  const bool has_data = eval.has_data();
+  const bool has_holdout = eval.holdout_fraction() != 0;
+  if (eval.batches() < 0) {
+    return Field("eval.batches", absl::StrCat("must be >= 0, got ", eval.batches()));
+  }
+  if (eval.every_steps() < 0) {
+    return Field("eval.every_steps", absl::StrCat("must be >= 0, got ", eval.every_steps()));
+  }
+  if (eval.batches() == 0) {
+    if (eval.every_steps() == 0 && !has_data && !has_holdout) return absl::OkStatus();
+    return Field("eval.batches", "must be >= 1 when eval sets every_steps, data or holdout_fraction");
+  }
+  if (has_data == has_holdout) {
+    return Field("eval", "needs exactly one of eval.data and eval.holdout_fraction");
+  }
+  if (has_holdout) {
+    if (!(eval.holdout_fraction() > 0 && eval.holdout_fraction() < 1)) {
+      return Field("eval.holdout_fraction",
+                   absl::StrCat("must be in (0, 1), got ", eval.holdout_fraction()));
+    }
+    return ValidateHoldout(spec);
+  }
+  absl::Status data = ValidateData(eval.data(), spec.model());
+  if (!data.ok() && absl::StartsWith(data.message(), "data.")) {
+    return absl::Status(data.code(), absl::StrCat("eval.", data.message()));
+  }
+  return data;
+}
+
 }  // namespace
 
 absl::StatusOr<pp::v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view origin) {
@@ -300,6 +360,13 @@ void ApplyDefaults(pp::v1::JobSpec* spec) {
   if (data->format() == "generated" && data->generated_tokens() == 0) {
     data->set_generated_tokens(kDefaultGeneratedTokens);
   }
+  if (spec->eval().has_data()) {
+    pp::v1::DataSpec* eval_data = spec->mutable_eval()->mutable_data();
+    if (eval_data->format().empty()) eval_data->set_format("bytes");
+    if (eval_data->format() == "generated" && eval_data->generated_tokens() == 0) {
+      eval_data->set_generated_tokens(kDefaultGeneratedTokens);
+    }
+  }
 }
 
 absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec) {
@@ -321,7 +388,8 @@ absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec) {
     return Field("max_restarts",
                  absl::StrCat("must be <= ", kMaxRestarts, ", got ", spec.max_restarts()));
   }
-  return ValidateData(spec.data(), spec.model());
+  if (absl::Status s = ValidateData(spec.data(), spec.model()); !s.ok()) return s;
+  return ValidateEval(spec);
 }
 
 }  // namespace pp::common

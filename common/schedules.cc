@@ -38,6 +38,7 @@ const std::vector<ScheduleRule>& ScheduleRules() {
       {"interleaved-1f1b", 2, 0, 2, "; with one chunk use 1f1b", InterleavedConstraints},
       {"zb-h1", 1, 1, 1, "", nullptr},
       {"zb-v", 2, 2, 2, "", nullptr},
+      {kForwardOnly, 1, 0, 1, "", nullptr, /*trains=*/false},
   };
   return *table;
 }
@@ -53,6 +54,17 @@ const std::vector<std::string>& ScheduleNames() {
   static const auto* names = [] {
     auto* list = new std::vector<std::string>;
     for (const ScheduleRule& rule : ScheduleRules()) list->push_back(rule.name);
+    return list;
+  }();
+  return *names;
+}
+
+const std::vector<std::string>& TrainingScheduleNames() {
+  static const auto* names = [] {
+    auto* list = new std::vector<std::string>;
+    for (const ScheduleRule& rule : ScheduleRules()) {
+      if (rule.trains) list->push_back(rule.name);
+    }
     return list;
   }();
   return *names;

@@ -7,6 +7,7 @@
 //   1f1b              V=1                    zb-v   V=2 (default 2)
 //   interleaved-1f1b  V>=2 (default 2), M >= D and no last microbatch group short enough to make
 //                     Megatron-LM's order cyclic
+//   forward-only      any V (default 1): forwards only, for evaluation; no job trains with it
 //
 // Contract: the table is built on first use and never changes; every function is thread-safe.
 #ifndef PP_COMMON_SCHEDULES_H_
@@ -32,6 +33,9 @@ struct ScheduleRule {
   // Constraints on D, V, M beyond the chunk rule (OK or InvalidArgument saying why); null: none.
   // REQUIRES: D, M >= 1 and V within the chunk rule.
   absl::Status (*constraints)(int D, int V, int M) = nullptr;
+  // False for forward-only: it computes a loss but no gradient, so a job's parallel.schedule may
+  // not name it and the auto-planner never picks it.
+  bool trains = true;
 };
 
 // Every schedule, in the order they are documented.
@@ -42,6 +46,12 @@ const ScheduleRule* FindScheduleRule(absl::string_view name);
 
 // The names, in the order they are documented.
 const std::vector<std::string>& ScheduleNames();
+// Those of them that train (ScheduleRule::trains): what a job spec and the auto-planner choose from.
+const std::vector<std::string>& TrainingScheduleNames();
+
+// The schedule evaluation runs: forwards of every stage and microbatch, on the layout of the
+// job's training schedule.
+inline constexpr const char kForwardOnly[] = "forward-only";
 
 // OK when V obeys `rule`'s chunk rule, else InvalidArgument in the planner's words: "zb-v runs
 // exactly 2 chunk(s) per rank, got V=3", "interleaved-1f1b needs V >= 2 chunks per rank (got V=1;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/schedules.h"
 
 namespace pp::common {
 namespace {
@@ -66,6 +67,12 @@ absl::Status CheckFields(const pp::v1::JobSpec& spec) {
        "every worker holds the generated corpus in memory, one byte per token"},
       {"checkpoint.keep", spec.checkpoint().keep(), kMaxCheckpointsKept, "",
        "each kept checkpoint is a whole copy of the model on disk"},
+      {"eval.batches", spec.eval().batches(), kMaxEvalBatches, "",
+       "every evaluation runs them all before training goes on"},
+      {"eval.data.path", static_cast<int64_t>(spec.eval().data().path().size()), kMaxPathBytes,
+       " bytes", "PATH_MAX"},
+      {"eval.data.generated_tokens", spec.eval().data().generated_tokens(), kMaxGeneratedTokens,
+       "", "every worker holds the generated corpus in memory, one byte per token"},
   };
   for (const FieldBound& b : bounds) {
     if (b.value > b.limit) return OverLimit(b.field, absl::StrCat(b.value, b.unit), b.limit, b.why);
@@ -161,8 +168,10 @@ std::optional<int64_t> MaxActionsPerRank(const std::string& schedule, int64_t D,
   // The zero-bubble schedules split each backward into I and W (docs/planner.md).
   const bool split = schedule == "zb-h1" || schedule == "zb-v";
   // Lowering adds a receive before and a send after a forward and a backward (or I) whose
-  // neighbouring stage lives on another rank; W never communicates.
-  const int64_t per_stage_and_microbatch = (split ? 3 : 2) + (D > 1 ? 4 : 0);
+  // neighbouring stage lives on another rank; W never communicates. Forward-only has only the F.
+  const bool forward_only = schedule == kForwardOnly;
+  const int64_t per_stage_and_microbatch =
+      forward_only ? 1 + (D > 1 ? 2 : 0) : (split ? 3 : 2) + (D > 1 ? 4 : 0);
   return CheckedProduct({V, M, per_stage_and_microbatch});
 }
 

@@ -37,6 +37,9 @@ inline constexpr int64_t kMaxThreads = 256;
 inline constexpr int64_t kMaxBucketBytes = int64_t{1} << 30;
 inline constexpr int64_t kMaxGeneratedTokens = int64_t{1} << 30;
 inline constexpr int64_t kMaxCheckpointsKept = 1000;
+// Batches of one evaluation: each is one step's forward passes, so an evaluation costs at most
+// about a third of this many training steps.
+inline constexpr int64_t kMaxEvalBatches = 1024;
 
 // Products.
 inline constexpr int64_t kMaxWorldSize = 4096;  // pipeline x tensor x data ranks

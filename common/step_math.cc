@@ -26,6 +26,28 @@ bool CheckpointDue(int done_steps, int total_steps, int every_steps) {
   return done_steps == total_steps || (every_steps > 0 && done_steps % every_steps == 0);
 }
 
+bool EvalEnabled(const pp::v1::JobSpec& spec) { return spec.eval().batches() >= 1; }
+
+bool EvalDue(const pp::v1::JobSpec& spec, int done_steps) {
+  return EvalEnabled(spec) &&
+         CheckpointDue(done_steps, spec.train().steps(), spec.eval().every_steps());
+}
+
+WindowSplit SplitWindows(int64_t n_tokens, int64_t seq_len, double holdout_fraction) {
+  const int64_t starts = n_tokens - seq_len;
+  WindowSplit split;
+  if (holdout_fraction <= 0) {
+    split.train_starts = starts;
+    split.held_out_first = starts;
+    return split;
+  }
+  split.held_out_starts =
+      static_cast<int64_t>(std::floor(static_cast<double>(starts) * holdout_fraction));
+  split.held_out_first = starts - split.held_out_starts;
+  split.train_starts = split.held_out_first - seq_len;
+  return split;
+}
+
 int64_t DecaySteps(const pp::v1::TrainSpec& train) {
   if (train.decay_steps() > 0) return train.decay_steps();
   return std::max<int64_t>(1, int64_t{train.steps()} - train.warmup_steps());

@@ -32,6 +32,24 @@ int64_t DataPositionAtStep(int64_t step, int64_t microbatches, int64_t microbatc
 // step and after every multiple of `every_steps` (0: only after the last).
 bool CheckpointDue(int done_steps, int total_steps, int every_steps);
 
+// Evaluation (spec.eval): whether any runs (eval.batches >= 1), and whether one runs once
+// `done_steps` of `total_steps` are complete: after every multiple of eval.every_steps and after
+// the last step, the same rule as CheckpointDue.
+bool EvalEnabled(const pp::v1::JobSpec& spec);
+bool EvalDue(const pp::v1::JobSpec& spec, int done_steps);
+
+// The held-out split of a data file's window starts (docs/jobs.md "Data windows"). Of W =
+// n_tokens - seq_len starts, the last H = floor(W x holdout_fraction) are held out for evaluation,
+// and training draws from the first W - H - seq_len: the seq_len starts between them would read
+// tokens of the first held-out window. Both counts may come out below 1; validation refuses that.
+struct WindowSplit {
+  int64_t train_starts = 0;    // training windows start in [0, train_starts)
+  int64_t held_out_first = 0;  // held-out windows start in [held_out_first, held_out_first +
+  int64_t held_out_starts = 0; //   held_out_starts)
+};
+// holdout_fraction 0: every start trains (train_starts = W) and none is held out.
+WindowSplit SplitWindows(int64_t n_tokens, int64_t seq_len, double holdout_fraction);
+
 // The learning rate of step `step` (1-based, as the step lines count), from train.lr, warmup_steps
 // (W), decay, decay_steps (D, DecaySteps below) and min_lr. The shape is nanoGPT's and
 // torchtitan's: a linear warm-up, then a cosine or linear decay that holds at min_lr afterwards.

@@ -85,6 +85,10 @@ pp::v1::JobEvent SnapshotEvent(const pp::v1::Job& job, double now_unix) {
   if (job.step() > 0) {
     event.set_learning_rate(common::LearningRateAt(job.spec().train(), job.step()));
   }
+  if (job.step() > 0 && job.eval_step() == job.step()) {
+    event.set_has_eval(true);
+    event.set_eval_loss(job.eval_loss());
+  }
   event.set_tokens_per_second(job.tokens_per_second());
   event.set_bubble_ratio(job.bubble_ratio());
   event.set_message(job.reason());

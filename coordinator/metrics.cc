@@ -31,6 +31,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
                            .Name("pp_job_learning_rate")
                            .Help("Learning rate the last step applied.")
                            .Register(r);
+  m->eval_loss_ = &prometheus::BuildGauge().Name("pp_job_eval_loss").Help(
+      "Mean loss of the job's newest evaluation on its eval windows.").Register(r);
   m->restarts_ = &prometheus::BuildCounter()
                       .Name("pp_job_restarts_total")
                       .Help("Automatic restarts of a job.")
@@ -88,6 +90,10 @@ void CoordinatorMetrics::StepCompleted(const std::string& job_id, double loss,
   loss_->Add({{"job", job_id}}).Set(loss);
   learning_rate_->Add({{"job", job_id}}).Set(learning_rate);
   bubble_->Add({{"job", job_id}}).Set(bubble_ratio);
+}
+
+void CoordinatorMetrics::EvalCompleted(const std::string& job_id, double eval_loss) {
+  eval_loss_->Add({{"job", job_id}}).Set(eval_loss);
 }
 
 void CoordinatorMetrics::CheckpointCommitted(const std::string& job_id, int step,

@@ -30,6 +30,8 @@ class CoordinatorMetrics {
   void JobCreated(const std::string& job_id, double planned_bubble_ratio);
   void StepCompleted(const std::string& job_id, double loss, double learning_rate,
                      double bubble_ratio);
+  // The loss of the job's newest evaluation (spec.eval).
+  void EvalCompleted(const std::string& job_id, double eval_loss);
   void CheckpointCommitted(const std::string& job_id, int step, double time_unix);
   void CheckpointFailed(const std::string& job_id);
   // A step whose update was skipped (non-finite loss or gradient norm).
@@ -47,6 +49,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>* steps_ = nullptr;
   prometheus::Family<prometheus::Gauge>* loss_ = nullptr;
   prometheus::Family<prometheus::Gauge>* learning_rate_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* eval_loss_ = nullptr;
   prometheus::Family<prometheus::Counter>* restarts_ = nullptr;
   prometheus::Family<prometheus::Counter>* skipped_ = nullptr;
   prometheus::Family<prometheus::Gauge>* bubble_ = nullptr;

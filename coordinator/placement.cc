@@ -6,9 +6,24 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "common/step_math.h"
 #include "coordinator/plan/plan.h"
 
 namespace pp::coordinator {
+namespace {
+
+// Evaluation runs the forward-only schedule on the training schedule's layout. Planned from a
+// schedule that compiled, it is never refused; a worker fails a task that lacks it. NotFound
+// without spec.eval.
+absl::StatusOr<pp::v1::Schedule> EvalSchedule(const pp::v1::JobSpec& spec,
+                                              const pp::v1::Schedule& schedule) {
+  if (!common::EvalEnabled(spec)) return absl::NotFoundError("the spec has no eval");
+  return plan::PlanForwardOnly(
+      std::vector<int>(schedule.stage_to_rank().begin(), schedule.stage_to_rank().end()),
+      schedule.pipeline(), schedule.chunks(), schedule.microbatches());
+}
+
+}  // namespace
 
 std::vector<pp::v1::RankPlacement> MeshRanks(const common::Mesh& mesh,
                                              const std::vector<int>& stage_to_rank) {
@@ -136,6 +151,7 @@ std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
   for (size_t s = 0; s < stage_units.size(); ++s)
     first_unit[s + 1] = first_unit[s] + stage_units[s];
 
+  const absl::StatusOr<pp::v1::Schedule> eval = EvalSchedule(job.spec(), schedule);
   std::vector<pp::v1::TaskPlan> plans;
   for (const pp::v1::RankPlacement& p : job.placement()) {
     pp::v1::TaskPlan& plan = plans.emplace_back();
@@ -157,14 +173,18 @@ std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
     auto global = [&](int pipeline_rank) {
       return (p.dp() * pipeline + pipeline_rank) * tensor + p.tp();
     };
-    for (const pp::v1::RankProgram& program : schedule.ranks()) {
-      if (program.rank() != p.pp()) continue;
-      *plan.mutable_program() = program;
-      plan.mutable_program()->set_rank(p.rank());
-      for (pp::v1::Action& action : *plan.mutable_program()->mutable_actions()) {
-        if (action.has_peer()) action.set_peer(global(action.peer()));
+    auto this_rank = [&](const pp::v1::Schedule& from, pp::v1::RankProgram& into) {
+      for (const pp::v1::RankProgram& program : from.ranks()) {
+        if (program.rank() != p.pp()) continue;
+        into = program;
+        into.set_rank(p.rank());
+        for (pp::v1::Action& action : *into.mutable_actions()) {
+          if (action.has_peer()) action.set_peer(global(action.peer()));
+        }
       }
-    }
+    };
+    this_rank(schedule, *plan.mutable_program());
+    if (eval.ok()) this_rank(*eval, *plan.mutable_eval_program());
     for (int pipeline_rank : schedule.stage_to_rank()) {
       plan.add_stage_to_rank(global(pipeline_rank));
     }

@@ -43,7 +43,8 @@ absl::Status CheckMemoryFits(const std::vector<int64_t>& rank_bytes,
 // per stage, in stage order), its pipeline rank's program with peers and stage_to_rank mapped to
 // the global ranks of the rank's own pipeline (same dp and tp coordinates), the rendezvous prefix
 // "<job>/<job.attempt>/", `checkpoint_dir`, and job.start_step with, when it is > 0, resume_from
-// = that step's folder under checkpoint_dir.
+// = that step's folder under checkpoint_dir. With spec.eval, also its program of the forward-only
+// schedule on the same layout (eval_program), mapped the same way.
 std::vector<pp::v1::TaskPlan> BuildTaskPlans(const pp::v1::Job& job,
                                              const pp::v1::Schedule& schedule,
                                              const std::vector<int>& stage_units,

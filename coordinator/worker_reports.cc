@@ -90,6 +90,11 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   response.set_stop_after_step(rec->stop_step);
   // Every rank skips the same steps: rank 0 speaks for the job.
   if (report.skipped() && report.rank() == 0) metrics_->StepSkipped(job.id());
+  if (report.has_eval()) {
+    job.set_eval_loss(report.eval_loss());
+    job.set_eval_step(report.step());
+    metrics_->EvalCompleted(job.id(), report.eval_loss());
+  }
   std::optional<StepSummary> summary = rec->steps->Add(report);
   if (!summary) return response;
   job.set_step(summary->step);

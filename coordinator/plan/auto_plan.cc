@@ -130,7 +130,7 @@ struct Shape {
 template <typename TakeM>
 std::vector<Shape> Shapes(const std::vector<std::string>& schedules, int max_chunks, int min_m,
                           int max_m, TakeM take_m) {
-  const std::vector<std::string>& names = schedules.empty() ? ScheduleNames() : schedules;
+  const std::vector<std::string>& names = schedules.empty() ? common::TrainingScheduleNames() : schedules;
   std::vector<Shape> shapes;
   for (int M = min_m; M <= max_m; ++M) {
     if (!take_m(M)) continue;

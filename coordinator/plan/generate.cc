@@ -213,6 +213,18 @@ class ZbVScheduler {
 
 absl::StatusOr<Schedule> ZbV(int D, int M) { return ZbVScheduler(D, M).Run(); }
 
+}  // namespace
+
+Schedule ForwardOnly(const std::vector<int>& stage_to_rank, int D, int V, int M) {
+  Schedule schedule = Empty(common::kForwardOnly, D, V, M, stage_to_rank);
+  for (int s = 0; s < static_cast<int>(stage_to_rank.size()); ++s) {
+    for (int m = 0; m < M; ++m) schedule.programs[stage_to_rank[s]].push_back({Kind::kForward, s, m});
+  }
+  return schedule;
+}
+
+namespace {
+
 // D, M >= 1 and a bound on what one request may allocate (the bench's D=64, V=4, M=1024 is 2^18).
 absl::Status CheckSize(int D, int V, int M) {
   if (D < 1) return absl::InvalidArgumentError(absl::StrCat("pipeline depth D=", D, " < 1"));
@@ -239,6 +251,9 @@ Generator GeneratorOf(const std::string& name) {
   }
   if (name == "zb-h1") return [](int D, int, int M) -> Result { return ZbH1(D, M); };
   if (name == "zb-v") return [](int D, int, int M) -> Result { return ZbV(D, M); };
+  if (name == common::kForwardOnly) {
+    return [](int D, int V, int M) -> Result { return ForwardOnly(LoopedStageToRank(D, V), D, V, M); };
+  }
   return [](int, int, int) -> Result {
     return absl::UnimplementedError("the planner has no generator for this schedule");
   };

@@ -9,6 +9,8 @@
 //                     rule; refuses M < D as Megatron does.
 //   zb-h1             V=1, backward split into I and W; W fills the bubbles, peak memory of 1F1B.
 //   zb-v              V=2 chunks in a V (rank r holds stages r and 2D-1-r), split backward.
+//   forward-only      any V: each rank runs F of every microbatch, stage by stage; no B, I or W.
+//                     Evaluation runs it on the layout of the job's training schedule.
 #ifndef PP_COORDINATOR_PLAN_GENERATE_H_
 #define PP_COORDINATOR_PLAN_GENERATE_H_
 
@@ -45,6 +47,13 @@ int DefaultChunks(const std::string& name);
 // The V values worth trying for `kind` up to `max_chunks` (the auto-planner's candidates): the
 // fixed V of a fixed rule, else min_chunks..max_chunks.
 std::vector<int> ChunkChoices(const ScheduleKind& kind, int max_chunks);
+
+// The forward-only program on the layout `stage_to_rank` (S = D*V entries, V stages per rank, as
+// a training schedule's): rank r runs, for each stage it holds in ascending order, F of
+// microbatches 0..M-1. Every F follows the F it needs in the order (stage, microbatch), which
+// every rank's program respects, so it never deadlocks; each stage's M forwards stream to the next
+// rank as in GPipe's forward half. REQUIRES a valid layout and M >= 1.
+Schedule ForwardOnly(const std::vector<int>& stage_to_rank, int D, int V, int M);
 
 // OK, or InvalidArgument "unknown schedule 'NAME' (known: ...)" for a name not in the table.
 absl::Status CheckScheduleNames(const std::vector<std::string>& names);

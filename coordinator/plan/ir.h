@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "common/schedules.h"
+
 namespace pp::plan {
 
 // Same order and names as pp.v1.ActionKind (minus UNSPECIFIED).
@@ -44,6 +46,8 @@ struct Schedule {
   std::vector<std::vector<Action>> programs;  // D programs, in execution order
 
   int stages() const { return static_cast<int>(stage_to_rank.size()); }
+  // False for the forward-only schedule: its F keeps nothing for a backward that never comes.
+  bool trains() const { return name != common::kForwardOnly; }
 };
 
 // Inline: every pass asks it of every action.

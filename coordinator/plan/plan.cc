@@ -1,6 +1,9 @@
 #include "coordinator/plan/plan.h"
 
+#include <cstdint>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/convert.h"
@@ -42,6 +45,28 @@ std::vector<double> UnitCosts(const pp::v1::ModelSpec& model) {
   for (int i = 0; i < model.n_layers(); ++i) costs.push_back(24 * c * c + 4 * t * c);
   costs.push_back(2 * vocab * c);
   return costs;
+}
+
+absl::StatusOr<pp::v1::Schedule> PlanForwardOnly(const std::vector<int>& stage_to_rank, int D,
+                                                 int V, int M) {
+  if (D < 1 || V < 1 || M < 1 || static_cast<int64_t>(stage_to_rank.size()) != int64_t{D} * V) {
+    return absl::InvalidArgumentError(absl::StrCat("forward-only: a layout of ",
+                                                   stage_to_rank.size(), " stages for D=", D,
+                                                   " V=", V, " (M=", M, ")"));
+  }
+  std::vector<int> held(D, 0);
+  for (int rank : stage_to_rank) {
+    if (rank < 0 || rank >= D || ++held[rank] > V) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("forward-only: stage_to_rank does not give each of ", D, " ranks ", V,
+                       " stages"));
+    }
+  }
+  absl::StatusOr<Schedule> lowered = LowerComms(ForwardOnly(stage_to_rank, D, V, M));
+  if (!lowered.ok()) return lowered.status();
+  absl::StatusOr<Simulation> simulation = ValidateAndSimulate(*lowered, CostModel{});
+  if (!simulation.ok()) return simulation.status();
+  return ScheduleToProto(*lowered, &*simulation);
 }
 
 absl::StatusOr<pp::v1::Schedule> PlanSchedule(const std::string& name, int D, int V, int M,

@@ -40,6 +40,12 @@ std::vector<double> UnitCosts(const pp::v1::ModelSpec& model);
 absl::StatusOr<pp::v1::Schedule> PlanSchedule(const std::string& name, int D, int V, int M,
                                               const pp::v1::CostModel& costs);
 
+// The forward-only schedule (generate.h ForwardOnly) on the layout of a training schedule
+// (`stage_to_rank`, D*V entries in pipeline ranks, V per rank), lowered, validated and simulated
+// under unit costs: what evaluation runs. InvalidArgument for a layout that is not one.
+absl::StatusOr<pp::v1::Schedule> PlanForwardOnly(const std::vector<int>& stage_to_rank, int D,
+                                                 int V, int M);
+
 // Splits the model's n_layers + 2 partition units (embedding, blocks, head) into S contiguous
 // non-empty stages. method: uniform | params | cost | explicit. `explicit_units` is used by
 // explicit (S entries summing to n_layers + 2), `unit_costs` by cost (n_layers + 2 entries).

@@ -27,8 +27,10 @@ double ComputeTime(const std::vector<Action>& program, const std::vector<double>
   return busy;
 }
 
-// Activations live at once on a rank, at most: each F adds one, its B (or W) frees it.
-int PeakLive(const std::vector<Action>& program) {
+// Activations live at once on a rank, at most: each F adds one, its B (or W) frees it. A
+// forward-only F keeps none.
+int PeakLive(const std::vector<Action>& program, bool trains) {
+  if (!trains) return 0;
   int live = 0, peak = 0;
   for (const Action& a : program) {
     if (a.kind == Kind::kForward) peak = std::max(peak, ++live);
@@ -116,7 +118,7 @@ absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& 
     RankStats& stats = sim.ranks[r];
     stats.busy = busy[r] = ComputeTime(schedule.programs[r], sim.end[r]);
     stats.idle = sim.makespan - stats.busy;
-    stats.peak_live = PeakLive(schedule.programs[r]);
+    stats.peak_live = PeakLive(schedule.programs[r], schedule.trains());
     stats.peak_bytes = stats.peak_live * costs.activation_bytes;
   }
   // The first action starts at 0, so the span from the first action to the last is the makespan.

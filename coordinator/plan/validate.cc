@@ -142,6 +142,8 @@ absl::Status CheckComplete(const Schedule& schedule, const Bits& census) {
       const char* why = nullptr;
       if (!census.Has(Bit(Kind::kForward), s, m)) {
         why = "has no FORWARD";
+      } else if (!schedule.trains()) {
+        if (b || i || w) why = "has a backward in a forward-only schedule";
       } else if (!b && !i && !w) {
         why = "has no BACKWARD (nor BACKWARD_INPUT and BACKWARD_WEIGHT)";
       } else if (b && w) {

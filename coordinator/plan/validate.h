@@ -6,7 +6,8 @@
 //      same (stage, microbatch), and every compute and send after what it consumes on its own
 //      rank (F after the activation's RECV or the previous stage's F, I/B after its F and the
 //      gradient, W after its I);
-//   3. each (stage, microbatch) has exactly one F and either one B or one I and one W;
+//   3. each (stage, microbatch) has exactly one F and either one B or one I and one W (forward-only:
+//      nothing but the F);
 //   4. every send has its receive and every receive its send;
 //   5. no deadlock, found by executing all programs symbolically (sends asynchronous, receives
 //      blocking).

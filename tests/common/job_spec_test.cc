@@ -269,6 +269,71 @@ TEST_F(JobSpecTest, DataErrors) {
       "data.generated_tokens: 10 is fewer than model.seq_len + 1 = 65");
 }
 
+TEST_F(JobSpecTest, EvalNeedsBatchesAndExactlyOneSource) {
+  pp::v1::JobSpec holdout = spec_;
+  holdout.mutable_eval()->set_batches(2);
+  holdout.mutable_eval()->set_every_steps(5);
+  holdout.mutable_eval()->set_holdout_fraction(0.2);
+  EXPECT_TRUE(ValidateJobSpec(holdout).ok()) << ValidateJobSpec(holdout);
+  pp::v1::JobSpec separate = spec_;
+  separate.mutable_eval()->set_batches(1);
+  separate.mutable_eval()->mutable_data()->set_path(data_);
+  ApplyDefaults(&separate);
+  EXPECT_EQ(separate.eval().data().format(), "bytes");
+  EXPECT_TRUE(ValidateJobSpec(separate).ok()) << ValidateJobSpec(separate);
+
+  ExpectInvalid([](Spec* s) { s->mutable_eval()->set_every_steps(10); },
+                "eval.batches: must be >= 1 when eval sets");
+  ExpectInvalid([](Spec* s) { s->mutable_eval()->set_batches(-1); }, "eval.batches: must be >= 0");
+  ExpectInvalid(
+      [](Spec* s) {
+        s->mutable_eval()->set_batches(1);
+        s->mutable_eval()->set_every_steps(-2);
+      },
+      "eval.every_steps: must be >= 0");
+  ExpectInvalid([](Spec* s) { s->mutable_eval()->set_batches(1); },
+                "eval: needs exactly one of eval.data and eval.holdout_fraction");
+  ExpectInvalid(
+      [&](Spec* s) {
+        *s = holdout;
+        s->mutable_eval()->mutable_data()->set_path(data_);
+      },
+      "eval: needs exactly one of");
+  for (double bad : {-0.1, 1.0, 2.0}) {
+    ExpectInvalid(
+        [&](Spec* s) {
+          *s = holdout;
+          s->mutable_eval()->set_holdout_fraction(bad);
+        },
+        "eval.holdout_fraction: must be in (0, 1)");
+  }
+  ExpectInvalid(
+      [&](Spec* s) {
+        *s = separate;
+        s->mutable_eval()->mutable_data()->set_path(dir_ + "/absent.bin");
+      },
+      "eval.data.path: cannot open " + dir_ + "/absent.bin");
+}
+
+TEST_F(JobSpecTest, NoJobTrainsWithTheForwardOnlySchedule) {
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_schedule("forward-only"); },
+                "parallel.schedule: unknown value \"forward-only\" (one of gpipe, 1f1b, "
+                "interleaved-1f1b, zb-h1, zb-v)");
+}
+
+// 1000 tokens, seq_len 64: 936 starts. 0.001 of them is none; 0.95 leaves 889 held out and
+// 936 - 889 - 64 < 1 to train on.
+TEST_F(JobSpecTest, HoldoutMustLeaveWindowsOnBothSides) {
+  for (double fraction : {0.001, 0.95}) {
+    ExpectInvalid(
+        [&](Spec* s) {
+          s->mutable_eval()->set_batches(1);
+          s->mutable_eval()->set_holdout_fraction(fraction);
+        },
+        absl::StrCat("eval.holdout_fraction: ", fraction, " of the 936 window starts leaves "));
+  }
+}
+
 TEST_F(JobSpecTest, Uint16VocabularyMustHoldEveryToken) {
   std::string tokens;
   for (int i = 0; i < 100; ++i) {

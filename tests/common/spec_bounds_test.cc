@@ -83,6 +83,12 @@ TEST(SpecBoundsTest, EachFieldPassesAtItsLimitAndIsRefusedOnePast) {
        [](Spec& s, int64_t v) { s.mutable_data()->set_generated_tokens(v); }},
       {"checkpoint.keep", kMaxCheckpointsKept,
        [](Spec& s, int64_t v) { s.mutable_checkpoint()->set_keep(v); }},
+      {"eval.batches", kMaxEvalBatches,
+       [](Spec& s, int64_t v) { s.mutable_eval()->set_batches(v); }},
+      {"eval.data.path", kMaxPathBytes,
+       [](Spec& s, int64_t n) { s.mutable_eval()->mutable_data()->set_path(std::string(n, 'p')); }},
+      {"eval.data.generated_tokens", kMaxGeneratedTokens,
+       [](Spec& s, int64_t v) { s.mutable_eval()->mutable_data()->set_generated_tokens(v); }},
   };
   for (const FieldCase& c : cases) {
     SCOPED_TRACE(c.field);

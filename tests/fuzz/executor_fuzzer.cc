@@ -50,6 +50,12 @@ class FakeCompute : public StageCompute {
     for (float* buffer : live_buffers_) delete[] buffer;
   }
   absl::Status BeginStep(int step) override { return absl::OkStatus(); }
+  absl::Status BeginEval(int batch) override { return absl::OkStatus(); }
+  absl::StatusOr<double> Evaluate(int stage, int mb, const float* in, float* out) override {
+    double sum = Read(in, stage > 0 ? InputSize(stage) : 0);
+    Write(out, stage + 1 < num_stages_ ? OutputSize(stage) : 0);
+    return sum;
+  }
   absl::StatusOr<double> Forward(int stage, int mb, const float* in, float* out) override {
     double sum = Read(in, stage > 0 ? InputSize(stage) : 0);
     Write(out, stage + 1 < num_stages_ ? OutputSize(stage) : 0);

@@ -166,9 +166,7 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
     }
     compute->stages_[layers.stage()] = std::move(*stage);
   }
-  absl::StatusOr<data::TokenSource> source = data::TokenSource::Open(spec.data());
-  if (!source.ok()) return source.status();
-  compute->source_.emplace(std::move(*source));
+  if (absl::Status s = compute->OpenData(spec); !s.ok()) return s;
   if (compute->data_group_ != nullptr) {
     const int64_t bucket_bytes =
         spec.parallel().bucket_bytes() == 0 ? kDefaultBucketBytes : spec.parallel().bucket_bytes();
@@ -238,6 +236,19 @@ size_t ModelCompute::InputSize(int stage) const {
 
 size_t ModelCompute::OutputSize(int stage) const { return InputSize(stage); }
 
+absl::Status ModelCompute::OpenData(const pp::v1::JobSpec& spec) {
+  absl::StatusOr<data::TokenSource> source = data::TokenSource::Open(spec.data());
+  if (!source.ok()) return source.status();
+  source_.emplace(std::move(*source));
+  train_windows_ =
+      data::TrainWindows(source_->size(), seq_len_, spec.eval().holdout_fraction());
+  if (!common::EvalEnabled(spec)) return absl::OkStatus();
+  absl::StatusOr<data::EvalSource> eval = data::OpenEvalSource(spec);
+  if (!eval.ok()) return eval.status();
+  eval_.emplace(*std::move(eval));
+  return absl::OkStatus();
+}
+
 float* ModelCompute::AllocBuffer(size_t n) { return ops_->Alloc(n); }
 
 void ModelCompute::FreeBuffer(float* buffer) { ops_->Free(buffer); }
@@ -250,19 +261,40 @@ absl::Status ModelCompute::BeginStep(int step) {
 }
 
 absl::StatusOr<double> ModelCompute::Forward(int stage, int local_mb, const float* in, float* out) {
+  return RunForward(stage, local_mb, in, out, /*evaluate=*/false);
+}
+
+absl::Status ModelCompute::BeginEval(int batch) {
+  if (!eval_.has_value()) return absl::FailedPreconditionError("the spec has no eval");
+  eval_position_ = common::DataPositionAtStep(batch, microbatches_, batch_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> ModelCompute::Evaluate(int stage, int local_mb, const float* in,
+                                              float* out) {
+  if (!eval_.has_value()) return absl::FailedPreconditionError("the spec has no eval");
+  return RunForward(stage, local_mb, in, out, /*evaluate=*/true);
+}
+
+absl::StatusOr<double> ModelCompute::RunForward(int stage, int local_mb, const float* in,
+                                                float* out, bool evaluate) {
   const int mb = first_microbatch_ + local_mb;
   absl::StatusOr<model::StageModel*> model = Stage(stage);
   if (!model.ok()) return model.status();
   model::StageInput input;
   absl::StatusOr<data::Microbatch> batch;
   if ((*model)->has_embedding() || (*model)->has_head()) {
-    batch = data::ReadMicrobatch(*source_, position_, mb, batch_, seq_len_);
+    batch = evaluate ? data::ReadMicrobatch(eval_->source, eval_->windows, eval_position_, mb,
+                                            batch_, seq_len_)
+                     : data::ReadMicrobatch(*source_, train_windows_, position_, mb, batch_,
+                                            seq_len_);
     if (!batch.ok()) return batch.status();
     if ((*model)->has_embedding()) input.tokens = batch->inputs.data();
     if ((*model)->has_head()) input.targets = batch->targets.data();
   }
   if (!(*model)->has_embedding()) input.activations = in;
-  absl::StatusOr<double> loss = (*model)->Forward(mb, input, out);
+  absl::StatusOr<double> loss =
+      evaluate ? (*model)->Evaluate(input, out) : (*model)->Forward(mb, input, out);
   ops_->Synchronize();  // `out` goes to the transport next
   return loss;
 }

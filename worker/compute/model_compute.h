@@ -71,6 +71,10 @@ class ModelCompute : public executor::StageCompute {
   void FreeBuffer(float* buffer) override;
   absl::Status BeginStep(int step) override;
   absl::StatusOr<double> Forward(int stage, int mb, const float* in, float* out) override;
+  // Evaluation (spec.eval): batch b reads the eval windows at position b x M x B, as step b of a
+  // fresh run reads the training windows. FailedPrecondition without spec.eval.
+  absl::Status BeginEval(int batch) override;
+  absl::StatusOr<double> Evaluate(int stage, int mb, const float* in, float* out) override;
   absl::Status Backward(int stage, int mb, const float* grad_out, float* grad_in) override;
   absl::Status BackwardInput(int stage, int mb, const float* grad_out, float* grad_in) override;
   absl::Status BackwardWeight(int stage, int mb) override;
@@ -83,6 +87,11 @@ class ModelCompute : public executor::StageCompute {
   class BucketReducer;
   ModelCompute();
   absl::StatusOr<model::StageModel*> Stage(int stage) const;
+  // The training tokens and windows, and the eval windows with spec.eval.
+  absl::Status OpenData(const pp::v1::JobSpec& spec);
+  // Forward or Evaluate of `stage` on microbatch `local_mb` of `source` at `position`.
+  absl::StatusOr<double> RunForward(int stage, int local_mb, const float* in, float* out,
+                                    bool evaluate);
   std::vector<common::Tensor> HeldTensors();
   absl::Status SetUpBuckets(const pp::v1::RankProgram& program, int64_t bucket_bytes);
   // After the rank's k-th weight-gradient backward of the step: starts the buckets it completes.
@@ -93,6 +102,9 @@ class ModelCompute : public executor::StageCompute {
   std::unique_ptr<kernels::Ops> ops_;
   std::map<int, std::unique_ptr<model::StageModel>> stages_;
   std::optional<data::TokenSource> source_;
+  data::WindowRange train_windows_;  // all of source_'s, or those a holdout leaves to training
+  std::optional<data::EvalSource> eval_;  // with spec.eval
+  int64_t eval_position_ = 0;             // data position of the current eval batch
   pp::v1::TrainSpec train_;
   int microbatches_ = 1;
   int batch_ = 1;

@@ -192,6 +192,7 @@ void Task::Abort(const std::string& reason) {
   if (!aborted_) abort_reason_ = reason;
   aborted_ = true;
   if (executor_ != nullptr) executor_->Abort();
+  if (eval_executor_ != nullptr) eval_executor_->Abort();
   for (comm::Transport* group : groups_) group->Abort();
 }
 
@@ -209,6 +210,7 @@ struct Task::Running {
   std::unique_ptr<compute::ModelCompute> compute;
   std::unique_ptr<comm::Transport> transport;  // the pipeline's point-to-point transport
   std::unique_ptr<executor::Executor> executor;
+  std::unique_ptr<executor::Executor> eval_executor;  // with spec.eval: the forward-only program
 };
 
 absl::Status Task::Run(TaskReporter& reporter) {
@@ -219,6 +221,7 @@ absl::Status Task::Run(TaskReporter& reporter) {
     ~Unregister() {
       absl::MutexLock lock(&task->mu_);
       task->executor_ = nullptr;
+      task->eval_executor_ = nullptr;
       task->groups_.clear();
     }
   } unregister{this};
@@ -264,6 +267,16 @@ absl::Status Task::SetUp(Running& running) {
       options, plan_.program(), running.compute.get(), running.transport.get());
   if (!executor.ok()) return executor.status();
   running.executor = *std::move(executor);
+  if (common::EvalEnabled(plan_.spec())) {
+    if (plan_.eval_program().actions().empty()) {
+      return absl::InvalidArgumentError("spec.eval is set but the plan has no eval_program");
+    }
+    options.forward_only = true;
+    absl::StatusOr<std::unique_ptr<executor::Executor>> eval = executor::Executor::Create(
+        options, plan_.eval_program(), running.compute.get(), running.transport.get());
+    if (!eval.ok()) return eval.status();
+    running.eval_executor = *std::move(eval);
+  }
   Register(running);
   return absl::OkStatus();
 }
@@ -326,11 +339,13 @@ absl::Status Task::Resume(compute::ModelCompute& model_compute) {
 void Task::Register(Running& running) {
   absl::MutexLock lock(&mu_);
   executor_ = running.executor.get();
+  eval_executor_ = running.eval_executor.get();
   for (auto* group : {running.data_transport.get(), running.tensor_transport.get()}) {
     if (group != nullptr) groups_.push_back(group);
   }
   if (aborted_) {
     executor_->Abort();
+    if (eval_executor_ != nullptr) eval_executor_->Abort();
     for (comm::Transport* group : groups_) group->Abort();
   }
 }
@@ -357,8 +372,14 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
                                        spec.train().max_bad_steps());
     }
     completed_steps_ = done;
-    const pp::v1::ReportResponse answer =
-        reporter.ReportStep(StepReportOf(done, *result, *running.compute), *result);
+    pp::v1::StepReport report = StepReportOf(done, *result, *running.compute);
+    if (common::EvalDue(spec, done)) {
+      absl::StatusOr<std::optional<double>> eval = Evaluate(running);
+      if (!eval.ok()) return eval.status();
+      report.set_has_eval(eval->has_value());
+      report.set_eval_loss(eval->value_or(0));
+    }
+    const pp::v1::ReportResponse answer = reporter.ReportStep(report, *result);
     if (answer.abort()) {
       Abort("the coordinator asked to stop");
       return CheckAborted();
@@ -377,6 +398,27 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
     }
   }
   return absl::OkStatus();
+}
+
+// Every rank runs the forward-only program over eval.batches batches; the last stage's rank sums
+// the (replica-gathered) microbatch losses in (batch, global microbatch) order, in double, as the
+// single-process trainer does.
+absl::StatusOr<std::optional<double>> Task::Evaluate(Running& running) {
+  const int batches = plan_.spec().eval().batches();
+  double sum = 0;
+  int64_t count = 0;
+  for (int batch = 0; batch < batches; ++batch) {
+    absl::StatusOr<executor::StepResult> result = running.eval_executor->RunStep(batch);
+    if (!result.ok()) return result.status();
+    if (!result->has_loss) continue;
+    if (running.data_group != nullptr) {
+      if (absl::Status s = ReplicaLoss(*running.data_group, *result); !s.ok()) return s;
+    }
+    for (double loss : result->loss_by_mb) sum += loss;
+    count += static_cast<int64_t>(result->loss_by_mb.size());
+  }
+  if (count == 0) return std::optional<double>();
+  return std::optional<double>(sum / static_cast<double>(count));
 }
 
 pp::v1::StepReport Task::StepReportOf(int done, const executor::StepResult& result,

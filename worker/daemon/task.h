@@ -9,6 +9,10 @@
 //   carries the loss. An answer with abort aborts the task; one with stop_after_step = N makes
 //   the task checkpoint after step N and return OK early (drained()). Drain() marks the next
 //   reports `draining` so the coordinator picks that common stop step for every rank.
+// - With spec.eval, after every eval.every_steps steps and after the last, every rank runs the
+//   plan's eval_program (the planner's forward-only schedule) for eval.batches batches (touching no
+//   gradient, moment or saved activation); the last stage's report of that step carries the
+//   eval loss (has_eval).
 // - A step the executor skipped (non-finite loss or gradient norm) is reported with `skipped`;
 //   the (train.max_bad_steps + 1)-th of a run ends it with OutOfRange naming the step, the rank
 //   and the value, before that step is reported or checkpointed.
@@ -27,6 +31,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +101,8 @@ class Task {
   absl::Status ConnectGroups(Running& running);
   absl::Status Resume(compute::ModelCompute& model_compute);
   void Register(Running& running);
+  // With spec.eval: the eval loss on the last stage's rank, nullopt on the others.
+  absl::StatusOr<std::optional<double>> Evaluate(Running& running);
   pp::v1::StepReport StepReportOf(int done, const executor::StepResult& result,
                                   const compute::ModelCompute& model_compute) const;
 
@@ -108,6 +115,7 @@ class Task {
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;
   executor::Executor* executor_ ABSL_GUARDED_BY(mu_) = nullptr;
+  executor::Executor* eval_executor_ ABSL_GUARDED_BY(mu_) = nullptr;
   // The data- and tensor-parallel groups' transports, aborted with the executor.
   std::vector<comm::Transport*> groups_ ABSL_GUARDED_BY(mu_);
 };

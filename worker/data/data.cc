@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/step_math.h"
 
 namespace pp::data {
 namespace {
@@ -107,23 +108,59 @@ absl::Status TokenSource::Read(int64_t start, int64_t count, int32_t* out) const
   return absl::OkStatus();
 }
 
-int64_t WindowStride(int64_t n_tokens, int64_t seq_len) {
-  uint64_t starts = static_cast<uint64_t>(n_tokens - seq_len);
+WindowRange AllWindows(int64_t n_tokens, int64_t seq_len) { return {0, n_tokens - seq_len}; }
+
+WindowRange TrainWindows(int64_t n_tokens, int64_t seq_len, double holdout_fraction) {
+  return {0, common::SplitWindows(n_tokens, seq_len, holdout_fraction).train_starts};
+}
+
+WindowRange HeldOutWindows(int64_t n_tokens, int64_t seq_len, double holdout_fraction) {
+  const common::WindowSplit split = common::SplitWindows(n_tokens, seq_len, holdout_fraction);
+  return {split.held_out_first, split.held_out_starts};
+}
+
+int64_t WindowStride(const WindowRange& range) {
+  uint64_t starts = static_cast<uint64_t>(range.count);
   uint64_t stride = static_cast<uint64_t>((static_cast<unsigned __int128>(starts) * 40503) >> 16);
   if (stride < 1) stride = 1;
   while (std::gcd(stride, starts) != 1) ++stride;
   return static_cast<int64_t>(stride);
 }
 
-int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len) {
-  uint64_t starts = static_cast<uint64_t>(n_tokens - seq_len);
+int64_t WindowStart(int64_t sequence, const WindowRange& range) {
   unsigned __int128 product = static_cast<unsigned __int128>(sequence) *
-                              static_cast<uint64_t>(WindowStride(n_tokens, seq_len));
-  return static_cast<int64_t>(product % starts);
+                              static_cast<uint64_t>(WindowStride(range));
+  return range.first + static_cast<int64_t>(product % static_cast<uint64_t>(range.count));
+}
+
+int64_t WindowStride(int64_t n_tokens, int64_t seq_len) {
+  return WindowStride(AllWindows(n_tokens, seq_len));
+}
+
+int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len) {
+  return WindowStart(sequence, AllWindows(n_tokens, seq_len));
+}
+
+absl::StatusOr<EvalSource> OpenEvalSource(const pp::v1::JobSpec& spec) {
+  const pp::v1::EvalSpec& eval = spec.eval();
+  const int64_t T = spec.model().seq_len();
+  absl::StatusOr<TokenSource> source = TokenSource::Open(eval.has_data() ? eval.data() : spec.data());
+  if (!source.ok()) return source.status();
+  const WindowRange windows = eval.has_data()
+                                  ? AllWindows(source->size(), T)
+                                  : HeldOutWindows(source->size(), T, eval.holdout_fraction());
+  return EvalSource{*std::move(source), windows};
 }
 
 absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t data_position,
                                           int64_t microbatch, int64_t batch, int64_t seq_len) {
+  return ReadMicrobatch(source, AllWindows(source.size(), seq_len), data_position, microbatch,
+                        batch, seq_len);
+}
+
+absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, const WindowRange& range,
+                                          int64_t data_position, int64_t microbatch,
+                                          int64_t batch, int64_t seq_len) {
   if (batch < 1 || seq_len < 1 || data_position < 0 || microbatch < 0) {
     return absl::InvalidArgumentError(absl::StrCat("ReadMicrobatch: bad arguments (data_position ",
                                                    data_position, ", microbatch ", microbatch,
@@ -133,6 +170,12 @@ absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t dat
     return absl::InvalidArgumentError(absl::StrCat(
         "data holds ", source.size(), " tokens, need at least seq_len + 1 = ", seq_len + 1));
   }
+  if (range.count < 1 || range.first < 0 || range.first + range.count > source.size() - seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ReadMicrobatch: window starts [", range.first, ", ",
+                     range.first + range.count, ") are empty or past the ",
+                     source.size() - seq_len, " starts of the data"));
+  }
   Microbatch mb;
   mb.batch = batch;
   mb.seq_len = seq_len;
@@ -140,7 +183,7 @@ absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t dat
   mb.targets.resize(mb.inputs.size());
   std::vector<int32_t> window(static_cast<size_t>(seq_len + 1));
   for (int64_t b = 0; b < batch; ++b) {
-    int64_t start = WindowStart(data_position + microbatch * batch + b, source.size(), seq_len);
+    int64_t start = WindowStart(data_position + microbatch * batch + b, range);
     absl::Status status = source.Read(start, seq_len + 1, window.data());
     if (!status.ok()) return status;
     std::copy(window.begin(), window.end() - 1, mb.inputs.begin() + b * seq_len);

@@ -8,17 +8,24 @@
 // file, never with a SIGBUS. Token ids are checked against the vocabulary once, by
 // common/job_spec.h ValidateJobSpec, not here.
 //
-// Window formula. N tokens, T = seq_len, W = N - T valid starts (a window reads T+1 tokens).
-//   P        = smallest p >= max(1, floor(W * 40503 / 2^16)) with gcd(p, W) = 1   (40503/2^16 ~
-//   golden
-//              ratio 0.618: consecutive sequences land far apart and never in lock-step with T)
-//   start(s) = (s * P) mod W                         (exact integer arithmetic)
+// Window formula. N tokens, T = seq_len, W = N - T valid starts (a window reads T+1 tokens). A
+// stream of sequences draws from a range of K starts [first, first + K):
+//   P        = smallest p >= max(1, floor(K * 40503 / 2^16)) with gcd(p, K) = 1   (40503/2^16 ~
+//              golden ratio 0.618: consecutive sequences land far apart and never in lock-step
+//              with T)
+//   start(s) = first + (s * P) mod K                 (exact integer arithmetic)
 //   sequence s: inputs = tokens[start, start+T), targets = tokens[start+1, start+T+1)
-// Since gcd(P, W) = 1, every start is used once per W sequences.
+// Since gcd(P, K) = 1, every start of the range is used once per K sequences.
+// Ranges: training reads [0, W) unless eval.holdout_fraction f > 0; then (common::SplitWindows)
+// the last H = floor(W f) starts [W - H, W) are held out for evaluation and training reads
+// [0, W - H - T), so no trained window shares a token with a held-out one. Evaluation on a
+// separate file (eval.data) reads all of its starts.
 // Sequence numbering: the data position is the number of sequences consumed before a step; row b of
 // microbatch j reads sequence s = position + j*B + b, and a step advances the position by M*B. A
 // fresh run is at position step*M*B (common::DataPositionAtStep), so microbatch j of step k reads
 // s = (k*M + j)*B + b. With data parallelism, replica r's microbatch j is j' = r*M + j of M' = R*M.
+// Evaluation numbers its batches like steps, from 0 at every evaluation: every evaluation of a job
+// reads the same held-out sequences.
 #ifndef PP_WORKER_DATA_DATA_H_
 #define PP_WORKER_DATA_DATA_H_
 
@@ -58,9 +65,30 @@ class TokenSource {
 // Deterministic text-like bytes (words, punctuation, lines) for tests; same seed, same bytes.
 std::string GenerateCorpus(uint64_t seed, int64_t n_bytes);
 
-// P and start(s) of the formula above; require n_tokens >= seq_len + 1 and seq_len >= 1.
+// A range of window starts; count >= 1 for reading.
+struct WindowRange {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+// The ranges of the formula above. REQUIRES n_tokens >= seq_len + 1, seq_len >= 1.
+WindowRange AllWindows(int64_t n_tokens, int64_t seq_len);
+WindowRange TrainWindows(int64_t n_tokens, int64_t seq_len, double holdout_fraction);
+WindowRange HeldOutWindows(int64_t n_tokens, int64_t seq_len, double holdout_fraction);
+
+// P and start(s) of the formula above. REQUIRES range.count >= 1.
+int64_t WindowStride(const WindowRange& range);
+int64_t WindowStart(int64_t sequence, const WindowRange& range);
+// Of AllWindows(n_tokens, seq_len).
 int64_t WindowStride(int64_t n_tokens, int64_t seq_len);
 int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len);
+
+// What evaluation reads (REQUIRES common::EvalEnabled(spec), a validated spec): eval.data with
+// every start, or the training data with its held-out starts.
+struct EvalSource {
+  TokenSource source;
+  WindowRange windows;
+};
+absl::StatusOr<EvalSource> OpenEvalSource(const pp::v1::JobSpec& spec);
 
 // inputs (B,T) and targets (B,T), int32, row-major.
 struct Microbatch {
@@ -70,8 +98,13 @@ struct Microbatch {
   std::vector<int32_t> targets;
 };
 
-// Microbatch `microbatch` of the step that starts at `data_position`. InvalidArgument when the
-// source holds fewer than seq_len+1 tokens or a size is not positive.
+// Microbatch `microbatch` of the step that starts at `data_position`, its windows drawn from
+// `range` (default: every start of the source). InvalidArgument when the source holds fewer
+// than seq_len+1 tokens, the range is empty or past the source's windows, or a size is not
+// positive.
+absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, const WindowRange& range,
+                                          int64_t data_position, int64_t microbatch,
+                                          int64_t batch, int64_t seq_len);
 absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t data_position,
                                           int64_t microbatch, int64_t batch, int64_t seq_len);
 

@@ -109,6 +109,12 @@ absl::StatusOr<Executor::Op> Executor::ResolveAction(const ExecutorOptions& opti
   if (action.stage() < 0 || action.stage() >= S) {
     return bad(absl::StrCat("stage outside [0, ", S, ")"));
   }
+  const bool forward = action.kind() == pp::v1::FORWARD ||
+                       action.kind() == pp::v1::SEND_ACTIVATION ||
+                       action.kind() == pp::v1::RECV_ACTIVATION;
+  if (options.forward_only && !forward) {
+    return bad("a forward-only program holds only forwards and activation transfers");
+  }
   Op op{action};
   if (!IsComm(action.kind())) {
     if (action.kind() < pp::v1::FORWARD || action.kind() > pp::v1::BACKWARD_WEIGHT) {
@@ -260,7 +266,8 @@ absl::Status Executor::ExecuteForward(size_t index, Buffers& buffers, StepResult
     if (in == nullptr) return Missing(index, absl::StrCat("the input activation of stage ", s));
   }
   float* out = s + 1 < S ? Alloc(buffers, compute_->OutputSize(s)) : nullptr;
-  absl::StatusOr<double> loss = compute_->Forward(s, mb, in, out);
+  absl::StatusOr<double> loss =
+      options_.forward_only ? compute_->Evaluate(s, mb, in, out) : compute_->Forward(s, mb, in, out);
   if (s > 0) Release(buffers, in, compute_->InputSize(s));
   if (!loss.ok()) {
     Release(buffers, out, compute_->OutputSize(s));
@@ -396,7 +403,10 @@ absl::StatusOr<StepResult> Executor::RunStep(int step) {
   result.trace.set_rank(options_.rank);
   result.loss_by_mb.assign(options_.microbatches, 0.0);
   const Clock::time_point start = Clock::now();
-  if (absl::Status s = compute_->BeginStep(step); !s.ok()) return s;
+  if (absl::Status s = options_.forward_only ? compute_->BeginEval(step) : compute_->BeginStep(step);
+      !s.ok()) {
+    return s;
+  }
   Buffers buffers;
   absl::Status status = RunProgram(step, start, buffers, result);
   if (status.ok()) status = DrainSends(start, buffers, result);
@@ -406,8 +416,9 @@ absl::StatusOr<StepResult> Executor::RunStep(int step) {
     for (double loss : result.loss_by_mb) sum += loss;
     result.loss = sum / options_.microbatches;
   }
-  if (status.ok()) status = UpdateWeights(step, start, result);
+  if (status.ok() && !options_.forward_only) status = UpdateWeights(step, start, result);
   if (!status.ok()) return Fail(buffers, status);
+  if (options_.forward_only) result.step_seconds = SecondsSince(start);
   return result;
 }
 

@@ -14,6 +14,9 @@
 //   gradient norm: then every rank skips the update alike (StepResult::non_finite).
 // - Step loss (on the rank holding the last stage): the microbatch losses summed in double in
 //   microbatch order, divided by M.
+// - With ExecutorOptions::forward_only the program may hold only forwards and their comms (the
+//   planner's forward-only schedule): RunStep(batch) calls BeginEval(batch), Evaluate for each F,
+//   and neither gathers gradient norms nor steps the optimizer; the loss is that of the batch.
 // - Any failure (missing input, malformed program, transport timeout, Abort) ends the step with
 //   an error naming the rank and action; the executor is then unusable.
 #ifndef PP_WORKER_EXECUTOR_EXECUTOR_H_
@@ -56,6 +59,10 @@ class StageCompute {
   // in (activation) is null for stage 0; out is null for the last stage, which returns the
   // microbatch's mean loss. Must copy what backward needs: `in` is freed right after.
   virtual absl::StatusOr<double> Forward(int stage, int mb, const float* in, float* out) = 0;
+  // Evaluation: prepares eval batch `batch`'s data; then Forward's computation on it, bitwise,
+  // keeping nothing for a backward and touching no gradient.
+  virtual absl::Status BeginEval(int batch) = 0;
+  virtual absl::StatusOr<double> Evaluate(int stage, int mb, const float* in, float* out) = 0;
   // grad_out is null for the last stage; grad_in (overwritten) is null for stage 0.
   virtual absl::Status Backward(int stage, int mb, const float* grad_out, float* grad_in) = 0;
   virtual absl::Status BackwardInput(int stage, int mb, const float* grad_out,
@@ -75,6 +82,7 @@ struct ExecutorOptions {
   int microbatches = 1;             // M
   std::vector<int> stage_to_rank;   // S entries
   int recv_lookahead = -1;          // actions; negative: post every receive at step start
+  bool forward_only = false;        // an evaluation program (see the contract above)
 };
 
 // Phases of pp_busy_seconds_total.

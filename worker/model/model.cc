@@ -190,6 +190,19 @@ class StageModel::Impl {
       return absl::FailedPreconditionError(
           absl::StrCat("microbatch ", mb, " is already in flight"));
     }
+    absl::StatusOr<double> loss = RunForward(in_flight_[mb], in, out);
+    if (!loss.ok()) in_flight_.erase(mb);
+    return loss;
+  }
+
+  // The same computation into state that dies here: evaluation keeps nothing for a backward.
+  absl::StatusOr<double> Evaluate(const StageInput& in, float* out) {
+    MbState st;
+    return RunForward(st, in, out);
+  }
+
+  // Forward into `st`, which keeps what the backward of this microbatch needs.
+  absl::StatusOr<double> RunForward(MbState& st, const StageInput& in, float* out) {
     if (has_embedding()) {
       if (auto s = CheckTokens(in.tokens, "tokens"); !s.ok()) return s;
     } else if (in.activations == nullptr) {
@@ -200,7 +213,6 @@ class StageModel::Impl {
     } else if (out == nullptr) {
       return absl::InvalidArgumentError("forward of a non-last stage needs an output buffer");
     }
-    MbState& st = in_flight_[mb];
     const size_t nb = blocks_.size();
     st.resid.resize(nb + 1);
     st.blocks.resize(nb);
@@ -218,7 +230,6 @@ class StageModel::Impl {
     for (size_t i = 0; i < nb; ++i) {
       float* y = (i + 1 == nb && !has_head()) ? out : (st.resid[i + 1] = NewF(N_ * C_)).get();
       if (absl::Status s = BlockForward(blocks_[i], st.blocks[i], st.resid[i].get(), y); !s.ok()) {
-        in_flight_.erase(mb);
         return s;
       }
     }
@@ -485,6 +496,9 @@ size_t StageModel::activation_size() const { return impl_->activation_size(); }
 
 absl::StatusOr<double> StageModel::Forward(int mb, const StageInput& in, float* out) {
   return impl_->Forward(mb, in, out);
+}
+absl::StatusOr<double> StageModel::Evaluate(const StageInput& in, float* out) {
+  return impl_->Evaluate(in, out);
 }
 absl::Status StageModel::Backward(int mb, const float* grad_out, float* grad_in) {
   if (auto s = impl_->BackwardInput(mb, grad_out, grad_in); !s.ok()) return s;

@@ -142,6 +142,9 @@ class StageModel {
   // Non-last stage: writes (B,T,C) into `out` and returns 0. Last stage: returns the
   // microbatch's mean token loss (`out` unused).
   absl::StatusOr<double> Forward(int mb, const StageInput& in, float* out);
+  // Forward's computation, bit for bit, keeping nothing: no microbatch goes in flight and no
+  // activation stays live after it returns (evaluation). Gradients are not touched.
+  absl::StatusOr<double> Evaluate(const StageInput& in, float* out);
   // grad_out (B,T,C) is ignored on the last stage; grad_in (B,T,C) is overwritten, ignored on the
   // first stage.
   absl::Status Backward(int mb, const float* grad_out, float* grad_in);

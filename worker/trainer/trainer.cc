@@ -44,12 +44,13 @@ absl::Status WriteCheckpoint(kernels::Ops& ops, model::StageModel& model,
 // Step `step`'s gradients of the M microbatches (B sequences of T tokens each), in microbatch
 // order; the step loss = the microbatch losses summed in double, divided by M.
 absl::StatusOr<double> ForwardBackward(model::StageModel& model, const data::TokenSource& source,
-                                       int step, int M, int B, int T) {
+                                       const data::WindowRange& windows, int step, int M, int B,
+                                       int T) {
   model.ZeroGrads();
   const int64_t position = common::DataPositionAtStep(step, M, B);
   double loss = 0.0;
   for (int j = 0; j < M; ++j) {
-    auto batch = data::ReadMicrobatch(source, position, j, B, T);
+    auto batch = data::ReadMicrobatch(source, windows, position, j, B, T);
     if (!batch.ok()) return batch.status();
     model::StageInput in;
     in.tokens = batch->inputs.data();
@@ -60,6 +61,53 @@ absl::StatusOr<double> ForwardBackward(model::StageModel& model, const data::Tok
     loss += *mb_loss;
   }
   return loss / M;
+}
+
+// The eval loss (spec.eval): batches i = 0..batches-1 of M microbatches each, read like the
+// steps' (position i*M*B) from the eval windows, each microbatch evaluated without touching a
+// gradient; their mean losses summed in double in (batch, microbatch) order, divided by the count.
+absl::StatusOr<double> EvalLoss(model::StageModel& model, const data::EvalSource& eval,
+                                int batches, int M, int B, int T) {
+  double sum = 0.0;
+  for (int i = 0; i < batches; ++i) {
+    const int64_t position = common::DataPositionAtStep(i, M, B);
+    for (int j = 0; j < M; ++j) {
+      auto batch = data::ReadMicrobatch(eval.source, eval.windows, position, j, B, T);
+      if (!batch.ok()) return batch.status();
+      model::StageInput in;
+      in.tokens = batch->inputs.data();
+      in.targets = batch->targets.data();
+      auto mb_loss = model.Evaluate(in, nullptr);
+      if (!mb_loss.ok()) return mb_loss.status();
+      sum += *mb_loss;
+    }
+  }
+  return sum / (static_cast<double>(batches) * M);
+}
+
+// The eval windows with spec.eval, else nullopt.
+absl::StatusOr<std::optional<data::EvalSource>> OpenEval(const pp::v1::JobSpec& spec) {
+  if (!common::EvalEnabled(spec)) return std::optional<data::EvalSource>();
+  absl::StatusOr<data::EvalSource> opened = data::OpenEvalSource(spec);
+  if (!opened.ok()) return opened.status();
+  return std::optional<data::EvalSource>(*std::move(opened));
+}
+
+// After `done` of `steps` steps: the evaluation when one is due, kept in `result` and logged.
+absl::Status EvaluateIfDue(const pp::v1::JobSpec& spec, model::StageModel& model,
+                           const std::optional<data::EvalSource>& eval, int done, int steps,
+                           std::ostream* log, TrainResult& result) {
+  if (!eval.has_value() || !(common::EvalDue(spec, done) || done == steps)) {
+    return absl::OkStatus();
+  }
+  const pp::v1::TrainSpec& train = spec.train();
+  absl::StatusOr<double> loss = EvalLoss(model, *eval, spec.eval().batches(),
+                                         train.microbatches(), train.microbatch_size(),
+                                         spec.model().seq_len());
+  if (!loss.ok()) return loss.status();
+  result.evals.push_back({done, *loss});
+  if (log != nullptr) *log << absl::StrFormat("eval step %d/%d loss %.6f\n", done, steps, *loss);
+  return absl::OkStatus();
 }
 
 // Step `step`'s (0-based) AdamW update unless its loss or global gradient norm is not finite:
@@ -86,6 +134,16 @@ Update ApplyUnlessNonFinite(kernels::Ops& ops, std::vector<model::ModelTensor>& 
   return update;
 }
 
+// The log line of step `done` (1-based) that took `seconds`.
+std::string StepLine(const pp::v1::JobSpec& spec, int done, int steps, double loss,
+                     const Update& update, double seconds) {
+  return absl::StrFormat("step %d/%d loss %.6f lr %.3g grad_norm %.4f %.3f s %.0f tok/s%s\n",
+                         done, steps, loss, common::LearningRateAt(spec.train(), done),
+                         update.norm, seconds,
+                         static_cast<double>(common::ReplicaTokensPerStep(spec)) / seconds,
+                         update.non_finite ? " (skipped: not finite)" : "");
+}
+
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOptions& options) {
@@ -107,13 +165,16 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
   if (!model.ok()) return model.status();
   auto source = data::TokenSource::Open(spec.data());
   if (!source.ok()) return source.status();
-
+  const data::WindowRange train_windows =
+      data::TrainWindows(source->size(), T, spec.eval().holdout_fraction());
+  absl::StatusOr<std::optional<data::EvalSource>> eval = OpenEval(spec);
+  if (!eval.ok()) return eval.status();
   TrainResult result;
   int bad_steps = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
-    absl::StatusOr<double> step_loss = ForwardBackward(**model, *source, step, M, B, T);
+    absl::StatusOr<double> step_loss = ForwardBackward(**model, *source, train_windows, step, M, B, T);
     if (!step_loss.ok()) return step_loss.status();
     const double loss = *step_loss;
     const Update update = ApplyUnlessNonFinite(**ops, (*model)->tensors(), train, step, loss);
@@ -126,13 +187,12 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
     result.step_seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     result.tokens += common::ReplicaTokensPerStep(spec);
-    const double dt = result.step_seconds.back();
     if (options.log != nullptr) {
-      *options.log << absl::StrFormat(
-          "step %d/%d loss %.6f lr %.3g grad_norm %.4f %.3f s %.0f tok/s%s\n", step + 1, steps,
-          loss, common::LearningRateAt(train, step + 1), update.norm, dt,
-          static_cast<double>(common::ReplicaTokensPerStep(spec)) / dt,
-          update.non_finite ? " (skipped: not finite)" : "");
+      *options.log << StepLine(spec, step + 1, steps, loss, update, result.step_seconds.back());
+    }
+    if (auto s = EvaluateIfDue(spec, **model, *eval, step + 1, steps, options.log, result);
+        !s.ok()) {
+      return s;
     }
     const bool due = common::CheckpointDue(step + 1, steps, spec.checkpoint().every_steps());
     if (!options.checkpoint_root.empty() && due) {
@@ -169,6 +229,10 @@ int TrainMain(const std::string& spec_path, const TrainOptions& options) {
       "trained %d steps, %d tokens in %.2f s (%.0f tok/s), final loss %.6f\n",
       result->losses.size(), result->tokens, result->seconds, result->tokens / result->seconds,
       result->losses.empty() ? 0.0 : result->losses.back());
+  if (!result->evals.empty()) {
+    std::cout << absl::StrFormat("eval loss %.6f after step %d\n", result->evals.back().loss,
+                                 result->evals.back().step);
+  }
   return 0;
 }
 

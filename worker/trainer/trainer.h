@@ -9,6 +9,11 @@
 // - A step whose loss or global gradient norm is NaN or Inf is not applied (weights and moments
 //   stay); the (train.max_bad_steps + 1)-th such step ends Train with OutOfRange naming the step,
 //   the rank (0) and the value, as the distributed runtime does.
+// - With spec.eval: after every eval.every_steps steps and after the last step (also when
+//   options.steps stops early), the eval loss over eval.batches batches of M microbatches of the
+//   eval windows (worker/data/data.h), each microbatch run by StageModel::Evaluate, which touches
+//   no gradient: their losses summed in double in (batch, microbatch) order over batches x M.
+//   Training is bitwise the same with and without it.
 // - With options.checkpoint_root set, a checkpoint in the common/checkpoint.h layout is written
 //   every spec.checkpoint.every_steps steps and after the last step: one shard
 //   rank-00000.safetensors with the model tensors and optim.exp_avg.* / optim.exp_avg_sq.*, then
@@ -42,6 +47,11 @@ struct TrainResult {
   double seconds = 0.0;                               // wall time of the steps
   int64_t tokens = 0;                                 // tokens trained on
   int skipped_steps = 0;  // steps not applied: non-finite loss or gradient norm
+  struct Eval {
+    int step = 0;  // completed steps before it
+    double loss = 0;
+  };
+  std::vector<Eval> evals;  // every evaluation, in order (spec.eval)
 };
 
 // `spec` must have defaults applied and be valid (common/job_spec.h).

@@ -10,7 +10,8 @@ namespace {
 
 TEST(ScheduleTableTest, NamesChunkRulesAndChoicesComeFromOneTable) {
   ASSERT_EQ(ScheduleNames(),
-            (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}));
+            (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v",
+                                      "forward-only"}));
   ASSERT_EQ(Schedules().size(), ScheduleNames().size());
   EXPECT_EQ(FindSchedule("chimera"), nullptr);
   EXPECT_EQ(DefaultChunks("zb-v"), 2);
@@ -21,7 +22,8 @@ TEST(ScheduleTableTest, NamesChunkRulesAndChoicesComeFromOneTable) {
   EXPECT_EQ(ChunkChoices(*FindSchedule("interleaved-1f1b"), 4), (std::vector<int>{2, 3, 4}));
   EXPECT_TRUE(CheckScheduleNames({"1f1b", "zb-h1"}).ok());
   EXPECT_EQ(CheckScheduleNames({"1f1b", "chimera"}).message(),
-            "unknown schedule 'chimera' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v)");
+            "unknown schedule 'chimera' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
+            "forward-only)");
 }
 
 TEST(ScheduleTableTest, RefusalsSayWhichRuleOfTheTable) {

@@ -43,7 +43,8 @@ std::string TinySpec(int steps) {
           "train": {"steps": %d, "microbatches": 4, "microbatchSize": 4, "lr": 0.01,
                     "weightDecay": 0.0, "gradClip": 1.0, "seed": 1},
           "data": {"format": "generated", "generatedTokens": 65536, "generatedSeed": 3},
-          "checkpoint": {"everySteps": %d, "keep": 2}})",
+          "checkpoint": {"everySteps": %d, "keep": 2},
+          "eval": {"everySteps": 20, "batches": 1, "holdoutFraction": 0.1}})",
       steps, steps <= 100 ? 20 : 0);
 }
 
@@ -110,6 +111,10 @@ TEST_F(UpTest, TinyJobCompletesWithFallingLossAndLeavesNoProcess) {
   const double first = std::stod(loss[1]), last = std::stod(loss[2]);
   EXPECT_NEAR(first, std::log(256.0), 0.3);  // a fresh model guesses uniformly over the bytes
   EXPECT_LT(last, first - 1.0) << out;
+  std::smatch eval;
+  ASSERT_TRUE(std::regex_search(out, eval, std::regex(R"(eval loss +([0-9.]+) after step 40)")))
+      << out;
+  EXPECT_LT(std::stod(eval[1]), first - 1.0) << out;  // the held-out text is the same kind
   EXPECT_NE(out.find("measured "), std::string::npos) << out;
   EXPECT_NE(out.find("simulated "), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\nGPU 0: (\[ +\] )*\[F1 *\])"))) << out;

@@ -4,9 +4,12 @@
 
 #include <filesystem>
 #include <numeric>
+#include <cmath>
 #include <set>
 #include <string>
+#include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "common/file_io.h"
 #include "common/step_math.h"
 #include "gmock/gmock.h"
@@ -59,6 +62,55 @@ TEST(DataTest, WindowsFollowTheDocumentedFormula) {
   for (int64_t i = 0; i < 990; ++i) starts.insert(WindowStart(i, 1000, 10));
   EXPECT_EQ(starts.size(), 990u);
   EXPECT_EQ(*starts.rbegin(), 989);
+}
+
+// The held-out split (common::SplitWindows): training reads only [0, W - H - T), evaluation only
+// [W - H, W); no token of any trained window lies in any evaluated window, and each range is
+// used whole.
+TEST(DataTest, NoHeldOutWindowIsEverTrained) {
+  for (auto [n, t, f] : {std::tuple<int64_t, int64_t, double>{1000, 10, 0.1},
+                         {35000, 64, 0.1},
+                         {5000, 32, 0.5},
+                         {200, 8, 0.25}}) {
+    SCOPED_TRACE(absl::StrCat("n=", n, " t=", t, " f=", f));
+    const WindowRange train = TrainWindows(n, t, f);
+    const WindowRange eval = HeldOutWindows(n, t, f);
+    const int64_t starts = n - t;
+    const int64_t held = static_cast<int64_t>(std::floor(starts * f));
+    EXPECT_EQ(eval.count, held);
+    EXPECT_EQ(eval.first, starts - held);
+    EXPECT_EQ(train.count, starts - held - t);
+    std::set<int64_t> trained, evaluated;
+    for (int64_t s = 0; s < 3 * train.count; ++s) trained.insert(WindowStart(s, train));
+    for (int64_t e = 0; e < 3 * eval.count; ++e) evaluated.insert(WindowStart(e, eval));
+    EXPECT_EQ(static_cast<int64_t>(trained.size()), train.count);
+    EXPECT_EQ(static_cast<int64_t>(evaluated.size()), eval.count);
+    // A window at start a reads tokens [a, a + t].
+    EXPECT_LT(*trained.rbegin() + t, *evaluated.begin());
+    EXPECT_EQ(*evaluated.rbegin(), starts - 1);
+  }
+  // No holdout: training reads every start, exactly as before.
+  EXPECT_EQ(TrainWindows(1000, 10, 0).count, 990);
+  for (int64_t s = 0; s < 50; ++s) {
+    EXPECT_EQ(WindowStart(s, TrainWindows(1000, 10, 0)), WindowStart(s, 1000, 10));
+  }
+}
+
+TEST(DataTest, MicrobatchesOfARangeReadOnlyItsWindows) {
+  TokenSource source = TokenSource::Generated(3, 4000);
+  const WindowRange eval = HeldOutWindows(source.size(), 16, 0.1);
+  absl::StatusOr<Microbatch> mb = ReadMicrobatch(source, eval, 0, 1, 4, 16);
+  ASSERT_TRUE(mb.ok()) << mb.status();
+  std::vector<int32_t> window(17);
+  for (int64_t row = 0; row < 4; ++row) {
+    const int64_t start = WindowStart(4 + row, eval);
+    EXPECT_GE(start, eval.first);
+    ASSERT_TRUE(source.Read(start, 17, window.data()).ok());
+    EXPECT_EQ(std::vector<int32_t>(mb->inputs.begin() + row * 16, mb->inputs.begin() + row * 16 + 16),
+              std::vector<int32_t>(window.begin(), window.end() - 1));
+  }
+  EXPECT_FALSE(ReadMicrobatch(source, WindowRange{0, 0}, 0, 0, 1, 16).ok());
+  EXPECT_FALSE(ReadMicrobatch(source, WindowRange{3980, 10}, 0, 0, 1, 16).ok());
 }
 
 TEST(DataTest, MicrobatchReadsTheWindowsOfItsSequences) {

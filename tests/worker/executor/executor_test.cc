@@ -169,6 +169,44 @@ TEST(ExecutorTest, RejectsProgramsThatDoNotFitTheLayout) {
   EXPECT_NE(e.status().message().find("no edge"), std::string::npos) << e.status();
 }
 
+// A forward-only program: the losses of a training step's forwards, bit for bit, with nothing kept
+// for a backward, no weight changed and no optimizer step; and no backward allowed in it.
+TEST(ExecutorTest, ForwardOnlyEvaluatesWithoutTouchingTraining) {
+  OneRankTransport one;
+  absl::StatusOr<std::unique_ptr<comm::Transport>>& t = one.transport;
+  ASSERT_TRUE(t.ok()) << t.status();
+  const int M = 3;
+  const std::vector<int> where = {0, 0};
+  pp::v1::RankProgram eval = Lower(LoopedOrder(where, M), {where})[0];
+  pp::v1::RankProgram train = eval;
+  eval.mutable_actions()->DeleteSubrange(2 * M, 2 * M);  // the backwards
+  ASSERT_EQ(eval.actions_size(), 2 * M);
+  FakeCompute evaluated({0, 1}, 2, M), trained({0, 1}, 2, M);
+  ExecutorOptions options{0, M, where, -1};
+  auto training = Executor::Create(options, train, &trained, t->get());
+  ASSERT_TRUE(training.ok()) << training.status();
+  absl::StatusOr<StepResult> step = (*training)->RunStep(4);
+  ASSERT_TRUE(step.ok()) << step.status();
+
+  options.forward_only = true;
+  auto evaluation = Executor::Create(options, eval, &evaluated, t->get());
+  ASSERT_TRUE(evaluation.ok()) << evaluation.status();
+  const std::vector<float> before = evaluated.Weights();
+  absl::StatusOr<StepResult> batch = (*evaluation)->RunStep(4);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  ASSERT_TRUE(batch->has_loss);
+  EXPECT_EQ(batch->loss_by_mb, step->loss_by_mb);  // same inputs, same weights
+  EXPECT_EQ(evaluated.evaluations(), 1);
+  EXPECT_EQ(evaluated.Saved(), 0u);
+  EXPECT_EQ(evaluated.Weights(), before);
+
+  auto refused = Executor::Create(options, train, &evaluated, t->get());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("a forward-only program holds only forwards"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST(ExecutorTest, MissingInputFailsTheStepWithTheAction) {
   OneRankTransport one;
   absl::StatusOr<std::unique_ptr<comm::Transport>>& t = one.transport;

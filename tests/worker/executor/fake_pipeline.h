@@ -57,6 +57,27 @@ class FakeCompute : public StageCompute {
   }
 
   absl::StatusOr<double> Forward(int stage, int mb, const float* in, float* out) override {
+    return RunForward(stage, mb, in, out, /*keep=*/true);
+  }
+
+  // Evaluation reads the inputs of step `batch` and keeps nothing.
+  absl::Status BeginEval(int batch) override {
+    step_ = batch;
+    ++evaluations_;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<double> Evaluate(int stage, int mb, const float* in, float* out) override {
+    return RunForward(stage, mb, in, out, /*keep=*/false);
+  }
+  int evaluations() const { return evaluations_; }
+  // Microbatches held for a backward, over every stage.
+  size_t Saved() const {
+    size_t n = 0;
+    for (const auto& [s, p] : params_) n += p.saved_x.size() + p.saved_y.size();
+    return n;
+  }
+
+  absl::StatusOr<double> RunForward(int stage, int mb, const float* in, float* out, bool keep) {
     Params& p = params_.at(stage);
     std::vector<float> x(kN);
     for (int i = 0; i < kN; ++i) {
@@ -64,12 +85,12 @@ class FakeCompute : public StageCompute {
     }
     std::vector<float> y(kN);
     for (int i = 0; i < kN; ++i) y[i] = p.a[i] * x[i] + p.b[i];
-    p.saved_x[mb] = x;
+    if (keep) p.saved_x[mb] = x;
     if (stage + 1 < num_stages_) {
       std::memcpy(out, y.data(), kN * sizeof(float));
       return 0.0;
     }
-    p.saved_y[mb] = y;
+    if (keep) p.saved_y[mb] = y;
     double loss = 0;
     for (float v : y) loss += static_cast<double>(v) * v;
     if (poison_.loss && step_ == poison_.step && stage == poison_.stage) return poison_.value;
@@ -179,6 +200,7 @@ class FakeCompute : public StageCompute {
   int num_stages_;
   int microbatches_;
   int step_ = 0;
+  int evaluations_ = 0;
   std::map<int, Params> params_;
   Poison poison_;
 };

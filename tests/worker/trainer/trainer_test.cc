@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/checkpoint.h"
 #include "common/step_math.h"
 #include "common/job_spec.h"
@@ -139,6 +140,85 @@ TEST_F(TrainerTest, EqualsAHandRunPipeline) {
       EXPECT_TRUE(SameBits(v, trained->weights.at(name))) << name;
     }
   }
+}
+
+// Evaluation reads its own windows and touches no gradient or moment: the run trains bitwise as
+// without it, and evaluates after steps 2, 4 and the last.
+TEST_F(TrainerTest, EvalDoesNotChangeTraining) {
+  const pp::v1::JobSpec plain = TinySpec();
+  pp::v1::JobSpec with_eval = plain;
+  with_eval.mutable_eval()->set_every_steps(2);
+  with_eval.mutable_eval()->set_batches(3);
+  pp::v1::DataSpec* eval_data = with_eval.mutable_eval()->mutable_data();
+  eval_data->set_format("generated");
+  eval_data->set_generated_tokens(5000);
+  eval_data->set_generated_seed(9);
+  ASSERT_TRUE(common::ValidateJobSpec(with_eval).ok()) << common::ValidateJobSpec(with_eval);
+  auto a = Train(plain, {});
+  auto b = Train(with_eval, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE(a->evals.empty());
+  ASSERT_EQ(b->evals.size(), 3u);
+  EXPECT_EQ(b->evals[0].step, 2);
+  EXPECT_EQ(b->evals[1].step, 4);
+  EXPECT_EQ(b->evals[2].step, 6);
+  for (const auto& e : b->evals) EXPECT_TRUE(std::isfinite(e.loss) && e.loss > 0);
+  EXPECT_LT(b->evals[2].loss, b->evals[0].loss);  // it learns the text-like bytes
+  EXPECT_EQ(0, std::memcmp(a->losses.data(), b->losses.data(), a->losses.size() * sizeof(double)));
+  for (const auto& [name, v] : a->weights) EXPECT_TRUE(SameBits(v, b->weights.at(name))) << name;
+}
+
+// A holdout evaluation: the documented formula by hand on the final weights, the held-out
+// windows of the training data (which training never reads).
+TEST_F(TrainerTest, HoldoutEvalLossIsTheMeanOverTheHeldOutWindows) {
+  pp::v1::JobSpec spec = TinySpec();
+  spec.mutable_eval()->set_batches(2);
+  spec.mutable_eval()->set_holdout_fraction(0.1);
+  ASSERT_TRUE(common::ValidateJobSpec(spec).ok()) << common::ValidateJobSpec(spec);
+  std::ostringstream log;
+  TrainOptions options;
+  options.log = &log;
+  auto trained = Train(spec, options);
+  ASSERT_TRUE(trained.ok()) << trained.status();
+  ASSERT_EQ(trained->evals.size(), 1u);  // every_steps 0: after the last step only
+  EXPECT_EQ(trained->evals[0].step, 6);
+  EXPECT_NE(log.str().find(absl::StrFormat("eval step 6/6 loss %.6f", trained->evals[0].loss)),
+            std::string::npos)
+      << log.str();
+
+  auto ops = kernels::MakeOps("cpu");
+  auto config = model::ModelConfigFromSpec(spec.model());
+  ASSERT_TRUE(ops.ok() && config.ok());
+  model::StageOptions o;
+  o.last_unit = model::NumUnits(*config) - 1, o.microbatch_size = 2, o.microbatches = 2;
+  o.seed = spec.train().seed();
+  auto full = model::StageModel::Create(ops->get(), *config, o);
+  ASSERT_TRUE(full.ok());
+  for (model::ModelTensor& t : (*full)->tensors()) {
+    const std::vector<float>& v = trained->weights.at(t.name);
+    std::memcpy(t.value, v.data(), v.size() * sizeof(float));  // CPU memory is host memory
+  }
+  auto source = data::TokenSource::Open(spec.data());
+  ASSERT_TRUE(source.ok());
+  const data::WindowRange held_out = data::HeldOutWindows(source->size(), 16, 0.1);
+  double sum = 0;
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      auto mb = data::ReadMicrobatch(*source, held_out, common::DataPositionAtStep(i, 2, 2), j,
+                                     2, 16);
+      ASSERT_TRUE(mb.ok());
+      model::StageInput in;
+      in.tokens = mb->inputs.data();
+      in.targets = mb->targets.data();
+      auto loss = (*full)->Forward(j, in, nullptr);
+      ASSERT_TRUE(loss.ok());
+      sum += *loss;
+      ASSERT_TRUE((*full)->Backward(j, nullptr, nullptr).ok());  // releases microbatch j
+    }
+  }
+  const double expected = sum / 4;
+  EXPECT_EQ(0, std::memcmp(&expected, &trained->evals[0].loss, sizeof(double)))
+      << expected << " vs " << trained->evals[0].loss;
 }
 
 TEST_F(TrainerTest, WritesALoadableCheckpoint) {
