@@ -430,6 +430,16 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
   return rec->job;
 }
 
+std::optional<LiveAttempt> JobManager::LiveAttemptOf(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  const JobRecord* rec = FindLocked(job_id);
+  if (rec == nullptr || rec->job.state() != pp::v1::RUNNING) return std::nullopt;
+  LiveAttempt live;
+  live.attempt = rec->job.attempt();
+  for (const pp::v1::RankPlacement& p : rec->job.placement()) live.workers.push_back(p.worker());
+  return live;
+}
+
 std::vector<pp::v1::WorkerInfo> JobManager::Workers() {
   absl::MutexLock lock(&mu_);
   return workers_.All();

@@ -51,6 +51,7 @@
 #include "common/checkpoint.h"
 #include "coordinator/event_log.h"
 #include "coordinator/job_logic.h"
+#include "coordinator/kv_access.h"
 #include "coordinator/metrics.h"
 #include "coordinator/planning.h"
 #include "coordinator/registry.h"
@@ -123,6 +124,9 @@ class JobManager {
   pp::v1::ReportResponse ReportTask(const pp::v1::TaskReport& report);
   pp::v1::ReportResponse ReportCheckpoint(const pp::v1::CheckpointReport& report);
   RendezvousStore& rendezvous() { return rendezvous_; }
+  // The attempt a RUNNING job runs and the workers placed on it (kv_access.h); nullopt when the
+  // job is unknown or not running. Copies them under mu_ and returns.
+  std::optional<LiveAttempt> LiveAttemptOf(const std::string& job_id);
 
   std::string checkpoint_root() const;
 

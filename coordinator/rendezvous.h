@@ -1,6 +1,7 @@
 // Rendezvous key-value store of ppcoord (internal), served as WorkerRegistry.KvSet / KvGet. Workers
 // publish their Gloo addresses and NCCL unique ids here under "<job>/<attempt>/..." and wait for
-// their peers' keys (their client side is worker/comm's comm::KvStore).
+// their peers' keys (their client side is worker/comm's comm::KvStore). Who may touch a key is
+// not the store's to decide: with TLS, the service checks kv_access.h before each call.
 //
 // Bounded: a key's bytes are its name plus its value; one job attempt (the key's first two path
 // components, "<job>/<attempt>/") and the whole store each hold at most so many keys and bytes,

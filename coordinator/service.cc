@@ -12,6 +12,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/jobs.h"
+#include "coordinator/kv_access.h"
 #include "coordinator/metrics.h"
 #include "coordinator/peer_limit.h"
 #include "coordinator/placement.h"
@@ -238,6 +239,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
     if (request->key().empty()) {
       return Answer("KvSet", absl::InvalidArgumentError("key: must not be empty"));
     }
+    if (absl::Status s = CheckKeys(*context, {request->key()}); !s.ok()) return Answer("KvSet", s);
     return Answer("KvSet", jobs_->rendezvous().Set(request->key(), request->value()));
   }
 
@@ -250,6 +252,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
                                                             request->timeout_seconds())));
     }
     const std::vector<std::string> keys(request->keys().begin(), request->keys().end());
+    if (absl::Status s = CheckKeys(*context, keys); !s.ok()) return Answer("KvGet", s);
     // The store caps the wait (kMaxRendezvousWait); absl::Seconds saturates a huge request.
     absl::StatusOr<std::vector<std::string>> values = jobs_->rendezvous().Get(
         keys, absl::Seconds(request->timeout_seconds()),
@@ -279,6 +282,21 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
       return absl::PermissionDeniedError(absl::StrCat("worker name \"", *name,
                                                       "\" is not in the caller's certificate (",
                                                       absl::StrJoin(names, ", "), ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  // With TLS, a rendezvous key is only for the workers of its job's live attempt (kv_access.h).
+  // Checked once, before a KvGet waits: an attempt that ends meanwhile drops its keys anyway.
+  absl::Status CheckKeys(const grpc::ServerContext& context,
+                         const std::vector<std::string>& keys) const {
+    if (!tls_) return absl::OkStatus();
+    const std::vector<std::string> names = common::PeerNames(context);
+    for (const std::string& key : keys) {
+      const std::optional<KeyScope> scope = ScopeOfKey(key);
+      const std::optional<LiveAttempt> live =
+          scope.has_value() ? jobs_->LiveAttemptOf(scope->job_id) : std::nullopt;
+      if (absl::Status s = CheckKvAccess(key, live, names); !s.ok()) return s;
     }
     return absl::OkStatus();
   }

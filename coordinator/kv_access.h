@@ -1,0 +1,46 @@
+// Who may read and write a rendezvous key (internal): the pure rule behind WorkerRegistry.KvSet
+// and KvGet when ppcoord serves TLS. A key "<job>/<attempt>/..." (TaskPlan.rendezvous_prefix)
+// belongs to that attempt of that job; only a worker placed on it, while it is the job's live
+// attempt, may touch it. A caller is a worker by a name in its client certificate
+// (common::PeerNames), as RegisterWorker already demands of a worker's name.
+// No locks, no RPC, no clock: the caller brings the job's live attempt (JobManager::LiveAttempt).
+#ifndef PP_COORDINATOR_KV_ACCESS_H_
+#define PP_COORDINATOR_KV_ACCESS_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace pp::coordinator {
+
+// The attempt a key is scoped to.
+struct KeyScope {
+  std::string job_id;
+  int attempt = 0;
+};
+
+// The scope of "<job>/<attempt>/<rest>" (a non-empty job id, a decimal attempt >= 0, a rest that
+// may be empty); nullopt for any other key.
+std::optional<KeyScope> ScopeOfKey(absl::string_view key);
+
+// A RUNNING job's attempt and the workers placed on it.
+struct LiveAttempt {
+  int attempt = 0;
+  std::vector<std::string> workers;
+};
+
+// OK when `key` is scoped to `live` (the live attempt of the key's job; nullopt when that job is
+// unknown or not running) and one of `caller_names` is a worker placed on it. Otherwise
+// PERMISSION_DENIED naming the key's job and attempt and the caller's names: the same answer
+// whether the job is unknown, ended, on another attempt or run by other workers, so the answer
+// tells a stranger nothing about which jobs run. A key with no scope (ScopeOfKey) is
+// PERMISSION_DENIED too.
+absl::Status CheckKvAccess(const std::string& key, const std::optional<LiveAttempt>& live,
+                           const std::vector<std::string>& caller_names);
+
+}  // namespace pp::coordinator
+
+#endif  // PP_COORDINATOR_KV_ACCESS_H_

@@ -1,0 +1,216 @@
+// The rendezvous with real processes and mutual TLS: ppcoord and ppworkers on loopback with
+// certificates made by openssl in the test. A job attempt's keys ("<job>/<attempt>/...") are read
+// and written only by the workers placed on that attempt while it runs, whatever else holds a
+// certificate of the same CA: a spare worker, an ops tool, a worker of an earlier attempt.
+#include <signal.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/tls.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "gtest/gtest.h"
+#include "pp/v1/coordinator.grpc.pb.h"
+#include "tests/e2e/security/test_certs.h"
+#include "tests/support/cluster.h"
+#include "tests/support/fixture.h"
+#include "tests/support/process.h"
+
+namespace pp::security_test {
+namespace {
+
+using ::pp::testing_support::WaitForJob;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr absl::Duration kJobTimeout = absl::Seconds(60);
+constexpr char kSecret[] = "gloo-address-of-rank-0";
+
+class KvScopeTest : public testing_support::ClusterTest {
+ protected:
+  void SetUp() override {
+    ClusterTest::SetUp();
+    certs_ = (dir_ / "certs").string();
+    std::filesystem::create_directories(certs_);
+    const absl::Status ca = MakeCa(certs_, "ca");
+    ASSERT_TRUE(ca.ok()) << ca;
+    for (const char* name : {"ppcoord", "ops", "w0", "w1", "w2", "spare"}) {
+      const absl::Status made = MakeCert(certs_, "ca", name);
+      ASSERT_TRUE(made.ok()) << made;
+    }
+  }
+
+  std::vector<std::string> TlsFlags(const std::string& name) const {
+    return {"--tls_cert=" + Files(certs_, name).cert, "--tls_key=" + Files(certs_, name).key,
+            "--tls_ca=" + Files(certs_, "ca").cert};
+  }
+
+  // ppcoord with TLS and workers w0.. w<workers-1>; the harness's stub is an admin by "ops".
+  void StartSecureCluster(int workers) {
+    testing_support::ClusterOptions options;
+    options.bin_dir = PP_BIN_DIR;
+    options.dir = (dir_ / "cluster").string();
+    options.coordinator_flags = TlsFlags("ppcoord");
+    options.coordinator_flags.insert(options.coordinator_flags.end(),
+                                     {"--data_root=" + dir_.string(), "--worker_timeout=2s",
+                                      "--heartbeat_interval=200ms"});
+    options.worker_flags = {"--comm_timeout=10s", "--data_root=" + dir_.string(),
+                            "--checkpoint_root=" + dir_.string()};
+    options.credentials = common::ChannelCredentials(Tls("ops"));
+    absl::StatusOr<std::unique_ptr<testing_support::Cluster>> cluster =
+        testing_support::Cluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    for (int i = 0; i < workers; ++i) {
+      const std::string name = absl::StrCat("w", i);
+      testing_support::WorkerOptions worker;
+      worker.flags = TlsFlags(name);
+      absl::Status started = cluster_->StartWorker(name, worker);
+      ASSERT_TRUE(started.ok()) << started << cluster_->Logs();
+    }
+  }
+
+  common::TlsConfig Tls(const std::string& name) const {
+    common::TlsPaths paths{.cert = Files(certs_, name).cert,
+                           .key = Files(certs_, name).key,
+                           .ca = Files(certs_, "ca").cert};
+    absl::StatusOr<common::TlsConfig> tls = common::LoadTls(paths, /*need_cert=*/true);
+    EXPECT_TRUE(tls.ok()) << tls.status();
+    return *tls;
+  }
+
+  // The rendezvous as the holder of `name`'s certificate calls it.
+  std::unique_ptr<pp::v1::WorkerRegistry::Stub> As(const std::string& name) const {
+    return pp::v1::WorkerRegistry::NewStub(grpc::CreateChannel(
+        cluster_->coordinator().grpc, common::ChannelCredentials(Tls(name))));
+  }
+
+  static grpc::Status Set(pp::v1::WorkerRegistry::Stub& stub, const std::string& key,
+                          const std::string& value) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    pp::v1::KvSetRequest request;
+    request.set_key(key);
+    request.set_value(value);
+    pp::v1::KvSetResponse response;
+    return stub.KvSet(&context, request, &response);
+  }
+  // KvGet of one key that waits at most 1 s; the value in *value.
+  static grpc::Status Get(pp::v1::WorkerRegistry::Stub& stub, const std::string& key,
+                          std::string* value = nullptr) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    pp::v1::KvGetRequest request;
+    request.add_keys(key);
+    request.set_timeout_seconds(1);
+    pp::v1::KvGetResponse response;
+    grpc::Status status = stub.KvGet(&context, request, &response);
+    if (value != nullptr && response.values_size() == 1) *value = response.values(0);
+    return status;
+  }
+
+  // A job of pipeline 2 long enough to be running while the test calls the rendezvous.
+  pp::v1::JobSpec LongSpec(int max_restarts) const {
+    pp::v1::JobSpec spec = SpecFrom(R"pb(
+      name: "kv"
+      model { n_layers: 2 seq_len: 32 d_model: 32 n_heads: 4 }
+      parallel { pipeline: 2 }
+      train { steps: 1000000 microbatches: 4 microbatch_size: 2 }
+    )pb");
+    spec.set_max_restarts(max_restarts);
+    return spec;
+  }
+
+  // The job once it runs attempt `after` + 1 or later and trained a step of it.
+  pp::v1::Job WaitRunning(const std::string& id, int after) {
+    absl::StatusOr<pp::v1::Job> job = WaitForJob(
+        cluster_->stub(), id,
+        [after](const pp::v1::Job& j) {
+          return j.state() == pp::v1::RUNNING && j.attempt() > after && j.step() > j.start_step();
+        },
+        kJobTimeout);
+    EXPECT_TRUE(job.ok()) << job.status() << cluster_->Logs();
+    return job.ok() ? *job : pp::v1::Job();
+  }
+
+  static std::string Prefix(const pp::v1::Job& job) {
+    return absl::StrCat(job.id(), "/", job.attempt(), "/");
+  }
+
+  std::string certs_;
+};
+
+TEST_F(KvScopeTest, OnlyTheAttemptsWorkersReadAndWriteItsKeys) {
+  ASSERT_NO_FATAL_FAILURE(StartSecureCluster(2));
+  absl::StatusOr<std::string> id = testing_support::SubmitJob(cluster_->stub(), LongSpec(0));
+  ASSERT_TRUE(id.ok()) << id.status();
+  const pp::v1::Job job = WaitRunning(*id, -1);
+  ASSERT_EQ(job.placement_size(), 2);
+  const std::string key = Prefix(job) + "probe";
+  const std::string worker0 = job.placement(0).worker(), worker1 = job.placement(1).worker();
+
+  ASSERT_TRUE(Set(*As(worker0), key, kSecret).ok());
+  std::string read;
+  ASSERT_TRUE(Get(*As(worker1), key, &read).ok());
+  EXPECT_EQ(read, kSecret);
+
+  // A certificate of the CA is not enough: "spare" is a worker of no attempt, "ops" an admin.
+  for (const char* stranger : {"spare", "ops"}) {
+    SCOPED_TRACE(stranger);
+    std::string stolen;
+    const grpc::Status get = Get(*As(stranger), key, &stolen);
+    EXPECT_EQ(get.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(get.error_message(),
+                AllOf(HasSubstr(absl::StrCat("job ", *id, " attempt ", job.attempt())),
+                      Not(HasSubstr(kSecret))));
+    EXPECT_TRUE(stolen.empty());
+    const grpc::Status set = Set(*As(stranger), key, "forged");
+    EXPECT_EQ(set.error_code(), grpc::StatusCode::PERMISSION_DENIED) << set.error_message();
+  }
+  ASSERT_TRUE(Get(*As(worker1), key, &read).ok());
+  EXPECT_EQ(read, kSecret) << "a refused KvSet changed nothing";
+
+  // Keys of no running attempt are refused to the workers too.
+  for (const std::string& loose :
+       {std::string("any/key"), absl::StrCat("nojob/", job.attempt(), "/x")}) {
+    EXPECT_EQ(Set(*As(worker0), loose, "v").error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << loose;
+  }
+  absl::StatusOr<pp::v1::Job> still = testing_support::GetJob(cluster_->stub(), *id);
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(still->state(), pp::v1::RUNNING) << "its own workers train on";
+}
+
+TEST_F(KvScopeTest, AWorkerOfAnEarlierAttemptIsRefusedAfterARestart) {
+  ASSERT_NO_FATAL_FAILURE(StartSecureCluster(3));
+  absl::StatusOr<std::string> id = testing_support::SubmitJob(cluster_->stub(), LongSpec(1));
+  ASSERT_TRUE(id.ok()) << id.status();
+  const pp::v1::Job first = WaitRunning(*id, -1);
+  ASSERT_EQ(first.placement_size(), 2);
+  const std::string gone = first.placement(1).worker();
+  cluster_->worker(gone).Signal(SIGKILL);
+
+  const pp::v1::Job second = WaitRunning(*id, first.attempt());
+  ASSERT_EQ(second.placement_size(), 2);
+  const std::string kept = second.placement(0).worker();
+  ASSERT_NE(kept, gone);
+
+  // The killed worker's identity (its key may have leaked) reaches neither attempt.
+  for (const pp::v1::Job* attempt : {&first, &second}) {
+    const grpc::Status get = Get(*As(gone), Prefix(*attempt) + "gloo/0");
+    EXPECT_EQ(get.error_code(), grpc::StatusCode::PERMISSION_DENIED) << get.error_message();
+  }
+  // A worker of the new attempt may use its keys, not the ended attempt's.
+  EXPECT_TRUE(Set(*As(kept), Prefix(second) + "probe", "v").ok());
+  const grpc::Status old = Set(*As(kept), Prefix(first) + "probe", "v");
+  EXPECT_EQ(old.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(old.error_message(), HasSubstr(absl::StrCat("attempt ", first.attempt())));
+}
+
+}  // namespace
+}  // namespace pp::security_test
