@@ -37,6 +37,21 @@ class MemoryKvStore : public KvStore {
   std::map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };
 
+// ppcoord's refusals (a key outside the caller's attempt, over a limit, malformed, no credentials)
+// keep their code, so the task fails with them; any other failure reads as a lost coordinator or
+// a peer that never published (`otherwise`), which ppcoord answers by probing its workers.
+absl::Status Failure(const grpc::Status& status, absl::StatusCode otherwise, std::string message) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()), message);
+    default:
+      return absl::Status(otherwise, message);
+  }
+}
+
 class CoordinatorKvStore : public KvStore {
  public:
   explicit CoordinatorKvStore(pp::v1::WorkerRegistry::StubInterface* registry)
@@ -51,8 +66,8 @@ class CoordinatorKvStore : public KvStore {
     pp::v1::KvSetResponse response;
     grpc::Status status = registry_->KvSet(&context, request, &response);
     if (!status.ok()) {
-      return absl::UnavailableError(absl::StrCat("rendezvous KvSet '", key,
-                                                 "' failed: ", status.error_message()));
+      return Failure(status, absl::StatusCode::kUnavailable,
+                     absl::StrCat("rendezvous KvSet '", key, "' failed: ", status.error_message()));
     }
     return absl::OkStatus();
   }
@@ -76,9 +91,9 @@ class CoordinatorKvStore : public KvStore {
         continue;  // not set yet
       }
       if (!status.ok()) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("rendezvous key '", key, "' not available within ",
-                         absl::FormatDuration(timeout), ": ", status.error_message()));
+        return Failure(status, absl::StatusCode::kDeadlineExceeded,
+                       absl::StrCat("rendezvous key '", key, "' not available within ",
+                                    absl::FormatDuration(timeout), ": ", status.error_message()));
       }
       if (response.values_size() != 1) {
         return absl::DeadlineExceededError(absl::StrCat(

@@ -5,6 +5,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -26,6 +27,9 @@ class CappedRegistry : public pp::v1::WorkerRegistry::Service {
                      pp::v1::KvGetResponse* response) override {
     absl::MutexLock lock(&mu_);
     ++calls_;
+    if (absl::StartsWith(request->keys(0), "other/")) {
+      return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "not a worker of attempt other/1");
+    }
     auto present = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return values_.count(request->keys(0)) > 0;
     };
@@ -92,6 +96,17 @@ TEST_F(KvStoreTest, AKeyNeverSetEndsAtTheCallersDeadline) {
   EXPECT_THAT(got.status().message(), ::testing::HasSubstr("j/0/never"));
   EXPECT_GE(took, CappedRegistry::kCap * 4);
   EXPECT_LT(took, absl::Seconds(10));
+}
+
+// A refusal is not "not yet": it ends the wait at once and keeps its code, so the task fails with
+// it instead of looking like a lost coordinator.
+TEST_F(KvStoreTest, ARefusedKeyFailsAtOnceWithTheRefusalsCode) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::string> got = kv_->Get("other/1/peer", absl::Seconds(20));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kPermissionDenied) << got.status();
+  EXPECT_THAT(got.status().message(), ::testing::HasSubstr("not a worker of attempt other/1"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(registry_.calls(), 1);
 }
 
 }  // namespace
