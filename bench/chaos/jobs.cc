@@ -29,13 +29,7 @@ constexpr char kSpec[] = R"pb(
 const std::map<std::string, std::vector<float>>* Reference(const pp::v1::JobSpec& spec,
                                                            std::string* error) {
   static auto* cache = new std::map<std::string, trainer::TrainResult>();
-  pp::v1::JobSpec single = spec;
-  single.mutable_train()->set_microbatches(spec.train().microbatches() *
-                                           std::max(1, spec.parallel().data()));
-  single.mutable_parallel()->set_data(1);
-  single.mutable_parallel()->set_tensor(1);
-  single.mutable_parallel()->set_pipeline(1);
-  common::ApplyDefaults(&single);
+  const pp::v1::JobSpec single = testing_support::SingleProcessSpec(spec);
   const std::string key = single.SerializeAsString();
   auto it = cache->find(key);
   if (it == cache->end()) {

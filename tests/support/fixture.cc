@@ -127,13 +127,7 @@ absl::StatusOr<pp::v1::Job> ClusterTest::ResumeToEnd(const pp::v1::ResumeJobRequ
 
 void ClusterTest::ExpectMatchesReference(const pp::v1::JobSpec& spec, const std::string& job,
                                          Match match) {
-  pp::v1::JobSpec single = spec;
-  single.mutable_train()->set_microbatches(spec.train().microbatches() *
-                                           std::max(1, spec.parallel().data()));
-  single.mutable_parallel()->set_data(1);
-  single.mutable_parallel()->set_tensor(1);
-  single.mutable_parallel()->set_pipeline(1);
-  common::ApplyDefaults(&single);
+  const pp::v1::JobSpec single = SingleProcessSpec(spec);
   const trainer::TrainResult& reference = Reference(single);
   ASSERT_FALSE(reference.losses.empty()) << "no reference run";
 

@@ -1,12 +1,25 @@
 #include "tests/support/results.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "common/job_spec.h"
 #include "coordinator/store.h"
 
 namespace pp::testing_support {
+
+pp::v1::JobSpec SingleProcessSpec(const pp::v1::JobSpec& spec) {
+  pp::v1::JobSpec single = spec;
+  single.mutable_train()->set_microbatches(spec.train().microbatches() *
+                                           std::max(1, spec.parallel().data()));
+  single.mutable_parallel()->set_data(1);
+  single.mutable_parallel()->set_tensor(1);
+  single.mutable_parallel()->set_pipeline(1);
+  common::ApplyDefaults(&single);
+  return single;
+}
 
 absl::StatusOr<std::map<std::string, std::vector<float>>> CheckpointValues(const std::string& root,
                                                                            const std::string& job,

@@ -8,8 +8,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "pp/v1/job.pb.h"
 
 namespace pp::testing_support {
+
+// The spec the single-process reference trainer runs to compare with a job of `spec`: one
+// process (D = TP = DP = 1) fed every replica's microbatches of a step (train.microbatches x
+// parallel.data), defaults applied.
+pp::v1::JobSpec SingleProcessSpec(const pp::v1::JobSpec& spec);
 
 // Every tensor's values (weights and AdamW moments) in the committed checkpoint
 // <root>/<job>/step-<step>, whatever layout wrote it.

@@ -45,34 +45,17 @@ class KvScopeTest : public testing_support::ClusterTest {
     }
   }
 
-  std::vector<std::string> TlsFlags(const std::string& name) const {
-    return {"--tls_cert=" + Files(certs_, name).cert, "--tls_key=" + Files(certs_, name).key,
-            "--tls_ca=" + Files(certs_, "ca").cert};
-  }
-
   // ppcoord with TLS and workers w0.. w<workers-1>; the harness's stub is an admin by "ops".
   void StartSecureCluster(int workers) {
-    testing_support::ClusterOptions options;
-    options.bin_dir = PP_BIN_DIR;
-    options.dir = (dir_ / "cluster").string();
-    options.coordinator_flags = TlsFlags("ppcoord");
-    options.coordinator_flags.insert(options.coordinator_flags.end(),
-                                     {"--data_root=" + dir_.string(), "--worker_timeout=2s",
-                                      "--heartbeat_interval=200ms"});
-    options.worker_flags = {"--comm_timeout=10s", "--data_root=" + dir_.string(),
-                            "--checkpoint_root=" + dir_.string()};
-    options.credentials = common::ChannelCredentials(Tls("ops"));
-    absl::StatusOr<std::unique_ptr<testing_support::Cluster>> cluster =
-        testing_support::Cluster::Start(options);
+    absl::StatusOr<std::unique_ptr<testing_support::Cluster>> cluster = security_test::
+        StartSecureCluster({.certs = certs_,
+                            .root = dir_.string(),
+                            .cluster_dir = (dir_ / "cluster").string(),
+                            .bin_dir = PP_BIN_DIR,
+                            .credentials = common::ChannelCredentials(Tls("ops")),
+                            .workers = workers});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
-    for (int i = 0; i < workers; ++i) {
-      const std::string name = absl::StrCat("w", i);
-      testing_support::WorkerOptions worker;
-      worker.flags = TlsFlags(name);
-      absl::Status started = cluster_->StartWorker(name, worker);
-      ASSERT_TRUE(started.ok()) << started << cluster_->Logs();
-    }
   }
 
   common::TlsConfig Tls(const std::string& name) const {

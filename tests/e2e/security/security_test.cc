@@ -63,36 +63,22 @@ class SecurityTest : public testing_support::ClusterTest {
                               "tok-bob submit bob\n";
   }
 
-  // The TLS flags of a daemon holding `name`'s certificate.
   std::vector<std::string> TlsFlags(const std::string& name) const {
-    const CertFiles files = Files(certs_, name);
-    return {"--tls_cert=" + files.cert, "--tls_key=" + files.key,
-            "--tls_ca=" + Files(certs_, "ca").cert};
+    return security_test::TlsFlags(certs_, name);
   }
 
   // ppcoord with TLS and tokens; the harness's stub is an admin by the "ops" certificate.
   void StartSecureCluster(int workers) {
-    testing_support::ClusterOptions options;
-    options.bin_dir = PP_BIN_DIR;
-    options.dir = (dir_ / "cluster").string();
-    options.coordinator_flags = TlsFlags("ppcoord");
-    options.coordinator_flags.insert(options.coordinator_flags.end(),
-                                     {"--auth_tokens=" + tokens_, "--data_root=" + dir_.string(),
-                                      "--worker_timeout=2s", "--heartbeat_interval=200ms"});
-    options.worker_flags = {"--comm_timeout=10s", "--data_root=" + dir_.string(),
-                            "--checkpoint_root=" + dir_.string()};
-    options.credentials = Credentials("ops", "");
-    absl::StatusOr<std::unique_ptr<testing_support::Cluster>> cluster =
-        testing_support::Cluster::Start(options);
+    absl::StatusOr<std::unique_ptr<testing_support::Cluster>> cluster = security_test::
+        StartSecureCluster({.certs = certs_,
+                            .root = dir_.string(),
+                            .cluster_dir = (dir_ / "cluster").string(),
+                            .bin_dir = PP_BIN_DIR,
+                            .coordinator_flags = {"--auth_tokens=" + tokens_},
+                            .credentials = Credentials("ops", ""),
+                            .workers = workers});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
-    for (int i = 0; i < workers; ++i) {
-      const std::string name = absl::StrCat("w", i);
-      testing_support::WorkerOptions worker;
-      worker.flags = TlsFlags(name);
-      absl::Status started = cluster_->StartWorker(name, worker);
-      ASSERT_TRUE(started.ok()) << started << cluster_->Logs();
-    }
   }
 
   // TLS trusting the CA, with `cert`'s client certificate (none when empty) and `token` as a

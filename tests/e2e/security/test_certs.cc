@@ -73,4 +73,39 @@ absl::Status MakeCert(const std::string& dir, const std::string& ca, const std::
                   Files(dir, name).cert});
 }
 
+std::vector<std::string> TlsFlags(const std::string& dir, const std::string& name) {
+  return {"--tls_cert=" + Files(dir, name).cert, "--tls_key=" + Files(dir, name).key,
+          "--tls_ca=" + Files(dir, "ca").cert};
+}
+
+absl::StatusOr<std::unique_ptr<testing_support::Cluster>> StartSecureCluster(
+    const SecureCluster& secure) {
+  testing_support::ClusterOptions options;
+  options.bin_dir = secure.bin_dir;
+  options.dir = secure.cluster_dir;
+  options.coordinator_flags = TlsFlags(secure.certs, "ppcoord");
+  options.coordinator_flags.insert(options.coordinator_flags.end(),
+                                   {"--data_root=" + secure.root, "--worker_timeout=2s",
+                                    "--heartbeat_interval=200ms"});
+  options.coordinator_flags.insert(options.coordinator_flags.end(),
+                                   secure.coordinator_flags.begin(),
+                                   secure.coordinator_flags.end());
+  options.worker_flags = {"--comm_timeout=10s", "--data_root=" + secure.root,
+                          "--checkpoint_root=" + secure.root};
+  options.credentials = secure.credentials;
+  absl::StatusOr<std::unique_ptr<testing_support::Cluster>> cluster =
+      testing_support::Cluster::Start(options);
+  if (!cluster.ok()) return cluster.status();
+  for (int i = 0; i < secure.workers; ++i) {
+    const std::string name = absl::StrCat("w", i);
+    testing_support::WorkerOptions worker;
+    worker.flags = TlsFlags(secure.certs, name);
+    if (absl::Status started = (*cluster)->StartWorker(name, worker); !started.ok()) {
+      return absl::Status(started.code(),
+                          absl::StrCat(started.message(), "\n", (*cluster)->Logs()));
+    }
+  }
+  return cluster;
+}
+
 }  // namespace pp::security_test

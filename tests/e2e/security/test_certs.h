@@ -6,9 +6,14 @@
 #ifndef PP_TESTS_E2E_SECURITY_TEST_CERTS_H_
 #define PP_TESTS_E2E_SECURITY_TEST_CERTS_H_
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "grpcpp/security/credentials.h"
+#include "tests/support/cluster.h"
 
 namespace pp::security_test {
 
@@ -24,6 +29,22 @@ absl::Status MakeCert(const std::string& dir, const std::string& ca, const std::
 inline CertFiles Files(const std::string& dir, const std::string& name) {
   return {dir + "/" + name + ".crt", dir + "/" + name + ".key"};
 }
+
+// The TLS flags of a daemon holding `name`'s certificate from `dir`, trusting its CA "ca".
+std::vector<std::string> TlsFlags(const std::string& dir, const std::string& name);
+
+// What a secure test cluster is: ppcoord with the "ppcoord" certificate and `coordinator_flags`
+// more, data and checkpoints confined to `root` on every daemon, fast failure detection, the
+// harness's stub dialling with `credentials`, and `workers` workers w0, w1, ... each with its own
+// certificate (all from `certs`, the cluster's files under `cluster_dir`).
+struct SecureCluster {
+  std::string certs, root, cluster_dir, bin_dir;
+  std::vector<std::string> coordinator_flags;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  int workers = 0;
+};
+absl::StatusOr<std::unique_ptr<testing_support::Cluster>> StartSecureCluster(
+    const SecureCluster& secure);
 
 }  // namespace pp::security_test
 
