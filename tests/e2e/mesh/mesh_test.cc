@@ -6,6 +6,7 @@
 // Checkpoints move between one process and any mesh both ways; a resume onto another number of
 // replicas keeps the step's global batch (train.microbatches x parallel.data).
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,8 @@
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixture.h"
+#include "tests/support/results.h"
+#include "worker/trainer/trainer.h"
 
 namespace pp::mesh {
 namespace {
@@ -153,6 +156,36 @@ TEST_F(MeshTest, CheckpointsMoveBetweenOneProcessAndPipelineTwoTensorTwo) {
   const std::string second = Run(spec);
   ResumeOn(spec, second, 5, single);
   ExpectMatchesReference(spec, second, Match::kClose);
+}
+
+// Evaluation on a mesh: each replica evaluates its share of every eval batch and the last stages
+// gather the losses, so the job's eval loss is the single-process trainer's over the same global
+// batch (within the same 1e-5 the training losses keep; the weights differ in rounding).
+TEST_F(MeshTest, EvalOnDataAndTensorParallelMeshesMatchesTheSingleProcessTrainer) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(4));
+  for (const pp::v1::ParallelSpec& layout :
+       {Layout(2, 2, 1, "1f1b"), Layout(1, 2, 2, "1f1b"), Layout(2, 1, 2, "gpipe")}) {
+    SCOPED_TRACE(layout.ShortDebugString());
+    pp::v1::JobSpec spec = Spec(layout.data(), layout.pipeline(), layout.tensor(), 2);
+    spec.set_name(absl::StrCat("eval-d", layout.data(), "-p", layout.pipeline(), "-t",
+                               layout.tensor()));
+    spec.mutable_eval()->set_every_steps(5);
+    spec.mutable_eval()->set_batches(2);
+    spec.mutable_eval()->set_holdout_fraction(0.1);
+    const std::string job = Run(spec);
+    ASSERT_FALSE(job.empty());
+    ExpectMatchesReference(spec, job, Match::kClose);
+    absl::StatusOr<trainer::TrainResult> reference =
+        trainer::Train(testing_support::SingleProcessSpec(spec), {});
+    ASSERT_TRUE(reference.ok()) << reference.status();
+    ASSERT_EQ(reference->evals.size(), 2u);
+    absl::StatusOr<pp::v1::Job> ended = testing_support::GetJob(cluster_->stub(), job);
+    ASSERT_TRUE(ended.ok()) << ended.status();
+    EXPECT_EQ(ended->eval_step(), kSteps);
+    EXPECT_EQ(reference->evals.back().step, kSteps);
+    const double want = reference->evals.back().loss;
+    EXPECT_NEAR(ended->eval_loss(), want, 1e-5 * std::fabs(want));
+  }
 }
 
 }  // namespace
