@@ -8,11 +8,26 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/schedules.h"
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/generate.h"
 
 namespace pp::plan {
 namespace {
+
+// Both planners compare schedules that train: forward-only (evaluation) is never a candidate.
+absl::Status CheckTrainingSchedules(const std::vector<std::string>& names) {
+  if (absl::Status known = CheckScheduleNames(names); !known.ok()) return known;
+  for (const std::string& name : names) {
+    if (!common::FindScheduleRule(name)->trains) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "schedule '", name, "' trains nothing (it runs evaluation); the planner compares ",
+          absl::StrJoin(common::TrainingScheduleNames(), ", ")));
+    }
+  }
+  return absl::OkStatus();
+}
 
 // The end of a plan's reason: the fitting candidate with the shortest step other than `chosen`
 // among the `eligible`, "; <runner_label> <name> takes <step> (+x%)", then how many candidates
@@ -114,7 +129,7 @@ absl::Status CheckMeshRequest(const MeshPlanRequest& r) {
           absl::StrCat(name, " must be finite and >= 0, got ", value));
     }
   }
-  return CheckScheduleNames(r.schedules);
+  return CheckTrainingSchedules(r.schedules);
 }
 
 // One (schedule, V, M) to simulate.
@@ -157,7 +172,7 @@ absl::Status CheckAutoRequest(const AutoPlanRequest& request) {
     return absl::InvalidArgumentError("the auto-planner does not take per-stage cost scales");
   }
   if (auto costs = ResolveCosts(request.costs, 1); !costs.ok()) return costs.status();
-  return CheckScheduleNames(request.schedules);
+  return CheckTrainingSchedules(request.schedules);
 }
 
 // The figures of a simulated candidate; memory in the budget's unit.

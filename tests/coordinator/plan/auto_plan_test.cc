@@ -63,6 +63,10 @@ TEST(AutoPlanTest, BadRequestsAndImpossibleBudgets) {
   request.max_microbatches = 8;
   request.schedules = {"nope"};
   EXPECT_FALSE(ChooseSchedule(request).ok());
+  request.schedules = {"1f1b", "forward-only"};
+  EXPECT_EQ(ChooseSchedule(request).status().message(),
+            "schedule 'forward-only' trains nothing (it runs evaluation); the planner compares "
+            "gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v");
   request.schedules = {};
   request.costs.forward = -1;
   EXPECT_FALSE(ChooseSchedule(request).ok());
