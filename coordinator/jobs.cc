@@ -338,6 +338,15 @@ absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& r
   int attempt = 0;
   absl::StatusOr<PlannedJob> planned = PlanResume(request, &attempt);
   if (!planned.ok()) return planned.status();
+  // The same admission as SubmitJob, before the checkpoint is verified: a new layout (fewer
+  // stages, more layers a rank) may no longer fit any worker, and it would wait QUEUED forever.
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status fits = CheckMemoryFits(RankBytes(planned->memory), workers_.All());
+        !fits.ok()) {
+      return fits;
+    }
+  }
   const std::string root = checkpoint_root();
   const std::string& id = request.job_id();
   ResumeCheckpoint checkpoint;

@@ -1,5 +1,6 @@
 // Admission and placement by memory: ppcoord in-process with fake workers that announce
 // memory_bytes, against the estimates PlanJob reports.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -114,6 +115,53 @@ TEST_F(AdmissionTest, AJobThatFitsButLacksLargeEnoughIdleWorkersWaitsWithAReason
   testing::FakeWorker& second = AddWorker("w-big2", largest_need);
   EXPECT_TRUE(second.WaitForTask(absl::Seconds(10)));
   EXPECT_TRUE(WaitUntil([&] { return GetJob(id).state() == pp::v1::RUNNING; }, absl::Seconds(10)));
+}
+
+TEST_F(AdmissionTest, AResumeOnALayoutLargerThanTheLargestWorkerIsRefused) {
+  const pp::v1::JobSpec spec = ValidSpec(2);
+  const std::vector<int64_t> need = Estimates(spec);
+  ASSERT_EQ(need.size(), 2u);
+  const int64_t worker_bytes = std::max(need[0], need[1]);
+  pp::v1::JobSpec one_stage = spec;
+  one_stage.mutable_parallel()->set_pipeline(1);
+  one_stage.mutable_parallel()->set_schedule("gpipe");
+  const std::vector<int64_t> one_stage_need = Estimates(one_stage);
+  ASSERT_EQ(one_stage_need.size(), 1u);
+  ASSERT_GT(one_stage_need[0], worker_bytes);  // one rank holds every layer
+  std::string id;
+  ASSERT_TRUE(Submit(spec, &id).ok());
+  testing::FakeWorker& w0 = AddWorker("w0", worker_bytes);
+  testing::FakeWorker& w1 = AddWorker("w1", worker_bytes);
+  ASSERT_TRUE(w0.WaitForTask(absl::Seconds(10)));
+  ASSERT_TRUE(w1.WaitForTask(absl::Seconds(10)));
+  Checkpoint(id, /*attempt=*/0, /*step=*/2, /*ranks=*/2);
+  pp::v1::Job job;
+  {
+    pp::v1::CancelJobRequest cancel;
+    cancel.set_job_id(id);
+    grpc::ClientContext context;
+    ASSERT_TRUE(client_->CancelJob(&context, cancel, &job).ok());
+  }
+  pp::v1::ResumeJobRequest request;
+  request.set_job_id(id);
+  *request.mutable_parallel() = one_stage.parallel();
+  grpc::Status refused;
+  {
+    grpc::ClientContext context;
+    refused = client_->ResumeJob(&context, request, &job);
+  }
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(), HasSubstr("the job does not fit any worker: rank 0"));
+  EXPECT_THAT(refused.error_message(), HasSubstr(absl::StrCat("(", one_stage_need[0], " bytes)")));
+  EXPECT_THAT(refused.error_message(), HasSubstr(absl::StrCat("(", worker_bytes, " bytes)")));
+  EXPECT_EQ(GetJob(id).state(), pp::v1::CANCELLED);  // nothing changed
+  EXPECT_EQ(GetJob(id).attempt(), 0);
+
+  *request.mutable_parallel() = spec.parallel();  // the layout that fits: resumed
+  grpc::ClientContext context;
+  ASSERT_TRUE(client_->ResumeJob(&context, request, &job).ok());
+  EXPECT_EQ(job.attempt(), 1);
+  EXPECT_EQ(job.start_step(), 2);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -112,6 +113,32 @@ class CoordinatorServerTest : public ::testing::Test {
     std::map<std::string, pp::v1::WorkerInfo> by_name;
     for (const auto& w : response.workers()) by_name[w.name()] = w;
     return by_name;
+  }
+
+  // Every rank of `job` writes a one-tensor shard of `step` and reports it.
+  void Checkpoint(const std::string& job, int attempt, int step, int ranks) {
+    const std::string step_dir =
+        common::StepDir((dir_ / "data" / "checkpoints").string(), job, step);
+    for (int rank = 0; rank < ranks; ++rank) {
+      absl::StatusOr<pp::v1::CheckpointShard> shard = common::WriteShard(
+          step_dir, common::ShardFileName(rank),
+          {common::Tensor{.name = absl::StrCat("t", rank), .shape = {1}, .data = {1.0f}}});
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      pp::v1::CheckpointReport report;
+      report.set_job_id(job);
+      report.set_attempt(attempt);
+      report.set_rank(rank);
+      report.set_step(step);
+      report.set_shard(shard->file());
+      report.set_bytes(shard->bytes());
+      report.set_sha256(shard->sha256());
+      report.set_ok(true);
+      pp::v1::ReportResponse response;
+      grpc::ClientContext context;
+      ASSERT_TRUE(workers_[0]->registry().ReportCheckpoint(&context, report, &response).ok());
+    }
+    ASSERT_TRUE(
+        WaitUntil([&] { return GetJob(job).last_checkpoint_step() == step; }, absl::Seconds(5)));
   }
 
   FakeWorker& AddWorker(const std::string& name, int64_t memory_bytes = 0) {

@@ -63,32 +63,6 @@ class ServiceTest : public testing::CoordinatorServerTest {
     EXPECT_FALSE(response.abort());
   }
 
-  // Every rank of `job` writes a one-tensor shard of `step` and reports it.
-  void Checkpoint(const std::string& job, int attempt, int step, int ranks) {
-    const std::string step_dir =
-        common::StepDir((dir_ / "data" / "checkpoints").string(), job, step);
-    for (int rank = 0; rank < ranks; ++rank) {
-      absl::StatusOr<pp::v1::CheckpointShard> shard = common::WriteShard(
-          step_dir, common::ShardFileName(rank),
-          {common::Tensor{.name = absl::StrCat("t", rank), .shape = {1}, .data = {1.0f}}});
-      ASSERT_TRUE(shard.ok()) << shard.status();
-      pp::v1::CheckpointReport report;
-      report.set_job_id(job);
-      report.set_attempt(attempt);
-      report.set_rank(rank);
-      report.set_step(step);
-      report.set_shard(shard->file());
-      report.set_bytes(shard->bytes());
-      report.set_sha256(shard->sha256());
-      report.set_ok(true);
-      pp::v1::ReportResponse response;
-      grpc::ClientContext context;
-      ASSERT_TRUE(workers_[0]->registry().ReportCheckpoint(&context, report, &response).ok());
-    }
-    ASSERT_TRUE(
-        WaitUntil([&] { return GetJob(job).last_checkpoint_step() == step; }, absl::Seconds(5)));
-  }
-
   grpc::Status Resume(const pp::v1::ResumeJobRequest& request, pp::v1::Job* job) {
     grpc::ClientContext context;
     return client_->ResumeJob(&context, request, job);

@@ -24,12 +24,12 @@
 #include "prometheus/registry.h"
 #include "worker/daemon/access.h"
 #include "worker/daemon/metrics.h"
+#include "worker/daemon/report.h"
 #include "worker/daemon/task.h"
 
 namespace pp::daemon {
 namespace {
 
-constexpr absl::Duration kRpcDeadline = absl::Seconds(5);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
 
 std::string MachineName() {
@@ -40,10 +40,6 @@ std::string MachineName() {
 
 int64_t HostMemoryBytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-}
-
-void SetDeadline(grpc::ClientContext& context, absl::Duration deadline) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
 }
 
 class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
@@ -256,41 +252,8 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     return absl::OkStatus();
   }
 
-  class RpcReporter : public TaskReporter {
-   public:
-    explicit RpcReporter(Daemon* daemon) : daemon_(daemon) {}
-
-    pp::v1::ReportResponse ReportStep(const pp::v1::StepReport& report,
-                                      const executor::StepResult& result) override {
-      daemon_->metrics_.RecordStep(result, report.tokens());
-      grpc::ClientContext context;
-      SetDeadline(context, kRpcDeadline);
-      pp::v1::ReportResponse response;
-      grpc::Status status = daemon_->registry_stub_->ReportStep(&context, report, &response);
-      if (!status.ok()) {
-        // Progress reports are best effort; heartbeats decide whether the coordinator is gone.
-        daemon_->metrics_.RpcError("ReportStep");
-        return {};
-      }
-      return response;
-    }
-
-    void ReportCheckpoint(const pp::v1::CheckpointReport& report, double seconds) override {
-      daemon_->metrics_.RecordCheckpoint(seconds);
-      grpc::ClientContext context;
-      SetDeadline(context, kRpcDeadline);
-      pp::v1::ReportResponse response;
-      if (!daemon_->registry_stub_->ReportCheckpoint(&context, report, &response).ok()) {
-        daemon_->metrics_.RpcError("ReportCheckpoint");
-      }
-    }
-
-   private:
-    Daemon* daemon_;
-  };
-
   void RunTaskThread(std::shared_ptr<Task> task) {
-    RpcReporter reporter(this);
+    RegistryReporter reporter(registry_stub_.get(), &metrics_);
     absl::Status status;
     try {
       status = task->Run(reporter);
@@ -298,29 +261,13 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       status = absl::InternalError(absl::StrCat("job ", task->plan().job_id(), " rank ",
                                                 task->plan().rank(), ": ", e.what()));
     }
-    pp::v1::TaskReport report;
-    report.set_job_id(task->plan().job_id());
-    report.set_attempt(task->plan().attempt());
-    report.set_rank(task->plan().rank());
-    report.set_ok(status.ok());
-    report.set_error(std::string(status.message()));
-    report.set_error_code(static_cast<int>(status.code()));
-    report.set_worker(name());
-    report.set_drained(status.ok() && task->drained());
+    const pp::v1::TaskReport report = EndReport(*task, status, name());
     {
       // Free before the report: the coordinator may place the next task as soon as it reads it.
       absl::MutexLock lock(&mu_);
       busy_ = false;
     }
-    // The end of a task matters to the coordinator: a few bounded tries.
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      grpc::ClientContext context;
-      SetDeadline(context, absl::Seconds(2));
-      pp::v1::ReportResponse response;
-      if (registry_stub_->ReportTask(&context, report, &response).ok()) break;
-      metrics_.RpcError("ReportTask");
-      absl::SleepFor(absl::Milliseconds(200));
-    }
+    SendEndReport(registry_stub_.get(), &metrics_, report);
     absl::MutexLock lock(&mu_);
     --task_threads_;  // the last touch of `this` by this thread
   }
