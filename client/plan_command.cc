@@ -30,8 +30,10 @@ ABSL_FLAG(std::string, costs, "f=1,b=2",
           "w weight-grad (default b/2 each, or b minus the other), comm latency per message, send "
           "time a send keeps its rank busy, bw "
           "bandwidth in bytes per time unit (0 = infinite), act bytes of one stage-microbatch "
-          "activation, scale per-stage multipliers of compute separated by ':' (S of them). "
-          "Unset keys: f=1 b=2, the rest 0");
+          "activation, scale per-stage multipliers of compute separated by ':' (S of them), rf "
+          "the share of F recomputed before each B or I and rd the share of an activation not "
+          "held between them (activation recomputation; --spec sets both from the job). Unset "
+          "keys: f=1 b=2, the rest 0");
 ABSL_FLAG(std::string, format, "ascii",
           "ascii (timeline + simulation) | json (pp.v1.Schedule) | chrome (trace events)");
 ABSL_FLAG(std::string, spec, "",
@@ -45,7 +47,10 @@ ABSL_FLAG(bool, auto, false,
           "shortest step whose peak activations fit --memory_budget. Costs are then those of one "
           "microbatch at the smallest M for a rank's whole share of the model: a candidate with M "
           "microbatches and V chunks scales compute and act by (min M / M) / V. --schedule, --chunks "
-          "and --microbatches are not used");
+          "and --microbatches are not used. With --spec: for that job's D, M from its M up, act "
+          "from its model (the largest V=1 stage's saved bytes per microbatch) unless --costs "
+          "sets it, and with a --memory_budget activation recomputation (selective, full) is "
+          "tried too");
 ABSL_FLAG(int32_t, min_microbatches, 0, "--auto: smallest M tried; 0 = D");
 ABSL_FLAG(int32_t, max_microbatches, 0, "--auto: largest M tried; 0 = 4 * smallest");
 ABSL_FLAG(double, memory_budget, 0,
@@ -60,7 +65,8 @@ ABSL_FLAG(int32_t, mesh_workers, 0,
           "comm, bw, act = its saved activation bytes); --stages and the M range are not used");
 ABSL_FLAG(double, memory_per_worker, 0,
           "--mesh_workers: bytes per worker for weights, gradients, AdamW moments and activations; "
-          "0 = unlimited");
+          "--spec with parallel.recompute auto: the bytes each worker has, which the chosen mode's "
+          "estimate must fit (as ppcoord checks --memory_bytes); 0 = unlimited");
 ABSL_FLAG(int32_t, batch, 0, "--mesh_workers: sequences per step over all replicas (required)");
 ABSL_FLAG(int32_t, layers, 0, "--mesh_workers: transformer blocks; PP x V must not exceed it");
 ABSL_FLAG(int32_t, heads, 0, "--mesh_workers: attention heads; TP must divide it");
@@ -99,7 +105,8 @@ absl::StatusOr<plan::CostModel> ParseCosts(const std::string& text) {
       {"f", &costs.forward},         {"b", &costs.backward},
       {"i", &costs.backward_input},  {"w", &costs.backward_weight},
       {"comm", &costs.comm_latency}, {"send", &costs.send_overhead},
-      {"bw", &costs.comm_bandwidth}, {"act", &costs.activation_bytes}};
+      {"bw", &costs.comm_bandwidth}, {"act", &costs.activation_bytes},
+      {"rf", &costs.recompute_forward}, {"rd", &costs.recompute_dropped}};
   for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     const std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     if (kv.first == "scale") {
@@ -110,7 +117,8 @@ absl::StatusOr<plan::CostModel> ParseCosts(const std::string& text) {
                                   [&](const auto& k) { return kv.first == k.first; });
     if (key == std::end(keys)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--costs: unknown key '", kv.first, "' (known: f, b, i, w, comm, bw, act, scale)"));
+          "--costs: unknown key '", kv.first,
+          "' (known: f, b, i, w, comm, send, bw, act, rf, rd, scale)"));
     }
     absl::StatusOr<double> value = ParseCost(kv.second, item);
     if (!value.ok()) return value.status();
@@ -182,17 +190,23 @@ absl::Status PlanAndPrint(const std::string& schedule, int D, int V, int M,
   return Print(*planned, costs, format);
 }
 
-absl::Status RunAuto(const plan::CostModel& costs, const std::string& format) {
+// The request --auto's flags make for D ranks, the M range starting at `default_min_m` unless
+// given.
+plan::AutoPlanRequest AutoRequest(const plan::CostModel& costs, int D, int default_min_m) {
   plan::AutoPlanRequest request;
-  request.pipeline = absl::GetFlag(FLAGS_stages);
+  request.pipeline = D;
   request.min_microbatches = absl::GetFlag(FLAGS_min_microbatches);
-  if (request.min_microbatches == 0) request.min_microbatches = request.pipeline;
+  if (request.min_microbatches == 0) request.min_microbatches = default_min_m;
   request.max_microbatches = absl::GetFlag(FLAGS_max_microbatches);
   if (request.max_microbatches == 0) request.max_microbatches = 4 * request.min_microbatches;
   request.memory_budget = absl::GetFlag(FLAGS_memory_budget);
   request.costs = costs;
   request.max_chunks = absl::GetFlag(FLAGS_max_chunks);
   request.schedules = absl::StrSplit(absl::GetFlag(FLAGS_schedules), ',', absl::SkipEmpty());
+  return request;
+}
+
+absl::Status RunAuto(const plan::AutoPlanRequest& request, const std::string& format) {
   absl::StatusOr<plan::AutoPlan> chosen = plan::ChooseSchedule(request);
   if (!chosen.ok()) return chosen.status();
   if (absl::Status s = ShowComparison(*chosen, plan::DescribeAutoPlan(*chosen), format); !s.ok()) {
@@ -237,23 +251,67 @@ absl::Status RunMesh(const plan::CostModel& costs, const std::string& format) {
                                    ", act = pipeline message bytes)\n"));
 }
 
-// --spec: the job's plan as ppcoord makes it (defaults, validation, schedule, partition) under
-// `costs`, with the memory estimate.
-absl::Status RunSpec(const std::string& path, const plan::CostModel& costs,
-                     const std::string& format) {
+absl::StatusOr<pp::v1::JobSpec> LoadValidSpec(const std::string& path) {
   absl::StatusOr<pp::v1::JobSpec> spec = common::LoadJobSpec(path);
   if (!spec.ok()) return spec.status();
   common::ApplyDefaults(&*spec);
   if (absl::Status valid = common::ValidateJobSpec(*spec); !valid.ok()) return valid;
+  return spec;
+}
+
+absl::StatusOr<std::vector<int>> SpecPartition(const pp::v1::JobSpec& spec, int stages) {
+  const pp::v1::ParallelSpec& p = spec.parallel();
+  return plan::PartitionUnits(spec.model(), stages, p.partition(),
+                              {p.stage_layers().begin(), p.stage_layers().end()},
+                              plan::UnitCosts(spec.model()));
+}
+
+// recompute "auto" as ppcoord resolves it, against --memory_per_worker bytes (0: any fits).
+absl::StatusOr<plan::RecomputeChoice> ChooseRecomputeLocally(const pp::v1::JobSpec& spec,
+                                                            const std::vector<int>& units,
+                                                            const plan::Planned& planned) {
+  const double budget = absl::GetFlag(FLAGS_memory_per_worker);
+  const plan::MemoryFits fits = [budget](const std::vector<plan::RankMemory>& memory) {
+    for (const plan::RankMemory& r : memory) {
+      if (budget > 0 && r.bytes.total > budget) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("rank ", r.rank, " needs an estimated ", plan::FormatBytes(r.bytes.total),
+                         ", more than --memory_per_worker=", budget));
+      }
+    }
+    return absl::OkStatus();
+  };
+  return plan::ChooseRecompute(spec, units,
+                               plan::ScheduleToProto(planned.schedule, &planned.simulation), fits);
+}
+
+// --spec: the job's plan as ppcoord makes it (defaults, validation, schedule, partition,
+// recomputation) under `costs`, with the memory estimate.
+absl::Status RunSpec(const std::string& path, plan::CostModel costs, const std::string& format) {
+  absl::StatusOr<pp::v1::JobSpec> spec = LoadValidSpec(path);
+  if (!spec.ok()) return spec.status();
   const pp::v1::ParallelSpec& p = spec->parallel();
+  absl::StatusOr<std::vector<int>> units = SpecPartition(*spec, p.pipeline() * p.chunks());
+  if (!units.ok()) return units.status();
   absl::StatusOr<plan::Planned> planned =
       plan::Plan(p.schedule(), p.pipeline(), p.chunks(), spec->train().microbatches(), costs);
   if (!planned.ok()) return planned.status();
-  absl::StatusOr<std::vector<int>> units = plan::PartitionUnits(
-      spec->model(), p.pipeline() * p.chunks(), p.partition(),
-      {p.stage_layers().begin(), p.stage_layers().end()}, plan::UnitCosts(spec->model()));
-  if (!units.ok()) return units.status();
   pp::v1::PlanJobResponse response;
+  if (p.recompute() == "auto") {
+    absl::StatusOr<plan::RecomputeChoice> choice = ChooseRecomputeLocally(*spec, *units, *planned);
+    if (!choice.ok()) return choice.status();
+    spec->mutable_parallel()->set_recompute(choice->mode);
+    response.set_recompute_reason(choice->reason);
+  }
+  response.set_recompute(p.recompute());
+  absl::StatusOr<plan::RecomputeShares> shares = plan::RecomputeSharesOf(*spec, *units);
+  if (!shares.ok()) return shares.status();
+  if (costs.recompute_forward == 0 && costs.recompute_dropped == 0 && shares->forward > 0) {
+    costs.recompute_forward = shares->forward, costs.recompute_dropped = shares->dropped;
+    planned =
+        plan::Plan(p.schedule(), p.pipeline(), p.chunks(), spec->train().microbatches(), costs);
+    if (!planned.ok()) return planned.status();
+  }
   *response.mutable_schedule() = plan::ScheduleToProto(planned->schedule, &planned->simulation);
   response.mutable_stage_layers()->Assign(units->begin(), units->end());
   absl::StatusOr<std::vector<plan::RankMemory>> memory =
@@ -270,11 +328,49 @@ absl::Status RunSpec(const std::string& path, const plan::CostModel& costs,
     return absl::OkStatus();
   }
   if (format == "ascii") {
-    std::cout << "stage layers " << absl::StrJoin(*units, " ") << "\n"
-              << "memory per rank (estimated peak, bytes as in docs/planner.md \"Memory\")\n"
+    std::cout << "stage layers " << absl::StrJoin(*units, " ") << "\n";
+    if (p.recompute() != "none") {
+      std::cout << "recompute " << p.recompute()
+                << absl::StrFormat(" (each B or I first runs %.3g x F again; %.1f%% of a "
+                                   "microbatch's activations not held)",
+                                   shares->forward, 100 * shares->dropped)
+                << "\n";
+    }
+    if (!response.recompute_reason().empty()) std::cout << response.recompute_reason() << "\n";
+    std::cout << "memory per rank (estimated peak, bytes as in docs/planner.md \"Memory\")\n"
               << plan::RenderMemoryTable(*memory) << "\n";
   }
   return Print(*planned, costs, format);
+}
+
+// --auto --spec: schedule, V, M and recomputation for the job's D. Costs describe one of the
+// spec's microbatches (its microbatch_size) at the smallest M, which defaults to the spec's M;
+// act defaults to the bytes such a microbatch leaves saved on the job's largest V=1 stage.
+absl::Status RunAutoSpec(const std::string& path, plan::CostModel costs,
+                         const std::string& format) {
+  absl::StatusOr<pp::v1::JobSpec> spec = LoadValidSpec(path);
+  if (!spec.ok()) return spec.status();
+  const int D = spec->parallel().pipeline(), M = spec->train().microbatches();
+  if (spec->parallel().partition() == "explicit") spec->mutable_parallel()->set_partition("cost");
+  absl::StatusOr<std::vector<int>> units = SpecPartition(*spec, D);
+  if (!units.ok()) return units.status();
+  plan::AutoPlanRequest request = AutoRequest(costs, D, M);
+  for (const char* mode : {"none", "selective", "full"}) {
+    spec->mutable_parallel()->set_recompute(mode);
+    absl::StatusOr<plan::RecomputeShares> shares = plan::RecomputeSharesOf(*spec, *units);
+    if (!shares.ok()) return shares.status();
+    if (std::string(mode) != "none") {
+      request.recompute.push_back({mode, shares->forward, shares->dropped});
+      continue;
+    }
+    absl::StatusOr<std::vector<int64_t>> held = plan::HeldBytesPerMicrobatch(*spec, *units);
+    if (!held.ok()) return held.status();
+    if (request.costs.activation_bytes == 0) {
+      request.costs.activation_bytes = static_cast<double>(
+          *std::max_element(held->begin(), held->end())) * M / request.min_microbatches;
+    }
+  }
+  return RunAuto(request, format);
 }
 
 absl::Status RunPlan(const std::vector<std::string>& args) {
@@ -288,13 +384,14 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
   }
   absl::StatusOr<plan::CostModel> costs = ParseCosts(absl::GetFlag(FLAGS_costs));
   if (!costs.ok()) return costs.status();
-  if (const std::string spec = absl::GetFlag(FLAGS_spec); !spec.empty()) {
-    return RunSpec(spec, *costs, format);
-  }
+  const std::string spec = absl::GetFlag(FLAGS_spec);
   if (absl::GetFlag(FLAGS_auto)) {
-    return absl::GetFlag(FLAGS_mesh_workers) > 0 ? RunMesh(*costs, format)
-                                                 : RunAuto(*costs, format);
+    if (absl::GetFlag(FLAGS_mesh_workers) > 0) return RunMesh(*costs, format);
+    if (!spec.empty()) return RunAutoSpec(spec, *costs, format);
+    const int D = absl::GetFlag(FLAGS_stages);
+    return RunAuto(AutoRequest(*costs, D, D), format);
   }
+  if (!spec.empty()) return RunSpec(spec, *costs, format);
   absl::StatusOr<plan::Planned> planned =
       plan::Plan(absl::GetFlag(FLAGS_schedule), absl::GetFlag(FLAGS_stages),
                  absl::GetFlag(FLAGS_chunks), absl::GetFlag(FLAGS_microbatches), *costs);

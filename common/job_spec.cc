@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
 #include "common/proto_io.h"
+#include "common/recompute.h"
 #include "common/schedules.h"
 #include "common/spec_bounds.h"
 #include "common/step_math.h"
@@ -111,6 +112,9 @@ absl::Status ValidateParallel(const pp::v1::JobSpec& spec) {
     return Field(
         "parallel.tensor",
         absl::StrCat(parallel.tensor(), " does not divide model.n_heads ", spec.model().n_heads()));
+  }
+  if (parallel.recompute() != "auto") {
+    if (auto mode = RecomputeFromName(parallel.recompute()); !mode.ok()) return mode.status();
   }
   const std::string& schedule = parallel.schedule();
   if (absl::Status s = Choice("parallel.schedule", schedule, TrainingScheduleNames()); !s.ok()) return s;
@@ -349,6 +353,7 @@ void ApplyDefaults(pp::v1::JobSpec* spec) {
   if (parallel->tensor() == 0) parallel->set_tensor(1);
   if (parallel->data() == 0) parallel->set_data(1);
   if (parallel->partition().empty()) parallel->set_partition("cost");
+  if (parallel->recompute().empty()) parallel->set_recompute("none");
   pp::v1::TrainSpec* train = spec->mutable_train();
   if (train->beta1() == 0) train->set_beta1(0.9);
   if (train->beta2() == 0) train->set_beta2(0.95);

@@ -253,7 +253,8 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
 
 absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
                                                const std::string& owner) {
-  absl::StatusOr<PlannedJob> planned = PlanJobSpec(spec);
+  absl::StatusOr<PlannedJob> planned = PlanJobSpec(
+      spec, spec.parallel().recompute() == "auto" ? RegisteredMemoryFits() : nullptr);
   if (!planned.ok()) return planned.status();
   const std::vector<int64_t> rank_bytes = RankBytes(planned->memory);
   {
@@ -272,6 +273,7 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
   *job.mutable_spec() = std::move(planned->spec);
   job.set_state(pp::v1::QUEUED);
   job.set_owner(owner);
+  if (!planned->recompute_reason.empty()) job.mutable_plan()->set_reason(planned->recompute_reason);
   job.set_created_unix(NowUnix());
   job.set_updated_unix(job.created_unix());
   if (absl::Status saved = store_->Put(job); !saved.ok()) {
@@ -288,7 +290,8 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
   order_.push_back(id);
   metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
   Emit(rec, pp::v1::EVENT_QUEUED,
-       absl::StrCat("waiting for ", common::WorldSize(rec.job.spec()), " idle workers"));
+       absl::StrCat("waiting for ", common::WorldSize(rec.job.spec()), " idle workers",
+                    rec.job.plan().reason().empty() ? "" : "; ", rec.job.plan().reason()));
   PlaceQueued();
   UpdateGauges();
   return id;
@@ -392,7 +395,10 @@ absl::StatusOr<PlannedJob> JobManager::PlanResume(const pp::v1::ResumeJobRequest
     spec = ResumedSpec(rec->job.spec(), request);
   }
   if (!spec.ok()) return spec.status();
-  return PlanJobSpec(*std::move(spec));  // outside the lock: planning a large job takes long
+  // Outside the lock: planning a large job takes long. A stored spec names its recompute mode
+  // (auto was resolved at submission); a resume that asks for auto again gets it resolved.
+  const bool choose = spec->parallel().recompute() == "auto";
+  return PlanJobSpec(*std::move(spec), choose ? RegisteredMemoryFits() : nullptr);
 }
 
 absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int attempt,
@@ -452,6 +458,12 @@ std::optional<LiveAttempt> JobManager::LiveAttemptOf(const std::string& job_id) 
 std::vector<pp::v1::WorkerInfo> JobManager::Workers() {
   absl::MutexLock lock(&mu_);
   return workers_.All();
+}
+
+pp::plan::MemoryFits JobManager::RegisteredMemoryFits() {
+  return [workers = Workers()](const std::vector<pp::plan::RankMemory>& memory) {
+    return CheckMemoryFits(RankBytes(memory), workers);
+  };
 }
 
 absl::StatusOr<pp::v1::StepTrace> JobManager::Trace(const std::string& job_id, int step) {

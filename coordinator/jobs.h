@@ -110,6 +110,9 @@ class JobManager {
   // optionally on a new layout (request.parallel) or to a new total of steps (request.steps).
   absl::StatusOr<pp::v1::Job> Resume(const pp::v1::ResumeJobRequest& request);
   std::vector<pp::v1::WorkerInfo> Workers();
+  // Whether a job's estimate fits the workers registered now (CheckMemoryFits on a snapshot):
+  // what parallel.recompute "auto" is chosen against, at SubmitJob and PlanJob.
+  pp::plan::MemoryFits RegisteredMemoryFits();
   absl::StatusOr<pp::v1::StepTrace> Trace(const std::string& job_id, int step);
   // Calls `send` with the job's current state, then with each new event, until the job ends,
   // `send` returns false, `cancelled` returns true, or Stop.

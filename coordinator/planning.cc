@@ -7,22 +7,32 @@
 
 namespace pp::coordinator {
 
-pp::v1::CostModel PlanningCosts() {
+pp::v1::CostModel PlanningCosts(const pp::plan::RecomputeShares& shares) {
   pp::v1::CostModel costs;
   costs.set_forward(1);
   costs.set_backward(2);
   costs.set_backward_input(1);
   costs.set_backward_weight(1);
+  costs.set_recompute_forward(shares.forward);
+  costs.set_recompute_dropped(shares.dropped);
   return costs;
 }
 
-absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec) {
+absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec, const pp::plan::MemoryFits& fits) {
   pp::common::ApplyDefaults(&spec);
   if (absl::Status valid = pp::common::ValidateJobSpec(spec); !valid.ok()) {
     return absl::InvalidArgumentError(valid.message());
   }
   const pp::v1::ParallelSpec& p = spec.parallel();
-  PlannedJob planned;
+  const std::vector<int> explicit_units(p.stage_layers().begin(), p.stage_layers().end());
+  absl::StatusOr<std::vector<int>> units =
+      pp::plan::PartitionUnits(spec.model(), p.pipeline() * p.chunks(), p.partition(),
+                               explicit_units, pp::plan::UnitCosts(spec.model()));
+  if (!units.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.partition \"", p.partition(), "\": ", units.status().message()));
+  }
+  // The schedule's order does not depend on recomputation, so "auto" can choose on it.
   absl::StatusOr<pp::v1::Schedule> schedule = pp::plan::PlanSchedule(
       p.schedule(), p.pipeline(), p.chunks(), spec.train().microbatches(), PlanningCosts());
   if (!schedule.ok()) {
@@ -31,13 +41,24 @@ absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec) {
         ", parallel.chunks=", p.chunks(), ", train.microbatches=", spec.train().microbatches(),
         ": ", schedule.status().message()));
   }
-  const std::vector<int> explicit_units(p.stage_layers().begin(), p.stage_layers().end());
-  absl::StatusOr<std::vector<int>> units =
-      pp::plan::PartitionUnits(spec.model(), p.pipeline() * p.chunks(), p.partition(),
-                               explicit_units, pp::plan::UnitCosts(spec.model()));
-  if (!units.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallel.partition \"", p.partition(), "\": ", units.status().message()));
+  PlannedJob planned;
+  if (p.recompute() == "auto") {
+    const pp::plan::MemoryFits any = [](const std::vector<pp::plan::RankMemory>&) {
+      return absl::OkStatus();
+    };
+    absl::StatusOr<pp::plan::RecomputeChoice> choice =
+        pp::plan::ChooseRecompute(spec, *units, *schedule, fits ? fits : any);
+    if (!choice.ok()) return choice.status();
+    spec.mutable_parallel()->set_recompute(choice->mode);
+    planned.recompute_reason = std::move(choice->reason);
+  }
+  absl::StatusOr<pp::plan::RecomputeShares> shares = pp::plan::RecomputeSharesOf(spec, *units);
+  if (!shares.ok()) return absl::InvalidArgumentError(shares.status().message());
+  planned.costs = PlanningCosts(*shares);
+  if (shares->forward > 0) {  // simulated again: recomputation lengthens every B and I
+    schedule = pp::plan::PlanSchedule(p.schedule(), p.pipeline(), p.chunks(),
+                                      spec.train().microbatches(), planned.costs);
+    if (!schedule.ok()) return absl::InvalidArgumentError(schedule.status().message());
   }
   absl::StatusOr<std::vector<pp::plan::RankMemory>> memory =
       pp::plan::EstimateMemory(spec, *units, *schedule);

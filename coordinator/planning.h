@@ -4,6 +4,7 @@
 #define PP_COORDINATOR_PLANNING_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -14,18 +15,24 @@
 namespace pp::coordinator {
 
 struct PlannedJob {
-  pp::v1::JobSpec spec;          // defaults applied
-  pp::v1::Schedule schedule;     // compiled and simulated under PlanningCosts()
+  pp::v1::JobSpec spec;          // defaults applied; parallel.recompute never "auto"
+  pp::v1::Schedule schedule;     // compiled and simulated under `costs`
+  pp::v1::CostModel costs;       // PlanningCosts with the job's recomputation shares
   std::vector<int> stage_units;  // partition units per stage
   std::vector<pp::plan::RankMemory> memory;  // every global rank's estimate, in rank order
+  std::string recompute_reason;  // recompute "auto": what it chose and why; else empty
 };
 
-// Uniform per-stage costs for the planned bubble: F = 1, B = 2 (I = W = 1 when split), free comms.
-pp::v1::CostModel PlanningCosts();
+// Uniform per-stage costs for the planned bubble: F = 1, B = 2 (I = W = 1 when split), free comms,
+// and the recomputation shares of the job (coordinator/plan/recompute.h).
+pp::v1::CostModel PlanningCosts(const pp::plan::RecomputeShares& shares = {});
 
 // ApplyDefaults + ValidateJobSpec (common/job_spec.h) + planner + memory estimate. Every error is
-// InvalidArgument naming the offending field(s).
-absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec);
+// InvalidArgument naming the offending field(s). parallel.recompute "auto" is resolved with
+// `fits` (ChooseRecompute; its refusal is returned as it is); a null `fits` accepts anything, so
+// auto then means none.
+absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec,
+                                       const pp::plan::MemoryFits& fits = nullptr);
 
 // The estimated peak bytes of each rank (RankMemory total), in rank order.
 std::vector<int64_t> RankBytes(const std::vector<pp::plan::RankMemory>& memory);

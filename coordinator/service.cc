@@ -128,10 +128,14 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
                        pp::v1::PlanJobResponse* response) override {
     absl::StatusOr<Caller> caller = auth_->Authorize(*context, "PlanJob");
     if (!caller.ok()) return Answer("PlanJob", caller.status());
-    absl::StatusOr<PlannedJob> planned = PlanJobSpec(request->spec());
+    absl::StatusOr<PlannedJob> planned = PlanJobSpec(
+        request->spec(),
+        request->spec().parallel().recompute() == "auto" ? jobs_->RegisteredMemoryFits() : nullptr);
     if (planned.ok()) {
+      response->set_recompute(planned->spec.parallel().recompute());
+      response->set_recompute_reason(planned->recompute_reason);
       absl::StatusOr<std::string> ascii =
-          pp::plan::RenderScheduleAscii(planned->schedule, PlanningCosts());
+          pp::plan::RenderScheduleAscii(planned->schedule, planned->costs);
       if (ascii.ok()) response->set_ascii(*std::move(ascii));
       *response->mutable_schedule() = std::move(planned->schedule);
       response->mutable_stage_layers()->Assign(planned->stage_units.begin(),

@@ -63,7 +63,17 @@ CostModel Scaled(const CostModel& costs, double factor) {
 }
 
 std::string Name(const Candidate& c) {
-  return absl::StrCat(c.schedule, " V=", c.chunks, " M=", c.microbatches);
+  return absl::StrCat(c.schedule, " V=", c.chunks, " M=", c.microbatches,
+                      c.recompute == "none" ? "" : absl::StrCat(" recompute=", c.recompute));
+}
+
+// The modes ChooseSchedule tries with each shape: none, then the request's when a budget is set.
+std::vector<RecomputeOption> RecomputeOptions(const AutoPlanRequest& request) {
+  std::vector<RecomputeOption> options = {RecomputeOption{}};
+  if (request.memory_budget > 0) {
+    options.insert(options.end(), request.recompute.begin(), request.recompute.end());
+  }
+  return options;
 }
 
 std::string MeshName(const MeshCandidate& c) {
@@ -172,17 +182,28 @@ absl::Status CheckAutoRequest(const AutoPlanRequest& request) {
     return absl::InvalidArgumentError("the auto-planner does not take per-stage cost scales");
   }
   if (auto costs = ResolveCosts(request.costs, 1); !costs.ok()) return costs.status();
+  if (request.costs.recompute_forward != 0 || request.costs.recompute_dropped != 0) {
+    return absl::InvalidArgumentError(
+        "the auto-planner takes recomputation as options (AutoPlanRequest.recompute), not costs");
+  }
+  for (const RecomputeOption& option : request.recompute) {
+    CostModel costs = request.costs;
+    costs.recompute_forward = option.forward, costs.recompute_dropped = option.dropped;
+    if (auto resolved = ResolveCosts(costs, 1); !resolved.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("recompute option ", option.name, ": ", resolved.status().message()));
+    }
+  }
   return CheckTrainingSchedules(request.schedules);
 }
 
 // The figures of a simulated candidate; memory in the budget's unit.
-Candidate Figures(const AutoPlanRequest& request, const std::string& name, int V, int M,
-                  const Simulation& sim) {
-  const double factor = static_cast<double>(request.min_microbatches) / M / V;
+Candidate Figures(const AutoPlanRequest& request, Candidate c, const Simulation& sim) {
+  const double factor = static_cast<double>(request.min_microbatches) / c.microbatches / c.chunks;
   const bool in_bytes = request.costs.activation_bytes > 0;
-  Candidate c{name, V, M, sim.makespan, sim.bubble_fraction};
+  c.step = sim.makespan, c.bubble = sim.bubble_fraction;
   for (const RankStats& rank : sim.ranks) {
-    c.memory = std::max(c.memory, in_bytes ? rank.peak_bytes : rank.peak_live * factor);
+    c.memory = std::max(c.memory, in_bytes ? rank.peak_bytes : rank.peak_units * factor);
   }
   c.fits = request.memory_budget == 0 || c.memory <= request.memory_budget;
   return c;
@@ -211,6 +232,22 @@ int CountFitting(const std::vector<C>& candidates) {
       std::count_if(candidates.begin(), candidates.end(), [](const C& c) { return c.fits; }));
 }
 
+// Why the chosen candidate recomputes: the best fitting one that does not, and what it loses.
+void AppendWhyRecompute(const AutoPlan& plan, const Candidate& best, std::string& reason) {
+  const Candidate* plain = nullptr;
+  for (const Candidate& c : plan.candidates) {
+    if (c.fits && c.recompute == "none" && (plain == nullptr || c.step < plain->step)) plain = &c;
+  }
+  if (plain == nullptr) {
+    absl::StrAppend(&reason, "; recompute ", best.recompute,
+                    " because no candidate fits the budget without recomputation");
+    return;
+  }
+  absl::StrAppend(&reason, "; recompute ", best.recompute, " because the best without it, ",
+                  Name(*plain), ", takes ", plain->step,
+                  absl::StrFormat(" (%+.1f%%)", 100 * (plain->step / best.step - 1)));
+}
+
 std::string AutoReason(const AutoPlan& plan, double memory_budget) {
   const int fitting = CountFitting(plan.candidates);
   if (plan.chosen < 0) {
@@ -229,6 +266,7 @@ std::string AutoReason(const AutoPlan& plan, double memory_budget) {
       plan.candidates, plan.chosen, fitting,
       [&](const Candidate& c) { return c.schedule != best.schedule; }, Name,
       "best other schedule", "candidates exceed the budget", reason);
+  if (best.recompute != "none") AppendWhyRecompute(plan, best, reason);
   return reason;
 }
 
@@ -293,8 +331,13 @@ std::string MeshReason(const MeshPlan& plan, double memory_per_worker) {
 }  // namespace
 
 CostModel CandidateCosts(const AutoPlanRequest& request, const Candidate& candidate) {
-  return Scaled(request.costs, static_cast<double>(request.min_microbatches) /
-                                   candidate.microbatches / candidate.chunks);
+  CostModel costs = Scaled(request.costs, static_cast<double>(request.min_microbatches) /
+                                              candidate.microbatches / candidate.chunks);
+  for (const RecomputeOption& option : request.recompute) {
+    if (option.name != candidate.recompute) continue;
+    costs.recompute_forward = option.forward, costs.recompute_dropped = option.dropped;
+  }
+  return costs;
 }
 
 absl::StatusOr<AutoPlan> ChooseSchedule(const AutoPlanRequest& request) {
@@ -303,27 +346,34 @@ absl::StatusOr<AutoPlan> ChooseSchedule(const AutoPlanRequest& request) {
   for (const auto& [name, V, M] : Shapes(request.schedules, request.max_chunks,
                                          request.min_microbatches, request.max_microbatches,
                                          [](int) { return true; })) {
-    absl::StatusOr<Planned> planned = Plan(name, request.pipeline, V, M,
-                                           CandidateCosts(request, Candidate{name, V, M}));
-    // Costs were checked above, so InvalidArgument is a D, V, M this schedule refuses.
-    if (absl::IsInvalidArgument(planned.status())) continue;
-    if (!planned.ok()) return planned.status();
-    plan.candidates.push_back(Figures(request, name, V, M, planned->simulation));
+    for (const RecomputeOption& option : RecomputeOptions(request)) {
+      const Candidate c{name, V, M, option.name};
+      absl::StatusOr<Planned> planned =
+          Plan(name, request.pipeline, V, M, CandidateCosts(request, c));
+      // Costs were checked above, so InvalidArgument is a D, V, M this schedule refuses.
+      if (absl::IsInvalidArgument(planned.status())) break;
+      if (!planned.ok()) return planned.status();
+      plan.candidates.push_back(Figures(request, c, planned->simulation));
+    }
   }
   plan.chosen = Shortest(plan.candidates);
   plan.reason = AutoReason(plan, request.memory_budget);
   return plan;
 }
 
+// The recompute column is there only when some candidate recomputes.
 std::string DescribeAutoPlan(const AutoPlan& plan) {
-  std::string out = absl::StrFormat("%-18s %2s %5s %12s %8s %12s %s\n", "schedule", "V", "M",
-                                    "step", "bubble", "memory", "fits");
+  const bool modes = std::any_of(plan.candidates.begin(), plan.candidates.end(),
+                                 [](const Candidate& c) { return c.recompute != "none"; });
+  std::string out = absl::StrFormat("%-18s %2s %5s %s%12s %8s %12s %s\n", "schedule", "V", "M",
+                                    modes ? "recompute " : "", "step", "bubble", "memory", "fits");
   for (int i = 0; i < static_cast<int>(plan.candidates.size()); ++i) {
     const Candidate& c = plan.candidates[i];
     absl::StrAppend(
-        &out, absl::StrFormat("%-18s %2d %5d %12.6g %7.2f%% %12.6g %s%s\n", c.schedule, c.chunks,
-                              c.microbatches, c.step, 100 * c.bubble, c.memory,
-                              c.fits ? "yes" : "no", i == plan.chosen ? "  <- chosen" : ""));
+        &out, absl::StrFormat("%-18s %2d %5d %s%12.6g %7.2f%% %12.6g %s%s\n", c.schedule, c.chunks,
+                              c.microbatches, modes ? absl::StrFormat("%-9s ", c.recompute) : "",
+                              c.step, 100 * c.bubble, c.memory, c.fits ? "yes" : "no",
+                              i == plan.chosen ? "  <- chosen" : ""));
   }
   return out + plan.reason + "\n";
 }

@@ -5,7 +5,9 @@
 // model (what a V=1 stage holds). A candidate with M microbatches and V chunks per rank scales
 // compute costs and activation bytes by (min M / M) / V: the global batch is fixed, so more
 // microbatches are smaller ones, and a chunk is 1/V of a rank's layers. Comm latency is per
-// message and does not scale, which is what makes very large M lose.
+// message and does not scale, which is what makes very large M lose. With a memory budget,
+// recomputation is a further knob: each shape is also simulated under each requested mode (an F
+// again before each B or I, less held between them), and the reason says what it bought.
 #ifndef PP_COORDINATOR_PLAN_AUTO_PLAN_H_
 #define PP_COORDINATOR_PLAN_AUTO_PLAN_H_
 
@@ -17,6 +19,13 @@
 
 namespace pp::plan {
 
+// A recomputation mode as the simulator sees it (recompute.h RecomputeSharesOf gives a job's).
+struct RecomputeOption {
+  std::string name = "none";
+  double forward = 0;  // CostModel.recompute_forward
+  double dropped = 0;  // CostModel.recompute_dropped
+};
+
 struct AutoPlanRequest {
   int pipeline = 0;  // D
   int min_microbatches = 0;
@@ -27,12 +36,16 @@ struct AutoPlanRequest {
   CostModel costs;
   std::vector<std::string> schedules;  // empty: all of ScheduleNames()
   int max_chunks = 4;                  // V tried for interleaved-1f1b: 2..max_chunks
+  // Recomputation modes tried with every (schedule, V, M) besides none, when memory_budget > 0
+  // (without a budget recomputation only costs time). costs' own recompute shares must be 0.
+  std::vector<RecomputeOption> recompute;
 };
 
 struct Candidate {
   std::string schedule;
   int chunks = 1;
   int microbatches = 0;
+  std::string recompute = "none";
   double step = 0;  // simulated makespan
   double bubble = 0;
   double memory = 0;  // peak over ranks, in the budget's unit
@@ -50,7 +63,7 @@ struct AutoPlan {
 absl::StatusOr<AutoPlan> ChooseSchedule(const AutoPlanRequest& request);
 
 // The per-stage, per-microbatch costs `candidate` was simulated with, as Plan() takes them: the
-// request's costs scaled by (min M / M) / V.
+// request's costs scaled by (min M / M) / V, with its recomputation option's shares.
 CostModel CandidateCosts(const AutoPlanRequest& request, const Candidate& candidate);
 
 // The candidates as a table, then the reason.

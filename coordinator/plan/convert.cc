@@ -93,6 +93,8 @@ CostModel CostsFromProto(const pp::v1::CostModel& proto) {
   costs.comm_bandwidth = proto.comm_bandwidth();
   costs.activation_bytes = proto.activation_bytes();
   costs.stage_scale.assign(proto.stage_scale().begin(), proto.stage_scale().end());
+  costs.recompute_forward = proto.recompute_forward();
+  costs.recompute_dropped = proto.recompute_dropped();
   return costs;
 }
 

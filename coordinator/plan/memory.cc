@@ -9,10 +9,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/recompute.h"
 #include "common/spec_bounds.h"
 
 namespace pp::plan {
 namespace {
+
+using common::Recompute;
 
 constexpr int64_t kWord = 4;  // bytes of a float and of an int32 token
 // parallel.bucket_bytes = 0 means this (worker/compute/model_compute.cc).
@@ -95,27 +98,43 @@ struct Sizes {
         att(c.Mul({s.B, s.NHl, s.T, s.T, kWord})) {}
 };
 
-// StageModel::Forward of units [first, last], allocation by allocation (worker/model/model.cc).
-Swing ForwardSwing(Checked& c, const Sizes& z, bool embed, int blocks, bool head) {
+// StageModel::Forward of units [first, last] under `mode`, allocation by allocation
+// (worker/model/model.cc, layers.cc): the inputs (tokens or the input copy, targets), then the
+// embedding's output, each block's saved tensors and the head's. Selective frees each block's
+// probabilities right after the attention; full frees all but the inputs at the end.
+Swing ForwardSwing(Checked& c, const Sizes& z, bool embed, int blocks, bool head, Recompute mode) {
   Swing f;
-  if (embed) f.Step(c, z.Nw);                             // tokens
-  if (!(embed && blocks == 0 && !head)) f.Step(c, z.NC);  // resid[0]: embedding out or input copy
+  f.Step(c, embed ? z.Nw : z.NC);  // tokens, or the copy of the input activation
+  if (head) f.Step(c, z.Nw);       // targets
+  const int64_t inputs = f.net;
+  if (embed && !(blocks == 0 && !head)) f.Step(c, z.NC);  // the embedding's output
   for (int i = 0; i < blocks; ++i) {
     if (i + 1 < blocks || head) f.Step(c, z.NC);  // the block's output, the next one's input
-    for (int64_t d : {z.NC, z.Nw, z.Nw, 3 * z.NCl, z.NCl, z.att, z.NC, z.NC, z.Nw, z.Nw, 4 * z.NCl,
-                      4 * z.NCl}) {
-      f.Step(c, d);  // ln1 mean1 rstd1 qkv atty att res2 ln2 mean2 rstd2 fch fch_gelu
-    }
+    for (int64_t d : {z.NC, z.Nw, z.Nw, 3 * z.NCl, z.NCl, z.att}) f.Step(c, d);  // ln1..att
+    if (mode == Recompute::kSelective) f.Step(c, -z.att);
+    for (int64_t d : {z.NC, z.NC, z.Nw, z.Nw, 4 * z.NCl, 4 * z.NCl}) f.Step(c, d);  // res2..gelu
   }
   if (head) {
-    for (int64_t d : {z.Nw, z.NC, z.Nw, z.Nw, z.NVo}) f.Step(c, d);  // targets lnf mean rstd probs
+    for (int64_t d : {z.NC, z.Nw, z.Nw, z.NVo}) f.Step(c, d);  // lnf mean rstd probs
   }
+  if (mode == Recompute::kFull) f.Step(c, inputs - f.net);
   return f;
 }
 
-// StageModel::BackwardInput, the same way; BackwardWeight frees what both kept.
-Swing InputGradientSwing(Checked& c, const Sizes& z, bool embed, int blocks, bool head) {
+// StageModel::BackwardInput, the same way; BackwardWeight frees what both kept. Under full
+// recomputation it first runs the forward again (into a throw-away output on a non-last stage):
+// from then on the state is none's.
+Swing InputGradientSwing(Checked& c, const Sizes& z, bool embed, int blocks, bool head,
+                         Recompute mode) {
   Swing g;
+  if (mode == Recompute::kFull && !(blocks == 0 && !head)) {
+    const Swing again = ForwardSwing(c, z, embed, blocks, head, Recompute::kNone);
+    const int64_t inputs = c.Add(embed ? z.Nw : z.NC, head ? z.Nw : 0);
+    if (!head) g.Step(c, z.NC);  // the throw-away output
+    g.rise = std::max(g.rise, c.Add(g.net, again.rise - inputs));
+    g.net = c.Add(g.net, again.net - inputs);
+    if (!head) g.Step(c, -z.NC);
+  }
   if (head) {
     if (blocks > 0 || embed) g.Step(c, z.NC);              // gradient of the head's input
     for (int64_t d : {z.NVo, z.NC, -z.NVo}) g.Step(c, d);  // dlogits dlnf, probs freed
@@ -123,7 +142,8 @@ Swing InputGradientSwing(Checked& c, const Sizes& z, bool embed, int blocks, boo
     g.Step(c, z.NC);  // copy of grad_out
   }
   for (int i = blocks; i-- > 0;) {
-    if (i > 0 || embed) g.Step(c, z.NC);  // dx
+    if (i > 0 || embed) g.Step(c, z.NC);                   // dx
+    if (mode == Recompute::kSelective) g.Step(c, z.att);  // the probabilities again
     for (int64_t d : {4 * z.NCl, z.NC, z.NC, 3 * z.NCl, z.NC, -3 * z.NCl, -z.att, -4 * z.NCl}) {
       g.Step(c, d);  // dfch dln2 dres2 dqkv dln1; qkv att fch freed
     }
@@ -132,10 +152,10 @@ Swing InputGradientSwing(Checked& c, const Sizes& z, bool embed, int blocks, boo
 }
 
 void CountActivations(Checked& c, const Shapes& s, bool embed, int blocks, bool head,
-                      StageMemory& m) {
+                      Recompute mode, StageMemory& m) {
   const Sizes z(c, s);
-  m.forward = ForwardSwing(c, z, embed, blocks, head);
-  m.input_grad = InputGradientSwing(c, z, embed, blocks, head);
+  m.forward = ForwardSwing(c, z, embed, blocks, head, mode);
+  m.input_grad = InputGradientSwing(c, z, embed, blocks, head, mode);
   m.scratch = c.Add(z.NC, c.Mul({4, z.NCl}));                  // tmp_c, tmp_4c
   if (head) m.scratch = c.Add(m.scratch, c.Add(z.NVo, z.Nw));  // logits, losses
   m.boundary = z.NC;
@@ -198,7 +218,8 @@ absl::Status ReplayProgram(Checked& c, const pp::v1::RankProgram& program,
 
 // Every stage's figures for TP rank shares of tensor degree `tp` (all TP ranks hold equal shares).
 std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
-                                      const std::vector<int>& stage_units, int64_t tp) {
+                                      const std::vector<int>& stage_units, int64_t tp,
+                                      Recompute mode) {
   const pp::v1::ModelSpec& model = spec.model();
   Shapes s;
   s.B = spec.train().microbatch_size(), s.T = model.seq_len(), s.C = model.d_model();
@@ -214,7 +235,7 @@ std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
     }
     const bool embed = first == 0, head = last == model.n_layers() + 1;
     const int blocks = std::min(last, model.n_layers()) - std::max(first, 1) + 1;
-    CountActivations(c, s, embed, std::max(blocks, 0), head, m);
+    CountActivations(c, s, embed, std::max(blocks, 0), head, mode, m);
     first = last + 1;
   }
   return stages;
@@ -291,8 +312,10 @@ absl::StatusOr<std::vector<RankMemory>> EstimateMemory(const pp::v1::JobSpec& sp
                                                    " partitioned stages for a schedule of ",
                                                    schedule.stage_to_rank_size()));
   }
+  absl::StatusOr<Recompute> mode = common::RecomputeFromName(p.recompute());
+  if (!mode.ok()) return mode.status();
   Checked c;
-  const std::vector<StageMemory> stages = StageFigures(c, spec, stage_units, tensor);
+  const std::vector<StageMemory> stages = StageFigures(c, spec, stage_units, tensor, *mode);
   std::vector<RankMemory> ranks;
   for (int dp = 0; dp < data; ++dp) {
     for (int pp = 0; pp < pipeline; ++pp) {
@@ -310,6 +333,22 @@ absl::StatusOr<std::vector<RankMemory>> EstimateMemory(const pp::v1::JobSpec& sp
     return absl::InvalidArgumentError("memory estimate: a byte count does not fit int64");
   }
   return ranks;
+}
+
+absl::StatusOr<std::vector<int64_t>> HeldBytesPerMicrobatch(const pp::v1::JobSpec& spec,
+                                                            const std::vector<int>& stage_units) {
+  absl::StatusOr<Recompute> mode = common::RecomputeFromName(spec.parallel().recompute());
+  if (!mode.ok()) return mode.status();
+  Checked c;
+  std::vector<int64_t> held;
+  for (const StageMemory& m :
+       StageFigures(c, spec, stage_units, std::max(1, spec.parallel().tensor()), *mode)) {
+    held.push_back(m.forward.net);
+  }
+  if (c.overflow()) {
+    return absl::InvalidArgumentError("memory estimate: a byte count does not fit int64");
+  }
+  return held;
 }
 
 pp::v1::RankMemory MemoryToProto(const RankMemory& memory) {

@@ -16,7 +16,11 @@
 //   fc (N,4Cl) and gelu(fc) (N,4Cl); its input-gradient adds dy, dln2, dres2, dln1 (N,C) and
 //   dfch (N,4Cl), dqkv (N,3Cl) and frees qkv, the probabilities and fc; the weight-gradient frees
 //   the rest. The head keeps targets (N), ln_f out (N,C), mean/rstd (N) and the softmax (N,Vo),
-//   then dlogits (N,Vo) and dln_f (N,C).
+//   then dlogits (N,Vo) and dln_f (N,C). Recomputation (parallel.recompute, common/recompute.h):
+//   selective frees each block's probabilities after its attention and allocates them again at
+//   the start of its input-gradient; full keeps only the inputs after the forward, and the
+//   input-gradient first replays the whole forward (plus an (N,C) throw-away output on a
+//   non-last stage).
 // - communication: the executor (worker/executor) posts every receive of a step at its start and
 //   frees a sent tensor only at the step's end; each boundary tensor is (N,C). Forward outputs
 //   and input-gradients are executor buffers too. Data parallel adds the gradient bucket's flat
@@ -72,11 +76,18 @@ struct RankMemory {
 
 // The estimate for every global rank, in rank order. REQUIRES: `spec` has its defaults applied
 // and is valid (common::ValidateJobSpec), `stage_units` is its partition (S entries) and
-// `schedule` its compiled schedule. InvalidArgument when a figure does not fit int64 or the
-// inputs disagree (a stage or rank outside the plan).
+// `schedule` its compiled schedule. InvalidArgument when a figure does not fit int64, the
+// inputs disagree (a stage or rank outside the plan) or parallel.recompute is "auto" (resolve
+// it first: recompute.h).
 absl::StatusOr<std::vector<RankMemory>> EstimateMemory(const pp::v1::JobSpec& spec,
                                                        const std::vector<int>& stage_units,
                                                        const pp::v1::Schedule& schedule);
+
+// The bytes one microbatch's forward leaves saved on each stage until its backward, under
+// spec.parallel.recompute (none, selective or full), for TP rank 0's share. Same REQUIRES and
+// errors as EstimateMemory, without the schedule.
+absl::StatusOr<std::vector<int64_t>> HeldBytesPerMicrobatch(const pp::v1::JobSpec& spec,
+                                                            const std::vector<int>& stage_units);
 
 // The estimate as its proto (PlanJobResponse.memory).
 pp::v1::RankMemory MemoryToProto(const RankMemory& memory);

@@ -8,6 +8,7 @@
 //   convert.h    plain structs <-> pp.v1 protos
 //   auto_plan.h  the auto-planners (schedule, V and M; the DP x PP x TP mesh)
 //   memory.h     EstimateMemory: each rank's peak bytes, broken down
+//   recompute.h  what activation recomputation costs, and the choice recompute "auto" makes
 // The rest (ir.h's helpers, lower.h, validate.h, execute.h) is how the planner works inside.
 #ifndef PP_COORDINATOR_PLAN_PLAN_H_
 #define PP_COORDINATOR_PLAN_PLAN_H_
@@ -21,6 +22,7 @@
 #include "coordinator/plan/convert.h"
 #include "coordinator/plan/generate.h"
 #include "coordinator/plan/memory.h"
+#include "coordinator/plan/recompute.h"
 #include "coordinator/plan/render.h"
 #include "coordinator/plan/simulate.h"
 #include "coordinator/plan/timeline.h"

@@ -39,6 +39,36 @@ int PeakLive(const std::vector<Action>& program, bool trains) {
   return peak;
 }
 
+// Peak activation bytes on a rank, each F holding `held` of one activation of `bytes` and its
+// B or I rebuilding the whole of it first (recomputation; held = 1 without it). The forward and
+// the rebuild hold the whole activation at their end, so that is where the peak is looked for.
+double PeakBytes(const std::vector<Action>& program, bool trains, double bytes, double held) {
+  if (!trains) return 0;
+  double live = 0, peak = 0;
+  for (const Action& a : program) {
+    switch (a.kind) {
+      case Kind::kForward:
+        peak = std::max(peak, live + bytes);
+        live += held * bytes;
+        break;
+      case Kind::kBackward:
+        peak = std::max(peak, live + (1 - held) * bytes);
+        live -= held * bytes;
+        break;
+      case Kind::kBackwardInput:
+        live += (1 - held) * bytes;
+        peak = std::max(peak, live);
+        break;
+      case Kind::kBackwardWeight:
+        live -= bytes;
+        break;
+      default:
+        break;
+    }
+  }
+  return peak;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int S) {
@@ -52,6 +82,14 @@ absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int
                                                   {"activation_bytes", costs.activation_bytes}};
   for (const auto& [name, value] : named) {
     if (absl::Status status = CheckCost(name, value); !status.ok()) return status;
+  }
+  for (const auto& [name, share] : {std::pair<const char*, double>{"recompute_forward",
+                                                                    costs.recompute_forward},
+                                    {"recompute_dropped", costs.recompute_dropped}}) {
+    if (!(share >= 0 && share <= 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cost ", name, " must be a share in [0, 1], got ", share));
+    }
   }
   for (double scale : costs.stage_scale) {
     if (absl::Status status = CheckCost("stage_scale", scale); !status.ok()) return status;
@@ -77,7 +115,8 @@ absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int
   std::vector<StageCosts> stages(S);
   for (int s = 0; s < S; ++s) {
     const double scale = costs.stage_scale.empty() ? 1.0 : costs.stage_scale[s];
-    stages[s] = {costs.forward * scale, b * scale, i * scale, w * scale};
+    const double again = costs.recompute_forward * costs.forward;  // before each B or I
+    stages[s] = {costs.forward * scale, (b + again) * scale, (i + again) * scale, w * scale};
   }
   return stages;
 }
@@ -119,7 +158,9 @@ absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& 
     stats.busy = busy[r] = ComputeTime(schedule.programs[r], sim.end[r]);
     stats.idle = sim.makespan - stats.busy;
     stats.peak_live = PeakLive(schedule.programs[r], schedule.trains());
-    stats.peak_bytes = stats.peak_live * costs.activation_bytes;
+    stats.peak_units =
+        PeakBytes(schedule.programs[r], schedule.trains(), 1, 1 - costs.recompute_dropped);
+    stats.peak_bytes = stats.peak_units * costs.activation_bytes;
   }
   // The first action starts at 0, so the span from the first action to the last is the makespan.
   sim.bubble_fraction = IdleFraction(busy, sim.makespan);

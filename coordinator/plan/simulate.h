@@ -5,7 +5,8 @@
 // a receive waits until the matching send's time + comm latency + activation bytes / bandwidth
 // (activations and their gradients are the same size). An activation is live on its rank from
 // the start of its F to the end of its B (or of its W when the backward is split: W still needs
-// the layer inputs).
+// the layer inputs). With recomputation (CostModel.recompute_*) the held bytes of a microbatch
+// fall to the undropped share after its F; its B or I brings the activation back whole first.
 #ifndef PP_COORDINATOR_PLAN_SIMULATE_H_
 #define PP_COORDINATOR_PLAN_SIMULATE_H_
 
@@ -31,6 +32,11 @@ struct CostModel {
   double comm_bandwidth = 0;        // bytes per time unit; 0 = infinite
   double activation_bytes = 0;      // of one stage-microbatch activation (and of its gradient)
   std::vector<double> stage_scale;  // empty, or one multiplier of the compute costs per stage
+  // Activation recomputation (memory.h RecomputeSharesOf gives a job's): each B, or I when the
+  // backward is split, first runs recompute_forward x F again, and between a microbatch's F and
+  // that B or I its rank holds (1 - recompute_dropped) x activation_bytes. 0, 0: none.
+  double recompute_forward = 0;  // in [0, 1]
+  double recompute_dropped = 0;  // in [0, 1]
 };
 
 // The costs of one stage after applying the defaulting rules and stage_scale.
@@ -43,8 +49,9 @@ absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int
 struct RankStats {
   double busy = 0;    // compute time
   double idle = 0;    // makespan - busy
-  int peak_live = 0;  // stage-microbatch activations
-  double peak_bytes = 0;
+  int peak_live = 0;  // stage-microbatch activations in flight (F run, B or W not yet)
+  double peak_bytes = 0;  // their bytes at the highest point, recomputation included
+  double peak_units = 0;  // the same in units of one activation (peak_live without recompute)
 };
 
 struct Simulation {

@@ -164,5 +164,52 @@ TEST_F(AdmissionTest, AResumeOnALayoutLargerThanTheLargestWorkerIsRefused) {
   EXPECT_EQ(job.start_step(), 2);
 }
 
+// recompute "auto" takes the least recomputation whose estimate fits the registered workers,
+// stores the choice in the spec and says why in the job's plan; PlanJob answers the same.
+TEST_F(AdmissionTest, RecomputeAutoChoosesTheLeastThatFits) {
+  auto with = [&](const char* mode) {
+    pp::v1::JobSpec spec = ValidSpec(2);
+    spec.mutable_parallel()->set_recompute(mode);
+    return spec;
+  };
+  auto largest = [&](const char* mode) {
+    const std::vector<int64_t> need = Estimates(with(mode));
+    return *std::max_element(need.begin(), need.end());
+  };
+  const int64_t none = largest("none"), selective = largest("selective"), full = largest("full");
+  ASSERT_GT(none, selective);
+  ASSERT_GT(selective, full);
+  AddWorker("w0", selective);
+  AddWorker("w1", selective);
+  pp::v1::PlanJobRequest plan_request;
+  *plan_request.mutable_spec() = with("auto");
+  pp::v1::PlanJobResponse plan;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(client_->PlanJob(&context, plan_request, &plan).ok());
+  }
+  EXPECT_EQ(plan.recompute(), "selective");
+  EXPECT_THAT(plan.recompute_reason(), HasSubstr("none does not fit"));
+  std::string id;
+  ASSERT_TRUE(Submit(with("auto"), &id).ok());
+  const pp::v1::Job job = GetJob(id);
+  EXPECT_EQ(job.spec().parallel().recompute(), "selective");
+  EXPECT_THAT(job.plan().reason(), HasSubstr("recompute auto chose selective"));
+  EXPECT_THAT(job.plan().reason(), HasSubstr("none does not fit"));
+}
+
+TEST_F(AdmissionTest, RecomputeAutoRefusesWhatNoModeFits) {
+  pp::v1::JobSpec spec = ValidSpec(2);
+  spec.mutable_parallel()->set_recompute("full");
+  const std::vector<int64_t> need = Estimates(spec);
+  AddWorker("w0", *std::max_element(need.begin(), need.end()) - 1);
+  spec.mutable_parallel()->set_recompute("auto");
+  const grpc::Status status = Submit(spec);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("the job does not fit any worker"));
+  EXPECT_THAT(status.error_message(), HasSubstr("recompute auto tried none, selective and full"));
+  EXPECT_TRUE(JobIds().empty());
+}
+
 }  // namespace
 }  // namespace pp::coordinator

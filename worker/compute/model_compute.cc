@@ -147,6 +147,9 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
       kernels::MakeOps(device, std::max(1, spec.train().threads()));
   if (!ops.ok()) return ops.status();
   compute->ops_ = std::move(*ops);
+  absl::StatusOr<common::Recompute> recompute =
+      common::RecomputeFromName(spec.parallel().recompute());
+  if (!recompute.ok()) return recompute.status();  // "auto" is resolved by ppcoord
   for (const pp::v1::StageLayers& layers : plan.stages()) {
     if (compute->stages_.count(layers.stage()) > 0) {
       return absl::InvalidArgumentError(absl::StrCat("stage ", layers.stage(), " listed twice"));
@@ -158,6 +161,7 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
     options.microbatches = compute->microbatches_;
     options.seed = spec.train().seed();
     options.tensor_parallel = tensor_group;
+    options.recompute = *recompute;
     absl::StatusOr<std::unique_ptr<model::StageModel>> stage =
         model::StageModel::Create(compute->ops_.get(), *config, options);
     if (!stage.ok()) {

@@ -8,6 +8,8 @@
 //   from the same weights.
 // - Forward(mb) keeps what backward needs until BackwardWeight(mb) (or Backward(mb)) releases it;
 //   several microbatches may be in flight. Backward == BackwardInput then BackwardWeight, bitwise.
+//   With StageOptions.recompute it keeps less and BackwardInput computes the rest again first
+//   (same bits); from BackwardInput to BackwardWeight the state is kNone's.
 // - The last stage returns the microbatch's mean token loss (summed in double); its gradient is
 //   seeded with 1/(B*T*M), so gradients sum to those of the step loss = sum_j loss_j / M.
 // - Gradients accumulate in the order backward calls arrive; run them in ascending microbatch
@@ -41,6 +43,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/recompute.h"
 #include "common/safetensors.h"
 #include "common/tensor_slice.h"
 #include "kernels/ops.h"
@@ -104,6 +107,10 @@ struct ModelTensor {
 // common::ExpAvgName, common::ExpAvgSqName), tensor after tensor, each in its held shape.
 std::vector<common::Tensor> HostTensors(kernels::Ops& ops, const std::vector<ModelTensor>& tensors);
 
+// Activation recomputation (common/recompute.h; stage_impl.h says how it is done): less memory
+// between a microbatch's forward and its backward for another forward. Bitwise kNone's results.
+using common::Recompute;
+
 struct StageOptions {
   int first_unit = 0;
   int last_unit = 0;
@@ -114,6 +121,7 @@ struct StageOptions {
   // parallelism. Must outlive the model. With data parallelism `microbatches` is the step's M over
   // all replicas.
   parallel::Collectives* tensor_parallel = nullptr;
+  Recompute recompute = Recompute::kNone;
 };
 
 // Inputs of one microbatch's forward. Token arrays are host memory (B,T); activations are
@@ -155,7 +163,7 @@ class StageModel {
   std::vector<ModelTensor>& tensors();
   // Host copies of every tensor's values, by name.
   std::map<std::string, std::vector<float>> ValuesToHost();
-  // Saved activations (and kept input-gradients) of in-flight microbatches.
+  // Saved activations (and kept input-gradients) of in-flight microbatches, now.
   int64_t live_activation_bytes() const;
 
  private:

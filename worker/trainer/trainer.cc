@@ -161,6 +161,10 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
   stage.microbatch_size = B;
   stage.microbatches = M;
   stage.seed = train.seed();
+  absl::StatusOr<common::Recompute> recompute =
+      common::RecomputeFromName(spec.parallel().recompute());
+  if (!recompute.ok()) return recompute.status();
+  stage.recompute = *recompute;
   auto model = model::StageModel::Create(ops->get(), *config, stage);
   if (!model.ok()) return model.status();
   auto source = data::TokenSource::Open(spec.data());

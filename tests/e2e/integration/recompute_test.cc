@@ -1,0 +1,138 @@
+// Activation recomputation on the CPU cluster: under each schedule, a job trained with recompute
+// full and one with selective give the step losses and final weights of the single-process
+// reference (without recomputation) bit for bit, and every rank's measured peak activation bytes
+// in the last step (GetTrace) are below those of the same job without recomputation.
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint.h"
+#include "common/job_spec.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/integration/fixture.h"
+#include "tests/support/cluster.h"
+#include "worker/trainer/trainer.h"
+
+namespace pp::integration {
+namespace {
+
+using ::pp::testing_support::JobWatch;
+using ::pp::testing_support::SubmitJob;
+
+constexpr int kSteps = 3;
+
+struct Layout {
+  const char* schedule;
+  int chunks;
+};
+
+class RecomputeTest : public IntegrationTest, public ::testing::WithParamInterface<Layout> {
+ protected:
+  struct Run {
+    std::vector<double> losses;
+    std::map<std::string, std::vector<float>> weights;
+    std::vector<int64_t> peak_bytes;  // per pipeline rank, last step
+  };
+
+  // Submits `spec` to the running cluster and follows it to its end.
+  Run RunJob(const pp::v1::JobSpec& spec) {
+    Run run;
+    absl::StatusOr<std::string> id = SubmitJob(cluster_->stub(), spec);
+    EXPECT_TRUE(id.ok()) << id.status();
+    if (!id.ok()) return run;
+    absl::StatusOr<std::unique_ptr<JobWatch>> watch =
+        JobWatch::Open(cluster_->stub(), *id, absl::Seconds(60));
+    EXPECT_TRUE(watch.ok()) << watch.status();
+    if (!watch.ok()) return run;
+    absl::StatusOr<std::vector<pp::v1::JobEvent>> events = (*watch)->Rest();
+    EXPECT_TRUE(events.ok() && events->back().kind() == pp::v1::EVENT_FINISHED)
+        << (events.ok() ? events->back().message() : events.status().ToString()) << "\n"
+        << cluster_->Logs();
+    if (!events.ok()) return run;
+    for (const pp::v1::JobEvent& e : *events) {
+      if (e.kind() == pp::v1::EVENT_STEP) run.losses.push_back(e.loss());
+    }
+    absl::StatusOr<common::Checkpoint> saved =
+        common::LoadCheckpoint(common::StepDir(cluster_->checkpoint_root(), *id, kSteps));
+    EXPECT_TRUE(saved.ok()) << saved.status();
+    if (saved.ok()) {
+      for (auto& [name, tensor] : saved->tensors) run.weights[name] = tensor.data;
+    }
+    grpc::ClientContext context;
+    pp::v1::GetTraceRequest request;
+    request.set_job_id(*id);
+    request.set_step(kSteps);
+    pp::v1::StepTrace trace;
+    const grpc::Status status = cluster_->stub().GetTrace(&context, request, &trace);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    run.peak_bytes.resize(trace.ranks_size());
+    for (const pp::v1::RankTrace& rank : trace.ranks()) {
+      if (rank.rank() >= 0 && rank.rank() < trace.ranks_size()) {
+        run.peak_bytes[rank.rank()] = rank.peak_activation_bytes();
+      }
+    }
+    return run;
+  }
+};
+
+void ExpectBitwise(const RecomputeTest::Run& got, const trainer::TrainResult& want,
+                   const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t k = 0; k < got.losses.size(); ++k) {
+    EXPECT_EQ(std::memcmp(&got.losses[k], &want.losses[k], sizeof(double)), 0)
+        << what << " step " << k + 1 << ": " << got.losses[k] << " vs " << want.losses[k];
+  }
+  for (const auto& [name, values] : want.weights) {
+    ASSERT_EQ(got.weights.count(name), 1u) << what << ": " << name << " not in the checkpoint";
+    const std::vector<float>& saved = got.weights.at(name);
+    ASSERT_EQ(saved.size(), values.size()) << what << " " << name;
+    EXPECT_EQ(std::memcmp(saved.data(), values.data(), values.size() * sizeof(float)), 0)
+        << what << ": " << name << " differs";
+  }
+}
+
+TEST_P(RecomputeTest, FullAndSelectiveTrainTheReferenceBitsInLessMemory) {
+  const Layout layout = GetParam();
+  pp::v1::JobSpec spec = TinySpec(layout.schedule, layout.chunks, kSteps);
+  common::ApplyDefaults(&spec);
+  trainer::TrainOptions options;
+  options.checkpoint_root = (dir_ / "reference").string();
+  absl::StatusOr<trainer::TrainResult> reference = trainer::Train(spec, options);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+
+  ASSERT_NO_FATAL_FAILURE(StartCluster(4));
+  const Run none = RunJob(spec);
+  ASSERT_NO_FATAL_FAILURE(ExpectBitwise(none, *reference, "none"));
+  for (const char* mode : {"full", "selective"}) {
+    pp::v1::JobSpec recomputing = spec;
+    recomputing.mutable_parallel()->set_recompute(mode);
+    const Run run = RunJob(recomputing);
+    ExpectBitwise(run, *reference, mode);
+    ASSERT_EQ(run.peak_bytes.size(), none.peak_bytes.size());
+    std::cout << layout.schedule << " recompute " << mode << ": peak activation bytes per rank";
+    for (size_t r = 0; r < run.peak_bytes.size(); ++r) {
+      std::cout << " " << run.peak_bytes[r] << " (none " << none.peak_bytes[r] << ")";
+      EXPECT_GT(run.peak_bytes[r], 0) << mode << " rank " << r;
+      EXPECT_LT(run.peak_bytes[r], none.peak_bytes[r]) << mode << " rank " << r;
+    }
+    std::cout << "\n";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, RecomputeTest,
+                         ::testing::Values(Layout{"gpipe", 1}, Layout{"1f1b", 1},
+                                           Layout{"interleaved-1f1b", 2}, Layout{"zb-h1", 1},
+                                           Layout{"zb-v", 2}),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           std::string name = info.param.schedule;
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace pp::integration

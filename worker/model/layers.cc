@@ -1,0 +1,155 @@
+// One transformer block and the head of a stage (stage_impl.h): each forward beside its
+// backward halves, shapes in comments. N = B*T tokens; with TP, Cl = C/TP channels and NHl heads.
+#include "absl/strings/str_cat.h"
+#include "worker/model/stage_impl.h"
+
+namespace pp::model {
+
+using internal::BlockSaved;
+using internal::FBuf;
+using internal::HeadSaved;
+
+namespace {
+
+// Indices into a block's 12 tensors, in UnitTensors order.
+enum BlockTensor {
+  kLn1W,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kProjW,
+  kProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFc2W,
+  kFc2B
+};
+
+}  // namespace
+
+// Sums a partial (N,C) over the tensor-parallel group; nothing to do without one. The group's
+// transport may read x on a stream of its own: x must be complete first.
+absl::Status StageModel::Impl::AllReduce(float* x) {
+  if (tp_ == 1) return absl::OkStatus();
+  ops_->Synchronize();
+  return opt_.tensor_parallel->AllReduceSum(x, N_ * C_);
+}
+// A row-parallel layer's bias, added by TP rank 0 only: the all-reduce then adds it once.
+const float* StageModel::Impl::RowBias(const ModelTensor& bias) const {
+  return tp_rank_ == 0 ? bias.value : nullptr;
+}
+
+// x (N,C) -> y (N,C):
+// y = res2 + mlp(ln_2(res2)), res2 = x + attn(ln_1(x)).
+// With TP, this rank holds Cl = C/TP channels of q, k, v (NHl heads) and 4Cl of mlp.fc.
+absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const float* x,
+                                         float* y) {
+  const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
+  s.ln1 = NewF(N_ * C), s.mean1 = NewF(N_), s.rstd1 = NewF(N_);
+  ops_->LayerNormForward(s.ln1.get(), s.mean1.get(), s.rstd1.get(), x, w[kLn1W].value,
+                         w[kLn1B].value, N, C);
+  s.qkv = NewF(N_ * 3 * Cl);  // (N,3Cl)
+  ops_->MatmulForward(s.qkv.get(), s.ln1.get(), w[kQkvW].value, w[kQkvB].value, N, C, 3 * Cl);
+  s.atty = NewF(N_ * Cl), s.att = NewF(static_cast<size_t>(B_) * NH * T_ * T_);
+  ops_->AttentionForward(s.atty.get(), s.att.get(), s.qkv.get(), B_, T_, Cl, NH);
+  if (opt_.recompute == Recompute::kSelective) s.att.Release();  // back before the backward
+  ops_->MatmulForward(tmp_c_, s.atty.get(), w[kProjW].value, RowBias(w[kProjB]), N, Cl, C);
+  if (absl::Status st = AllReduce(tmp_c_); !st.ok()) return st;
+  s.res2 = NewF(N_ * C);
+  ops_->ResidualForward(s.res2.get(), x, tmp_c_, N_ * C);
+  s.ln2 = NewF(N_ * C), s.mean2 = NewF(N_), s.rstd2 = NewF(N_);
+  ops_->LayerNormForward(s.ln2.get(), s.mean2.get(), s.rstd2.get(), s.res2.get(), w[kLn2W].value,
+                         w[kLn2B].value, N, C);
+  s.fch = NewF(N_ * 4 * Cl), s.fch_gelu = NewF(N_ * 4 * Cl);  // (N,4Cl)
+  ops_->MatmulForward(s.fch.get(), s.ln2.get(), w[kFcW].value, w[kFcB].value, N, C, 4 * Cl);
+  ops_->GeluForward(s.fch_gelu.get(), s.fch.get(), N_ * 4 * Cl);
+  ops_->MatmulForward(tmp_c_, s.fch_gelu.get(), w[kFc2W].value, RowBias(w[kFc2B]), N, 4 * Cl, C);
+  if (absl::Status st = AllReduce(tmp_c_); !st.ok()) return st;
+  ops_->ResidualForward(y, s.res2.get(), tmp_c_, N_ * C);
+  return absl::OkStatus();
+}
+
+// dy (N,C) -> dx (N,C), overwritten. Keeps the input-gradients of every weighted op.
+absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s, const float* x,
+                                               FBuf dy, float* dx) {
+  const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
+  if (s.att.get() == nullptr) {  // selective recomputation: the probabilities, from qkv again
+    s.att = NewF(static_cast<size_t>(B_) * NH * T_ * T_);
+    ops_->AttentionForward(tmp_c_, s.att.get(), s.qkv.get(), B_, T_, Cl, NH);  // output unused
+  }
+  s.dy = std::move(dy);
+  ops_->Zero(tmp_4c_, N_ * 4 * Cl);  // d fch_gelu
+  ops_->MatmulBackwardInput(tmp_4c_, s.dy.get(), w[kFc2W].value, N, 4 * Cl, C);
+  s.dfch = NewF(N_ * 4 * Cl);
+  ops_->GeluBackward(s.dfch.get(), s.fch.get(), tmp_4c_, N_ * 4 * Cl);
+  s.dln2 = NewF(N_ * C);
+  ops_->MatmulBackwardInput(s.dln2.get(), s.dfch.get(), w[kFcW].value, N, C, 4 * Cl);
+  if (absl::Status st = AllReduce(s.dln2.get()); !st.ok()) return st;
+  s.dres2 = NewF(N_ * C);
+  ops_->Copy(s.dres2.get(), s.dy.get(), N_ * C);
+  ops_->LayerNormBackwardInput(s.dres2.get(), s.dln2.get(), s.res2.get(), w[kLn2W].value,
+                               s.mean2.get(), s.rstd2.get(), N, C);
+  ops_->Zero(tmp_c_, N_ * Cl);  // d atty (N,Cl)
+  ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, Cl, C);
+  s.dqkv = NewF(N_ * 3 * Cl);
+  ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(), B_, T_, Cl, NH);
+  s.dln1 = NewF(N_ * C);
+  ops_->MatmulBackwardInput(s.dln1.get(), s.dqkv.get(), w[kQkvW].value, N, C, 3 * Cl);
+  if (absl::Status st = AllReduce(s.dln1.get()); !st.ok()) return st;
+  ops_->Copy(dx, s.dres2.get(), N_ * C);
+  ops_->LayerNormBackwardInput(dx, s.dln1.get(), x, w[kLn1W].value, s.mean1.get(), s.rstd1.get(),
+                               N, C);
+  s.qkv.Release(), s.att.Release(), s.fch.Release();  // the weight part does not read them
+  return absl::OkStatus();
+}
+
+void StageModel::Impl::BlockBackwardWeight(ModelTensor* w, BlockSaved& s, const float* x) {
+  const int C = C_, Cl = Cl_, N = static_cast<int>(N_);
+  ops_->MatmulBackwardWeight(w[kFc2W].grad, w[kFc2B].grad, s.dy.get(), s.fch_gelu.get(), N,
+                             4 * Cl, C);
+  ops_->MatmulBackwardWeight(w[kFcW].grad, w[kFcB].grad, s.dfch.get(), s.ln2.get(), N, C, 4 * Cl);
+  ops_->LayerNormBackwardWeight(w[kLn2W].grad, w[kLn2B].grad, s.dln2.get(), s.res2.get(),
+                                s.mean2.get(), s.rstd2.get(), N, C);
+  ops_->MatmulBackwardWeight(w[kProjW].grad, w[kProjB].grad, s.dres2.get(), s.atty.get(), N, Cl,
+                             C);
+  ops_->MatmulBackwardWeight(w[kQkvW].grad, w[kQkvB].grad, s.dqkv.get(), s.ln1.get(), N, C,
+                             3 * Cl);
+  ops_->LayerNormBackwardWeight(w[kLn1W].grad, w[kLn1B].grad, s.dln1.get(), x, s.mean1.get(),
+                                s.rstd1.get(), N, C);
+}
+
+// x (N,C) -> logits (N,V) -> mean token loss, against s.targets (N) (LoadInputs put them there).
+double StageModel::Impl::HeadForward(HeadSaved& s, const float* x) {
+  const int C = C_, V = cfg_.vocab_size, N = static_cast<int>(N_);
+  s.lnf = NewF(N_ * C), s.mean = NewF(N_), s.rstd = NewF(N_);
+  ops_->LayerNormForward(s.lnf.get(), s.mean.get(), s.rstd.get(), x, head_[0].value,
+                         head_[1].value, N, C);
+  ops_->MatmulForward(logits_, s.lnf.get(), head_weight_->value, nullptr, N, C, V);
+  s.probs = NewF(N_ * V);
+  ops_->CrossEntropyForward(losses_, s.probs.get(), logits_, s.targets.get(), N, V);
+  return ops_->Sum(losses_, N_) / static_cast<double>(N_);
+}
+
+void StageModel::Impl::HeadBackwardInput(HeadSaved& s, const float* x, float* dx) {
+  const int C = C_, V = cfg_.vocab_size, N = static_cast<int>(N_);
+  const float dloss = 1.0f / static_cast<float>(N_ * opt_.microbatches);
+  s.dlogits = NewF(N_ * V);
+  ops_->CrossEntropyBackward(s.dlogits.get(), s.probs.get(), s.targets.get(), dloss, N, V);
+  s.dlnf = NewF(N_ * C);
+  ops_->MatmulBackwardInput(s.dlnf.get(), s.dlogits.get(), head_weight_->value, N, C, V);
+  ops_->Zero(dx, N_ * C);
+  ops_->LayerNormBackwardInput(dx, s.dlnf.get(), x, head_[0].value, s.mean.get(), s.rstd.get(), N,
+                               C);
+  s.probs.Release();
+}
+
+void StageModel::Impl::HeadBackwardWeight(HeadSaved& s, const float* x) {
+  const int C = C_, V = cfg_.vocab_size, N = static_cast<int>(N_);
+  ops_->MatmulBackwardWeight(head_weight_->grad, nullptr, s.dlogits.get(), s.lnf.get(), N, C, V);
+  ops_->LayerNormBackwardWeight(head_[0].grad, head_[1].grad, s.dlnf.get(), x, s.mean.get(),
+                                s.rstd.get(), N, C);
+}
+
+}  // namespace pp::model

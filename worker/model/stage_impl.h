@@ -1,0 +1,184 @@
+// StageModel's private parts (model.h): the per-microbatch saved state and the Impl class, whose
+// methods live in model.cc (the stage: build, forward, backward, recomputation) and layers.cc (one
+// block, the head: forward beside backward, shapes in comments). Not for use outside worker/model.
+//
+// Recomputation (StageOptions.recompute; Korthikanti et al. 2022, "Reducing Activation
+// Recomputation in Large Transformer Models"): kFull keeps a microbatch's inputs only (tokens,
+// the input activation, targets) between its forward and its input-gradient, which runs the
+// forward again first; kSelective drops each block's attention probabilities (B,NH,T,T) right
+// after the attention and recomputes them from qkv just before the attention backward. The
+// kernels are deterministic, so recomputed tensors are the bits the forward made and the
+// gradients equal kNone's bitwise.
+#ifndef PP_WORKER_MODEL_STAGE_IMPL_H_
+#define PP_WORKER_MODEL_STAGE_IMPL_H_
+
+#include <cstdint>
+#include <map>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/model/model.h"
+
+namespace pp::model {
+namespace internal {
+
+using kernels::Ops;
+
+// Backend memory owned by one microbatch's saved state; keeps the stage's live-bytes count.
+template <typename T>
+class Buf {
+ public:
+  Buf() = default;
+  Buf(Ops* ops, size_t n, int64_t* live) : ops_(ops), n_(n), live_(live) {
+    if constexpr (std::is_same_v<T, float>) {
+      p_ = ops->Alloc(n);
+    } else {
+      p_ = ops->AllocInt(n);
+    }
+    *live_ += bytes();
+  }
+  Buf(Buf&& o) noexcept { *this = std::move(o); }
+  Buf& operator=(Buf&& o) noexcept {
+    if (this != &o) {
+      Release();
+      ops_ = o.ops_, p_ = std::exchange(o.p_, nullptr), n_ = o.n_, live_ = o.live_;
+    }
+    return *this;
+  }
+  ~Buf() { Release(); }
+  void Release() {
+    if (p_ == nullptr) return;
+    ops_->Free(p_);
+    *live_ -= bytes();
+    p_ = nullptr;
+  }
+  T* get() const { return p_; }
+
+ private:
+  int64_t bytes() const { return static_cast<int64_t>(n_ * sizeof(T)); }
+  Ops* ops_ = nullptr;
+  T* p_ = nullptr;
+  size_t n_ = 0;
+  int64_t* live_ = nullptr;
+};
+using FBuf = Buf<float>;
+using IBuf = Buf<int32_t>;
+
+// Forward activations a block's backward reads, then the input-gradients its weight-gradient
+// part reads (kept between BackwardInput and BackwardWeight).
+struct BlockSaved {
+  FBuf ln1, mean1, rstd1, qkv, att, atty, res2, ln2, mean2, rstd2, fch, fch_gelu;
+  FBuf dy, dfch, dln2, dres2, dqkv, dln1;
+};
+struct HeadSaved {
+  IBuf targets;
+  FBuf lnf, mean, rstd, probs;
+  FBuf dlogits, dlnf;
+};
+struct EmbedSaved {
+  IBuf tokens;
+  FBuf dout;
+};
+struct MbState {
+  EmbedSaved embed;
+  std::vector<FBuf> resid;  // resid[i]: input of local block i; resid[n_blocks]: head input
+  std::vector<BlockSaved> blocks;
+  HeadSaved head;
+  bool input_grads_done = false;
+  // Full recomputation: everything but the inputs was dropped after the forward; the
+  // input-gradient runs the forward again first.
+  bool dropped = false;
+};
+
+// Indices into a block's 12 tensors, in UnitTensors order.
+enum BlockTensor {
+  kLn1W,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kProjW,
+  kProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFc2W,
+  kFc2B
+};
+
+}  // namespace internal
+
+class StageModel::Impl {
+ public:
+  Impl(kernels::Ops* ops, const ModelConfig& config, const StageOptions& options);
+  ~Impl();
+
+  absl::Status Build();
+  bool has_embedding() const { return opt_.first_unit == 0; }
+  bool has_head() const { return opt_.last_unit == cfg_.n_layers + 1; }
+  size_t activation_size() const { return N_ * C_; }
+  std::vector<ModelTensor>& tensors() { return tensors_; }
+  int64_t live_bytes() const { return live_bytes_; }
+  void ZeroGrads();
+  std::map<std::string, std::vector<float>> ValuesToHost();
+
+  absl::StatusOr<double> Forward(int mb, const StageInput& in, float* out);
+  absl::StatusOr<double> Evaluate(const StageInput& in, float* out);
+  absl::Status BackwardInput(int mb, const float* grad_out, float* grad_in);
+  absl::Status BackwardWeight(int mb);
+
+ private:
+  using FBuf = internal::FBuf;
+  using IBuf = internal::IBuf;
+  FBuf NewF(size_t n) { return FBuf(ops_, n, &live_bytes_); }
+  IBuf NewI(size_t n) { return IBuf(ops_, n, &live_bytes_); }
+
+  absl::Status CheckTokens(const int32_t* tokens, const char* what) const;
+  // The microbatch's inputs into `st`: tokens and targets to the device, the input activation
+  // copied (the caller's buffer may be reused once Forward returns).
+  absl::Status LoadInputs(internal::MbState& st, const StageInput& in);
+  // The forward from the inputs in `st`, keeping what the backward reads; `out` receives a
+  // non-last stage's output. Returns the mean token loss on the last stage, else 0.
+  absl::StatusOr<double> ComputeForward(internal::MbState& st, float* out);
+  // kFull: frees all but the inputs after the forward, and brings the rest back before the
+  // input-gradient.
+  void DropToInputs(internal::MbState& st);
+  absl::Status Rematerialize(internal::MbState& st);
+
+  // layers.cc
+  absl::Status AllReduce(float* x);
+  const float* RowBias(const ModelTensor& bias) const;
+  absl::Status BlockForward(ModelTensor* w, internal::BlockSaved& s, const float* x, float* y);
+  absl::Status BlockBackwardInput(ModelTensor* w, internal::BlockSaved& s, const float* x, FBuf dy,
+                                  float* dx);
+  void BlockBackwardWeight(ModelTensor* w, internal::BlockSaved& s, const float* x);
+  double HeadForward(internal::HeadSaved& s, const float* x);
+  void HeadBackwardInput(internal::HeadSaved& s, const float* x, float* dx);
+  void HeadBackwardWeight(internal::HeadSaved& s, const float* x);
+
+  kernels::Ops* ops_;
+  ModelConfig cfg_;
+  StageOptions opt_;
+  int B_ = 0, T_ = 0, C_ = 0;
+  size_t N_ = 0;
+  int tp_ = 1, tp_rank_ = 0;  // tensor-parallel group size and this rank in it
+  int Cl_ = 0, NHl_ = 0;      // channels (C/TP) and heads (NH/TP) of this rank's attention share
+  std::vector<ModelTensor> tensors_;
+  ModelTensor* embed_ = nullptr;        // wte, wpe
+  std::vector<ModelTensor*> blocks_;    // 12 tensors each
+  ModelTensor* head_ = nullptr;         // ln_f.weight, ln_f.bias
+  ModelTensor* head_weight_ = nullptr;  // lm_head.weight, or wte when tied
+  float* tmp_c_ = nullptr;              // (N,C) scratch, dead between calls
+  float* tmp_4c_ = nullptr;             // (N,4C) scratch
+  float* logits_ = nullptr;             // (N,V) scratch
+  float* losses_ = nullptr;             // (N) scratch
+  int64_t live_bytes_ = 0;
+  std::map<int, internal::MbState> in_flight_;
+};
+
+}  // namespace pp::model
+
+#endif  // PP_WORKER_MODEL_STAGE_IMPL_H_
