@@ -231,6 +231,7 @@ TEST(HfGpt2, FolderRoundTripIsBitwise) {
   for (const char* f : {kHfConfigFile, kHfWeightsFile}) {
     EXPECT_EQ(*ReadFile(dir + "/a/" + f), *ReadFile(dir + "/b/" + f)) << f;
   }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(HfGpt2, ReadRefusesShardedAndPickleFolders) {
@@ -241,6 +242,7 @@ TEST(HfGpt2, ReadRefusesShardedAndPickleFolders) {
   EXPECT_THAT(std::string(ReadHfGpt2(dir).status().message()),
               HasSubstr("has model.safetensors.index.json but no model.safetensors"));
   EXPECT_EQ(ReadHfGpt2(dir + "/missing").status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -3,9 +3,12 @@
 // deterministic per seed and the same with and without the cache, bad requests are refused.
 #include "worker/trainer/sample.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/hf_gpt2.h"
 #include "common/job_spec.h"
@@ -37,10 +40,22 @@ pp::v1::JobSpec TinySpec(const std::string& name) {
   return spec;
 }
 
+// ctest runs each test as its own process, two at a time: one folder per process, removed at
+// the end.
+const std::string& Root() {
+  static const std::string root =
+      absl::StrCat(::testing::TempDir(), "/sample_test_ckpt-", getpid());
+  return root;
+}
+class RemoveRoot : public ::testing::Environment {
+  void TearDown() override { std::filesystem::remove_all(Root()); }
+};
+::testing::Environment* const kRemoveRoot = ::testing::AddGlobalTestEnvironment(new RemoveRoot);
+
 // A trained tiny model: its checkpoint's step folder (trained once per test binary).
 std::string TrainedCheckpoint() {
   static const std::string dir = [] {
-    const std::string root = ::testing::TempDir() + "/sample_test_ckpt";
+    const std::string& root = Root();
     std::filesystem::remove_all(root);
     TrainOptions o;
     o.checkpoint_root = root;

@@ -58,6 +58,7 @@ TEST(TrainFrom, KeepsLearnsOnAndRefuses) {
   partial.erase("h.1.mlp.fc.bias");
   EXPECT_THAT(std::string(TrainFrom(TinySpec("p", 1e-2), one, partial).status().message()),
               ::testing::HasSubstr("no tensor h.1.mlp.fc.bias of 64 values"));
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace
