@@ -48,6 +48,11 @@ std::string CommandHelp(const Command& c) {
     const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) continue;
     const std::string default_value = flag->DefaultValue();
+    // A shared flag's default belongs to the other command: this one's help says what it wants.
+    if (const auto own = c.flag_help.find(name); own != c.flag_help.end()) {
+      absl::StrAppend(&out, "  --", name, "\n", Wrap(own->second, "      ", 90));
+      continue;
+    }
     absl::StrAppend(&out, "  --", name,
                     " (default: ", default_value.empty() ? "\"\"" : default_value, ")\n",
                     Wrap(flag->Help(), "      ", 90));

@@ -8,6 +8,7 @@
 #define PP_CLIENT_COMMAND_H_
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct Command {
   // Runs with the positional arguments after the command, flags already set; prints its result
   // on stdout and returns the exit code: 0 ok, 1 failed, 2 bad usage (errors: one stderr line).
   std::function<int(const std::vector<std::string>& args)> run;
+  // Help for flags this command shares with another (one Abseil flag, e.g. --format) but reads
+  // with its own meaning (its default is then not shown); the flag's own help otherwise.
+  std::map<std::string, std::string> flag_help = {};
 };
 
 // For commands written against absl::Status: prints a failure as one line "ppctl <command>:
@@ -38,6 +42,13 @@ Command UpCommand();
 
 // `ppctl train`: client/train_command.cc.
 Command TrainCommand();
+
+// `ppctl export` and `ppctl import` (the Hugging Face GPT-2 layout): client/hf_commands.cc.
+Command ExportCommand();
+Command ImportCommand();
+
+// `ppctl sample`: client/sample_command.cc.
+Command SampleCommand();
 
 // ppctl's main over a command table; returns the process exit code.
 int RunPpctl(const std::vector<Command>& commands, int argc, char** argv);

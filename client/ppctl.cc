@@ -45,5 +45,8 @@ int main(int argc, char** argv) {
   for (pp::client::Command& c : JobCommands()) commands.push_back(std::move(c));
   commands.push_back(pp::client::UpCommand());
   commands.push_back(pp::client::TrainCommand());
+  commands.push_back(pp::client::ExportCommand());
+  commands.push_back(pp::client::ImportCommand());
+  commands.push_back(pp::client::SampleCommand());
   return pp::client::RunPpctl(commands, argc, argv);
 }

@@ -16,6 +16,7 @@
 #include "worker/executor/sum_squares.h"
 #include "worker/model/model.h"
 #include "worker/optim/optim.h"
+#include "worker/trainer/train_from.h"
 
 namespace pp::trainer {
 namespace {
@@ -146,7 +147,29 @@ std::string StepLine(const pp::v1::JobSpec& spec, int done, int steps, double lo
 
 }  // namespace
 
-absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOptions& options) {
+namespace {
+
+// The model of every unit; with `init` its values replace the seeded ones (moments stay zero).
+absl::StatusOr<std::unique_ptr<model::StageModel>> CreateModel(kernels::Ops& ops,
+                                                               const model::ModelConfig& config,
+                                                               const model::StageOptions& stage,
+                                                               const InitialWeights* init) {
+  auto model = model::StageModel::Create(&ops, config, stage);
+  if (!model.ok() || init == nullptr) return model;
+  for (model::ModelTensor& t : (*model)->tensors()) {
+    auto it = init->find(t.name);
+    if (it == init->end() || it->second.data.size() != t.size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the initial weights have no tensor ", t.name, " of ", t.size, " values"));
+    }
+    ops.CopyToDevice(t.value, it->second.data.data(), t.size);
+  }
+  return model;
+}
+
+// Train's body; `init` null: the seeded initialisation.
+absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOptions& options,
+                                      const InitialWeights* init) {
   auto config = model::ModelConfigFromSpec(spec.model());
   if (!config.ok()) return config.status();
   const pp::v1::TrainSpec& train = spec.train();
@@ -165,7 +188,7 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
       common::RecomputeFromName(spec.parallel().recompute());
   if (!recompute.ok()) return recompute.status();
   stage.recompute = *recompute;
-  auto model = model::StageModel::Create(ops->get(), *config, stage);
+  auto model = CreateModel(**ops, *config, stage, init);
   if (!model.ok()) return model.status();
   auto source = data::TokenSource::Open(spec.data());
   if (!source.ok()) return source.status();
@@ -209,6 +232,17 @@ absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOption
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.weights = (*model)->ValuesToHost();
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOptions& options) {
+  return TrainWith(spec, options, nullptr);
+}
+
+absl::StatusOr<TrainResult> TrainFrom(const pp::v1::JobSpec& spec, const TrainOptions& options,
+                                      const InitialWeights& init) {
+  return TrainWith(spec, options, &init);
 }
 
 int TrainMain(const std::string& spec_path, const TrainOptions& options) {

@@ -1,0 +1,88 @@
+// The Hugging Face GPT-2 layout (transformers' GPT2LMHeadModel): a folder holding config.json
+// and model.safetensors, and its conversion to and from this project's tensors
+// (docs/model.md "Tensor names").
+//
+// The mapping (C = n_embd; "ours" is torch.nn.Linear [out, in], HF's Conv1D is [in, out]):
+//   wte.weight [V,C]                 <-> transformer.wte.weight [V,C]
+//   wpe.weight [T,C]                 <-> transformer.wpe.weight [n_positions = T, C]
+//   h.i.ln_{1,2}.{weight,bias} [C]   <-> transformer.h.i.ln_{1,2}.{weight,bias}
+//   h.i.attn.qkv.weight [3C,C]       <-> transformer.h.i.attn.c_attn.weight [C,3C] (transposed;
+//                                        both hold q, k, v in that order, heads contiguous)
+//   h.i.attn.proj.weight [C,C]       <-> transformer.h.i.attn.c_proj.weight [C,C] (transposed)
+//   h.i.mlp.fc.weight [4C,C]         <-> transformer.h.i.mlp.c_fc.weight [C,4C] (transposed)
+//   h.i.mlp.proj.weight [C,4C]       <-> transformer.h.i.mlp.c_proj.weight [4C,C] (transposed)
+//   biases, ln_f                     <-> the same names under transformer.
+//   lm_head.weight [V,C]             <-> lm_head.weight [V,C], absent when tied
+// Our numerics are GPT-2's: GELU tanh (activation_function "gelu_new"), LayerNorm eps 1e-5,
+// attention scaled by 1/sqrt(head size), no biases on the head. A transposition is exact, so
+// export -> import -> export gives the same bytes.
+//
+// Contract: pure conversions plus two folder functions. Every refusal is one InvalidArgument line
+// naming the file and the field or tensor: a config that is not GPT-2 or asks for numerics we do
+// not compute (another activation, eps, n_inner, attention scaling, cross-attention), sizes past
+// common/spec_bounds.h, a missing, unknown, duplicate or misshapen tensor. config.json is parsed
+// with protobuf's JSON parser (into google.protobuf.Struct), after a size check; it never crashes
+// on hostile bytes (tests/fuzz/hf_config_fuzzer.cc). Thread-safe (no state).
+#ifndef PP_COMMON_HF_GPT2_H_
+#define PP_COMMON_HF_GPT2_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/safetensors.h"
+#include "pp/v1/job.pb.h"
+
+namespace pp::common {
+
+inline constexpr char kHfConfigFile[] = "config.json";
+inline constexpr char kHfWeightsFile[] = "model.safetensors";
+// A GPT-2 config.json is under 2 KiB; anything over this is refused before it is read.
+inline constexpr uint64_t kMaxHfConfigBytes = uint64_t{1} << 20;
+
+// The model shape a GPT-2 config.json describes, as our ModelSpec (vocab_size, seq_len =
+// n_positions, d_model = n_embd, n_heads, n_layers, tie_embeddings = tie_word_embeddings, which
+// defaults to true as in transformers). `origin` names the bytes in errors.
+absl::StatusOr<pp::v1::ModelSpec> ParseHfGpt2Config(absl::string_view json,
+                                                    absl::string_view origin = "config.json");
+// The config.json text for `model` (sizes >= 1 as ValidateJobSpec checks them).
+std::string HfGpt2ConfigJson(const pp::v1::ModelSpec& model);
+
+// Our named tensors (whole; optimizer moments are ignored) -> the HF tensors, in our unit order.
+// Every tensor `model` has must be present with its shape.
+absl::StatusOr<std::vector<Tensor>> ToHfGpt2Tensors(const pp::v1::ModelSpec& model,
+                                                    const std::map<std::string, Tensor>& ours);
+// HF tensors (names with or without the "transformer." prefix; the causal-mask buffers
+// "*.attn.bias" / "*.attn.masked_bias" of older transformers are skipped) -> ours, by name. A
+// tied model may carry lm_head.weight only as an exact copy of wte.weight.
+absl::StatusOr<std::map<std::string, Tensor>> FromHfGpt2Tensors(const pp::v1::ModelSpec& model,
+                                                                std::vector<Tensor> hf,
+                                                                absl::string_view origin);
+
+// Writes <dir>/config.json and <dir>/model.safetensors (F32, metadata format=pt), each
+// atomically, creating dir.
+absl::Status WriteHfGpt2(const std::string& dir, const pp::v1::ModelSpec& model,
+                         const std::map<std::string, Tensor>& ours);
+
+struct HfGpt2Model {
+  pp::v1::ModelSpec model;                // from config.json
+  std::map<std::string, Tensor> tensors;  // our names
+};
+// Reads and converts an HF GPT-2 folder. A sharded one (model.safetensors.index.json) or one with
+// only pytorch_model.bin is refused by name.
+absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir);
+
+// OK when a job's model fields fit the HF model: every size the spec sets (non-zero) equals it,
+// and tie_embeddings is not asked for an untied model. Fills the unset sizes and the tie from
+// `hf` into `spec`. The refusal names the field, e.g. "model.d_model: the spec says 64,
+// DIR/config.json says n_embd 128".
+absl::Status FitModelSpec(const pp::v1::ModelSpec& hf, absl::string_view origin,
+                          pp::v1::ModelSpec* spec);
+
+}  // namespace pp::common
+
+#endif  // PP_COMMON_HF_GPT2_H_
