@@ -30,7 +30,7 @@ struct Layout {
 };
 
 class RecomputeTest : public IntegrationTest, public ::testing::WithParamInterface<Layout> {
- protected:
+ public:
   struct Run {
     std::vector<double> losses;
     std::map<std::string, std::vector<float>> weights;
