@@ -66,7 +66,7 @@ TEST(AutoPlanTest, BadRequestsAndImpossibleBudgets) {
   request.schedules = {"1f1b", "forward-only"};
   EXPECT_EQ(ChooseSchedule(request).status().message(),
             "schedule 'forward-only' trains nothing (it runs evaluation); the planner compares "
-            "gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v");
+            "gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, v-half, v-min, dualpipe-v");
   request.schedules = {};
   request.costs.forward = -1;
   EXPECT_FALSE(ChooseSchedule(request).ok());
