@@ -8,6 +8,7 @@
 //   convert.h    plain structs <-> pp.v1 protos
 //   auto_plan.h  the auto-planners (schedule, V and M; the DP x PP x TP mesh)
 //   memory.h     EstimateMemory: each rank's peak bytes, broken down
+//   torch_csv.h  schedules in and out as torch.distributed.pipelining's CSV
 // The rest (ir.h's helpers, lower.h, validate.h, execute.h) is how the planner works inside.
 #ifndef PP_COORDINATOR_PLAN_PLAN_H_
 #define PP_COORDINATOR_PLAN_PLAN_H_
@@ -24,6 +25,7 @@
 #include "coordinator/plan/render.h"
 #include "coordinator/plan/simulate.h"
 #include "coordinator/plan/timeline.h"
+#include "coordinator/plan/torch_csv.h"
 #include "pp/v1/job.pb.h"
 #include "pp/v1/schedule.pb.h"
 
