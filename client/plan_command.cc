@@ -14,16 +14,18 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/command.h"
+#include "common/file_io.h"
 #include "common/job_spec.h"
 #include "coordinator/plan/plan.h"
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, schedule, "1f1b",
-          "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v | forward-only");
+          "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-h2 | zb-v | v-half | v-min | dualpipe-v | "
+          "forward-only");
 ABSL_FLAG(int32_t, stages, 4, "D: pipeline ranks");
 ABSL_FLAG(int32_t, chunks, 0,
-          "V: model chunks (stages) per rank; 0 = the schedule's own (2 for interleaved-1f1b and "
-          "zb-v, else 1)");
+          "V: model chunks (stages) per rank; 0 = the schedule's own (2 for interleaved-1f1b, "
+          "zb-v, v-half, v-min and dualpipe-v, else 1)");
 ABSL_FLAG(int32_t, microbatches, 8, "M: microbatches per step");
 ABSL_FLAG(std::string, costs, "f=1,b=2",
           "cost model, comma-separated key=value: f forward, b backward (full), i input-grad and "
@@ -35,7 +37,13 @@ ABSL_FLAG(std::string, costs, "f=1,b=2",
           "held between them (activation recomputation; --spec sets both from the job). Unset "
           "keys: f=1 b=2, the rest 0");
 ABSL_FLAG(std::string, format, "ascii",
-          "ascii (timeline + simulation) | json (pp.v1.Schedule) | chrome (trace events)");
+          "ascii (timeline + simulation) | json (pp.v1.Schedule) | chrome (trace events) | "
+          "torch-csv (torch.distributed.pipelining's compute-only CSV) | torch-csv-comms (its "
+          "CSV with the send and receive actions)");
+ABSL_FLAG(std::string, schedule_file, "",
+          "a FILE of torch.distributed.pipelining's schedule CSV (either form): validate and "
+          "simulate it instead of generating one; --schedule, --stages, --chunks and "
+          "--microbatches are then not used (the file gives D, V, M and the layout)");
 ABSL_FLAG(std::string, spec, "",
           "a job spec FILE (proto3 JSON or text): plan its schedule, layout and partition as "
           "ppcoord would and add each rank's estimated peak memory with its breakdown; "
@@ -149,6 +157,12 @@ std::string Summary(const plan::Planned& planned, const plan::CostModel& costs) 
 
 absl::Status Print(const plan::Planned& planned, const plan::CostModel& costs,
                    const std::string& format) {
+  if (format == "torch-csv" || format == "torch-csv-comms") {
+    std::cout << plan::ToTorchCsv(planned.schedule, format == "torch-csv"
+                                                        ? plan::CsvForm::kComputeOnly
+                                                        : plan::CsvForm::kWithComms);
+    return absl::OkStatus();
+  }
   if (format == "json") {
     google::protobuf::util::JsonPrintOptions options;
     options.always_print_primitive_fields = true;
@@ -378,9 +392,10 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
     return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", args[0], "'"));
   }
   const std::string format = absl::GetFlag(FLAGS_format);
-  if (format != "ascii" && format != "json" && format != "chrome") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--format must be ascii, json or chrome, got '", format, "'"));
+  if (format != "ascii" && format != "json" && format != "chrome" && format != "torch-csv" &&
+      format != "torch-csv-comms") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--format must be ascii, json, chrome, torch-csv or torch-csv-comms, got '", format, "'"));
   }
   absl::StatusOr<plan::CostModel> costs = ParseCosts(absl::GetFlag(FLAGS_costs));
   if (!costs.ok()) return costs.status();
@@ -392,6 +407,15 @@ absl::Status RunPlan(const std::vector<std::string>& args) {
     return RunAuto(AutoRequest(*costs, D, D), format);
   }
   if (!spec.empty()) return RunSpec(spec, *costs, format);
+  if (const std::string file = absl::GetFlag(FLAGS_schedule_file); !file.empty()) {
+    absl::StatusOr<std::string> text = common::ReadFile(file, uint64_t{64} << 20);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<plan::Planned> planned = plan::PlanTorchCsv(*text, *costs);
+    if (!planned.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": ", planned.status().message()));
+    }
+    return Print(*planned, *costs, format);
+  }
   absl::StatusOr<plan::Planned> planned =
       plan::Plan(absl::GetFlag(FLAGS_schedule), absl::GetFlag(FLAGS_stages),
                  absl::GetFlag(FLAGS_chunks), absl::GetFlag(FLAGS_microbatches), *costs);
@@ -406,7 +430,8 @@ Command PlanCommand() {
           "",
           "compile a pipeline schedule locally (no server): generate, lower comms, validate, "
           "simulate, draw",
-          {"schedule", "stages", "chunks", "microbatches", "costs", "format", "spec", "auto",
+          {"schedule", "stages", "chunks", "microbatches", "costs", "format", "schedule_file",
+           "spec", "auto",
            "min_microbatches", "max_microbatches", "memory_budget", "schedules", "max_chunks",
            "mesh_workers", "memory_per_worker", "batch", "layers", "heads", "max_tensor",
            "boundary_bytes", "weight_bytes"},

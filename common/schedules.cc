@@ -29,6 +29,15 @@ absl::Status InterleavedConstraints(int D, int V, int M) {
   return absl::OkStatus();
 }
 
+// DualPipe's phases (coordinator/plan/dualpipe_v.h) run the steady state M - 2D + r + 1 times on
+// rank r: rank 0 needs M >= 2D, as DeepSeek's dualpipev.py asserts.
+absl::Status DualPipeVConstraints(int D, int, int M) {
+  if (M >= 2 * D) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "dualpipe-v needs M >= 2D microbatches (DeepSeek's DualPipeV: D=", D, " needs M >= ",
+      2 * D, "), got M=", M));
+}
+
 }  // namespace
 
 const std::vector<ScheduleRule>& ScheduleRules() {
@@ -37,7 +46,11 @@ const std::vector<ScheduleRule>& ScheduleRules() {
       {"1f1b", 1, 1, 1, "", nullptr},
       {"interleaved-1f1b", 2, 0, 2, "; with one chunk use 1f1b", InterleavedConstraints},
       {"zb-h1", 1, 1, 1, "", nullptr},
+      {"zb-h2", 1, 1, 1, "", nullptr},
       {"zb-v", 2, 2, 2, "", nullptr},
+      {"v-half", 2, 2, 2, "", nullptr},
+      {"v-min", 2, 2, 2, "", nullptr},
+      {"dualpipe-v", 2, 2, 2, "", DualPipeVConstraints},
       {kForwardOnly, 1, 0, 1, "", nullptr, /*trains=*/false},
   };
   return *table;

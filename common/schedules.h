@@ -3,10 +3,11 @@
 // here, below both users: job-spec validation (job_spec.h) checks a spec's schedule and chunks
 // against it, and the planner (coordinator/plan/generate.h) adds a generator to each entry.
 //
-//   gpipe             V=1                    zb-h1  V=1
-//   1f1b              V=1                    zb-v   V=2 (default 2)
+//   gpipe             V=1                    zb-h1, zb-h2          V=1
+//   1f1b              V=1                    zb-v, v-half, v-min   V=2 (default 2)
 //   interleaved-1f1b  V>=2 (default 2), M >= D and no last microbatch group short enough to make
 //                     Megatron-LM's order cyclic
+//   dualpipe-v        V=2 (default 2), M >= 2D
 //   forward-only      any V (default 1): forwards only, for evaluation; no job trains with it
 //
 // Contract: the table is built on first use and never changes; every function is thread-safe.

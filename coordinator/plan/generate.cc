@@ -1,11 +1,12 @@
 #include "coordinator/plan/generate.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/plan/dualpipe_v.h"
+#include "coordinator/plan/list_schedule.h"
 
 namespace pp::plan {
 namespace {
@@ -117,101 +118,6 @@ Schedule ZbH1(int D, int M) {
   return schedule;
 }
 
-// ZB-V (Qi et al. 2023, section 6): rank r holds stages r and 2D-1-r, so the forward goes down
-// the ranks and back up and the loss is on rank 0, next to the first stage. The order comes from
-// list scheduling in the spirit of the paper's heuristic scheduler: every action takes one time
-// unit (the paper's T_F = T_B = T_W), and whenever a rank is free it runs, in this priority:
-//   1. a ready F if fewer than 2D stage-microbatches are live on it (live from F to W: a chunk is
-//      half a 1F1B stage, so this is 1F1B's peak of D microbatches), the stage nearer the loss
-//      first;
-//   2. a ready I (its gradient is awaited upstream), chunk 0's first: when both are ready it
-//      belongs to the older microbatch;
-//   3. the oldest pending W (no one waits for a W, so it fills what would be a bubble).
-// The order in which each rank ran its actions is its program. Of the 120 priority orders of
-// {F near, F far, I near, I far, W} this one reaches the lower bound 6M + D - 1 (f=I=W=1 per
-// chunk) for the most M; see tests/coordinator/plan/simulate_test.cc for the exact figures.
-// ZbVScheduler holds the list scheduler's state: what each stage has run and when, what each rank
-// holds.
-class ZbVScheduler {
- public:
-  ZbVScheduler(int D, int M)
-      : D_(D), M_(M), S_(2 * D), next_f_(S_, 0), next_i_(S_, 0),
-        f_end_(static_cast<size_t>(S_) * M, kNever), i_end_(static_cast<size_t>(S_) * M, kNever),
-        pending_w_(D), w_head_(D, 0), live_(D, 0), free_at_(D, 0) {}
-
-  absl::StatusOr<Schedule> Run() {
-    Schedule schedule = Empty("zb-v", D_, 2, M_, VShapeStageToRank(D_));
-    int remaining = 3 * S_ * M_;
-    for (int t = 0; remaining > 0;) {
-      for (int r = 0; r < D_; ++r) {
-        if (free_at_[r] > t || !RunNext(r, t, schedule.programs[r])) continue;
-        free_at_[r] = t + 1;
-        --remaining;
-      }
-      int next = kNever;
-      for (int r = 0; r < D_; ++r) {
-        if (free_at_[r] > t) next = std::min(next, free_at_[r]);
-      }
-      if (next == kNever && remaining > 0) {
-        return absl::InternalError(
-            absl::StrCat("zb-v list scheduler stalled at time ", t, " (D=", D_, " M=", M_, ")"));
-      }
-      t = next;
-    }
-    return schedule;
-  }
-
- private:
-  static constexpr int kNever = std::numeric_limits<int>::max();
-  struct Pending {
-    int stage;
-    int microbatch;
-  };
-
-  bool ForwardReady(int r, int s, int t) const {
-    const int m = next_f_[s];
-    return live_[r] < 2 * D_ && m < M_ && (s == 0 || f_end_[(s - 1) * M_ + m] <= t);
-  }
-  bool InputGradReady(int s, int t) const {
-    const int m = next_i_[s];
-    return m < M_ && f_end_[s * M_ + m] <= t && (s + 1 == S_ || i_end_[(s + 1) * M_ + m] <= t);
-  }
-
-  // Rank r is free at time t: appends what it runs by the priority above, or returns false when
-  // it idles until something it waits for finishes.
-  bool RunNext(int r, int t, std::vector<Action>& program) {
-    const int near = S_ - 1 - r, far = r;  // nearer the loss first
-    if (ForwardReady(r, near, t) || ForwardReady(r, far, t)) {
-      const int s = ForwardReady(r, near, t) ? near : far;
-      const int m = next_f_[s]++;
-      program.push_back({Kind::kForward, s, m});
-      f_end_[s * M_ + m] = t + 1;
-      ++live_[r];
-    } else if (InputGradReady(far, t) || InputGradReady(near, t)) {
-      const int s = InputGradReady(far, t) ? far : near;
-      const int m = next_i_[s]++;
-      program.push_back({Kind::kBackwardInput, s, m});
-      i_end_[s * M_ + m] = t + 1;
-      pending_w_[r].push_back({s, m});
-    } else if (w_head_[r] < pending_w_[r].size()) {
-      const Pending w = pending_w_[r][w_head_[r]++];
-      program.push_back({Kind::kBackwardWeight, w.stage, w.microbatch});
-      --live_[r];
-    } else {
-      return false;
-    }
-    return true;
-  }
-
-  const int D_, M_, S_;
-  std::vector<int> next_f_, next_i_;  // per stage: the next microbatch to run
-  std::vector<int> f_end_, i_end_;    // per (stage, microbatch): when its F / I ends
-  std::vector<std::vector<Pending>> pending_w_;  // per rank, in I order
-  std::vector<size_t> w_head_;
-  std::vector<int> live_, free_at_;  // per rank
-};
-
-absl::StatusOr<Schedule> ZbV(int D, int M) { return ZbVScheduler(D, M).Run(); }
 
 }  // namespace
 
@@ -250,7 +156,13 @@ Generator GeneratorOf(const std::string& name) {
     return [](int D, int V, int M) -> Result { return Interleaved(D, V, M); };
   }
   if (name == "zb-h1") return [](int D, int, int M) -> Result { return ZbH1(D, M); };
-  if (name == "zb-v") return [](int D, int, int M) -> Result { return ZbV(D, M); };
+  if (name == "zb-h2") return [](int D, int, int M) { return internal::ZbH2(D, M); };
+  if (name == "zb-v") return [](int D, int, int M) { return internal::ZbV(D, M); };
+  if (name == "v-half") return [](int D, int, int M) { return internal::VHalf(D, M); };
+  if (name == "v-min") return [](int D, int, int M) { return internal::VMin(D, M); };
+  if (name == "dualpipe-v") {
+    return [](int D, int, int M) -> Result { return internal::DualPipeV(D, M); };
+  }
   if (name == common::kForwardOnly) {
     return [](int D, int V, int M) -> Result { return ForwardOnly(LoopedStageToRank(D, V), D, V, M); };
   }

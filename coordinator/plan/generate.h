@@ -3,12 +3,14 @@
 //
 //   gpipe             V=1: all forwards, then all backwards (Huang et al. 2019).
 //   1f1b              V=1: D-1-r warm-up forwards, then one forward / one backward
-//   (PipeDream-Flush,
-//                     Megatron's non-interleaved schedule).
+//                     (PipeDream-Flush, Megatron's non-interleaved schedule).
 //   interleaved-1f1b  V>=2 looped chunks, Megatron-LM's depth-first order with its microbatch-group
 //                     rule; refuses M < D as Megatron does.
 //   zb-h1             V=1, backward split into I and W; W fills the bubbles, peak memory of 1F1B.
+//   zb-h2             V=1, split backward, up to 2D-1 live activations: no warm-up bubble.
 //   zb-v              V=2 chunks in a V (rank r holds stages r and 2D-1-r), split backward.
+//   v-half, v-min     zb-v's V at 1/2 and 1/3 of 1F1B's activation memory (list_schedule.h).
+//   dualpipe-v        V=2 in a V, DeepSeek's overlapped F&B as F then B (dualpipe_v.h); M >= 2D.
 //   forward-only      any V: each rank runs F of every microbatch, stage by stage; no B, I or W.
 //                     Evaluation runs it on the layout of the job's training schedule.
 #ifndef PP_COORDINATOR_PLAN_GENERATE_H_
@@ -41,7 +43,8 @@ const ScheduleKind* FindSchedule(const std::string& name);
 // The names Generate accepts, in the order they are documented.
 const std::vector<std::string>& ScheduleNames();
 
-// V chunks `name` runs with when the caller passes V <= 0 (2 for interleaved-1f1b and zb-v).
+// V chunks `name` runs with when the caller passes V <= 0 (2 for interleaved-1f1b and the V
+// schedules: zb-v, v-half, v-min, dualpipe-v).
 int DefaultChunks(const std::string& name);
 
 // The V values worth trying for `kind` up to `max_chunks` (the auto-planner's candidates): the

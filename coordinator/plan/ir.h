@@ -35,6 +35,8 @@ struct Action {
   int stage;
   int microbatch;
   int peer = -1;  // comm actions: the other rank; -1 otherwise
+
+  bool operator==(const Action&) const = default;
 };
 
 struct Schedule {

@@ -5,6 +5,28 @@
 
 namespace pp::plan {
 
+namespace internal {
+
+void AppendLowered(const Schedule& compute, const Action& a, std::vector<Action>& out) {
+  const int S = compute.stages();
+  const int s = a.stage;
+  const int here = compute.stage_to_rank[s];
+  const int next = s + 1 < S ? compute.stage_to_rank[s + 1] : here;
+  const int prev = s > 0 ? compute.stage_to_rank[s - 1] : here;
+  const bool grad = a.kind == Kind::kBackward || a.kind == Kind::kBackwardInput;
+  if (a.kind == Kind::kForward && prev != here) {
+    out.push_back({Kind::kRecvActivation, s, a.microbatch, prev});
+  }
+  if (grad && next != here) out.push_back({Kind::kRecvGrad, s, a.microbatch, next});
+  out.push_back(a);
+  if (a.kind == Kind::kForward && next != here) {
+    out.push_back({Kind::kSendActivation, s, a.microbatch, next});
+  }
+  if (grad && prev != here) out.push_back({Kind::kSendGrad, s, a.microbatch, prev});
+}
+
+}  // namespace internal
+
 absl::StatusOr<Schedule> LowerComms(const Schedule& compute) {
   const int S = compute.stages();
   Schedule lowered;
@@ -26,20 +48,7 @@ absl::StatusOr<Schedule> LowerComms(const Schedule& compute) {
         return absl::InvalidArgumentError(
             absl::StrCat("rank ", r, ": ", Describe(a), " names a stage outside 0..", S - 1));
       }
-      const int s = a.stage;
-      const int here = compute.stage_to_rank[s];
-      const int next = s + 1 < S ? compute.stage_to_rank[s + 1] : here;
-      const int prev = s > 0 ? compute.stage_to_rank[s - 1] : here;
-      const bool grad = a.kind == Kind::kBackward || a.kind == Kind::kBackwardInput;
-      if (a.kind == Kind::kForward && prev != here) {
-        out.push_back({Kind::kRecvActivation, s, a.microbatch, prev});
-      }
-      if (grad && next != here) out.push_back({Kind::kRecvGrad, s, a.microbatch, next});
-      out.push_back(a);
-      if (a.kind == Kind::kForward && next != here) {
-        out.push_back({Kind::kSendActivation, s, a.microbatch, next});
-      }
-      if (grad && prev != here) out.push_back({Kind::kSendGrad, s, a.microbatch, prev});
+      internal::AppendLowered(compute, a, out);
     }
   }
   return lowered;

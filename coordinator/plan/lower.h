@@ -10,6 +10,8 @@
 #ifndef PP_COORDINATOR_PLAN_LOWER_H_
 #define PP_COORDINATOR_PLAN_LOWER_H_
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "coordinator/plan/ir.h"
 
@@ -17,6 +19,13 @@ namespace pp::plan {
 
 // InvalidArgument if `compute` already holds comm actions or names a stage out of range.
 absl::StatusOr<Schedule> LowerComms(const Schedule& compute);
+
+namespace internal {
+// What LowerComms emits for one compute action `a` of `compute`: its receive, itself, its send.
+// For callers that track where each lowered action came from (torch_csv.h). REQUIRES: `a` a
+// compute action whose stage is in range.
+void AppendLowered(const Schedule& compute, const Action& a, std::vector<Action>& out);
+}  // namespace internal
 
 }  // namespace pp::plan
 

@@ -9,6 +9,7 @@
 //   auto_plan.h  the auto-planners (schedule, V and M; the DP x PP x TP mesh)
 //   memory.h     EstimateMemory: each rank's peak bytes, broken down
 //   recompute.h  what activation recomputation costs, and the choice recompute "auto" makes
+//   torch_csv.h  schedules in and out as torch.distributed.pipelining's CSV
 // The rest (ir.h's helpers, lower.h, validate.h, execute.h) is how the planner works inside.
 #ifndef PP_COORDINATOR_PLAN_PLAN_H_
 #define PP_COORDINATOR_PLAN_PLAN_H_
@@ -26,6 +27,7 @@
 #include "coordinator/plan/render.h"
 #include "coordinator/plan/simulate.h"
 #include "coordinator/plan/timeline.h"
+#include "coordinator/plan/torch_csv.h"
 #include "pp/v1/job.pb.h"
 #include "pp/v1/schedule.pb.h"
 

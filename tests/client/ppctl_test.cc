@@ -56,7 +56,7 @@ TEST(PpctlTest, HelpDocumentsEveryPlanFlag) {
        {"schedule", "stages", "chunks", "microbatches", "costs", "format", "spec", "auto",
         "min_microbatches", "max_microbatches", "memory_budget", "schedules", "max_chunks",
         "mesh_workers", "memory_per_worker", "batch", "layers", "heads", "max_tensor",
-        "boundary_bytes", "weight_bytes"}) {
+        "boundary_bytes", "weight_bytes", "schedule_file"}) {
     EXPECT_NE(help.out.find(absl::StrCat("  --", flag, " (default: ")), std::string::npos)
         << flag << "\n"
         << help.out;
@@ -75,7 +75,7 @@ TEST(PpctlTest, BadArgumentsAreOneLineAndExitTwo) {
       {"plan --frobnicate=1", "unknown flag --frobnicate"},
       {"plan --costs=f=abc", "'abc' is not a number"},
       {"plan --costs=q=1", "unknown key 'q'"},
-      {"plan --format=svg", "--format must be ascii, json or chrome"},
+      {"plan --format=svg", "--format must be ascii, json, chrome, torch-csv or torch-csv-comms"},
       {"plan --schedule=interleaved-1f1b --stages=4 --microbatches=2", "M >= D"},
       {"plan --stages=0", "D=0 < 1"},
       {"plan --stages=100000 --microbatches=100000", "stage-microbatches is more than"},
@@ -110,6 +110,35 @@ TEST(PpctlTest, JsonIsAValidSchedule) {
   ASSERT_TRUE(schedule.ok());
   EXPECT_TRUE(Validate(*schedule).ok());
   EXPECT_EQ(proto.simulation().makespan(), 5 * 3 + 2 * 1);  // M(f+b) + (D-1)(f+b-2w)
+}
+
+// --format=torch-csv writes what --schedule_file reads back; a broken file is one line naming
+// the file, line and column.
+TEST(PpctlTest, TorchCsvOutAndBackIn) {
+  const Result csv = Ppctl("plan --schedule=dualpipe-v --stages=4 --microbatches=10 --format=torch-csv");
+  ASSERT_EQ(csv.code, 0) << csv.err;
+  // Rank 0: DualPipe's 2(D-1) forwards of chunk 0, then one of each chunk (stage 7 is chunk 1).
+  EXPECT_EQ(csv.out.rfind("0F0,0F1,0F2,0F3,0F4,0F5,0F6,7F0,", 0), 0u) << csv.out.substr(0, 80);
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), 4);
+  const std::string path = absl::StrCat(::testing::TempDir(), "/dualpipe-", getpid(), ".csv");
+  std::ofstream(path) << csv.out;
+  const Result back = Ppctl(absl::StrCat("plan --schedule_file=", path, " --format=json"));
+  const Result direct =
+      Ppctl("plan --schedule=dualpipe-v --stages=4 --microbatches=10 --format=json");
+  ASSERT_EQ(back.code, 0) << back.err;
+  // The same programs and simulation; only the name differs.
+  EXPECT_EQ(back.out.substr(back.out.find(",\"pipeline\"")),
+            direct.out.substr(direct.out.find(",\"pipeline\"")));
+  std::ofstream(path) << "0F0,0W0,0I0\r\n";
+  const Result broken = Ppctl(absl::StrCat("plan --schedule_file=", path));
+  EXPECT_EQ(broken.code, 2);
+  EXPECT_NE(broken.err.find(absl::StrCat(path, ": line 1, column 2 ('0W0'): rank 0, action 1")),
+            std::string::npos)
+      << broken.err;
+  std::remove(path.c_str());
+  const Result missing = Ppctl("plan --schedule_file=/nonexistent/file.csv");
+  EXPECT_EQ(missing.code, 1);  // a failure, not a usage error
+  EXPECT_NE(missing.err.find("cannot open /nonexistent/file.csv"), std::string::npos) << missing.err;
 }
 
 // A job spec is planned as ppcoord plans it, with every rank's memory estimate.

@@ -318,7 +318,7 @@ TEST_F(JobSpecTest, EvalNeedsBatchesAndExactlyOneSource) {
 TEST_F(JobSpecTest, NoJobTrainsWithTheForwardOnlySchedule) {
   ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_schedule("forward-only"); },
                 "parallel.schedule: unknown value \"forward-only\" (one of gpipe, 1f1b, "
-                "interleaved-1f1b, zb-h1, zb-v)");
+                "interleaved-1f1b, zb-h1, zb-h2, zb-v, v-half, v-min, dualpipe-v)");
 }
 
 // 1000 tokens, seq_len 64: 936 starts. 0.001 of them is none; 0.95 leaves 889 held out and

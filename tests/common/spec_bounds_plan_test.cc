@@ -51,8 +51,8 @@ TEST(SpecBoundsPlanTest, MaxActionsPerRankBoundsEveryLoweredProgram) {
           ASSERT_TRUE(bound.has_value());
           EXPECT_LE(longest, *bound);
           // Tight where a middle rank receives and sends around every stage it holds, and
-          // where nothing communicates.
-          if (D >= 3 || D == 1) {
+          // where nothing communicates; dualpipe-v splits only some backwards, so it stays below.
+          if ((D >= 3 || D == 1) && name != "dualpipe-v") {
             EXPECT_EQ(longest, *bound);
           }
         }

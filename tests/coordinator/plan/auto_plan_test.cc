@@ -1,5 +1,9 @@
 #include "coordinator/plan/auto_plan.h"
 
+#include <set>
+#include <string>
+
+#include "common/schedules.h"
 #include "gtest/gtest.h"
 
 namespace pp::plan {
@@ -20,6 +24,28 @@ TEST(AutoPlanTest, FreeCommsAndNoBudgetPickTheLeastBubble) {
   EXPECT_EQ(Chosen(*plan).schedule, "zb-v");
   EXPECT_NE(plan->reason.find("shortest simulated step"), std::string::npos);
   EXPECT_NE(DescribeAutoPlan(*plan).find("<- chosen"), std::string::npos);
+}
+
+// The nine schedules are all candidates (dualpipe-v only where M >= 2D); with a message latency
+// zb-h2's extra warm-up forwards hide it best (ppctl plan --auto in docs/planner.md).
+TEST(AutoPlanTest, ConsidersEveryTrainingScheduleAndPicksANewOne) {
+  AutoPlanRequest request;
+  request.pipeline = 2;
+  request.min_microbatches = 2;
+  request.max_microbatches = 4;
+  request.costs.comm_latency = 0.2;
+  absl::StatusOr<AutoPlan> plan = ChooseSchedule(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::set<std::string> names;
+  for (const Candidate& c : plan->candidates) {
+    names.insert(c.schedule);
+    if (c.schedule == "dualpipe-v") {
+      EXPECT_GE(c.microbatches, 4);
+    }
+  }
+  EXPECT_EQ(names.size(), common::TrainingScheduleNames().size());
+  EXPECT_EQ(Chosen(*plan).schedule, "zb-h2") << DescribeAutoPlan(*plan);
+  EXPECT_EQ(Chosen(*plan).microbatches, 4);
 }
 
 TEST(AutoPlanTest, MemoryBudgetExcludesGpipe) {
@@ -66,7 +92,7 @@ TEST(AutoPlanTest, BadRequestsAndImpossibleBudgets) {
   request.schedules = {"1f1b", "forward-only"};
   EXPECT_EQ(ChooseSchedule(request).status().message(),
             "schedule 'forward-only' trains nothing (it runs evaluation); the planner compares "
-            "gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v");
+            "gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, v-half, v-min, dualpipe-v");
   request.schedules = {};
   request.costs.forward = -1;
   EXPECT_FALSE(ChooseSchedule(request).ok());

@@ -83,7 +83,8 @@ TEST(ForwardOnlyTest, TheTableDrawsItButNoJobTrainsWithIt) {
   EXPECT_EQ(ChunkChoices(*kind, 3), (std::vector<int>{1, 2, 3}));
   const std::vector<std::string>& training = common::TrainingScheduleNames();
   EXPECT_EQ(training,
-            (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"}));
+            (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2",
+                                      "zb-v", "v-half", "v-min", "dualpipe-v"}));
   absl::StatusOr<pp::v1::Schedule> plan = PlanSchedule("forward-only", 3, 2, 4, {});
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->stage_to_rank_size(), 6);

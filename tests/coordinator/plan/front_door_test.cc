@@ -10,20 +10,22 @@ namespace {
 
 TEST(ScheduleTableTest, NamesChunkRulesAndChoicesComeFromOneTable) {
   ASSERT_EQ(ScheduleNames(),
-            (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v",
-                                      "forward-only"}));
+            (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2",
+                                      "zb-v", "v-half", "v-min", "dualpipe-v", "forward-only"}));
   ASSERT_EQ(Schedules().size(), ScheduleNames().size());
   EXPECT_EQ(FindSchedule("chimera"), nullptr);
   EXPECT_EQ(DefaultChunks("zb-v"), 2);
   EXPECT_EQ(DefaultChunks("interleaved-1f1b"), 2);
   EXPECT_EQ(DefaultChunks("1f1b"), 1);
+  EXPECT_EQ(DefaultChunks("dualpipe-v"), 2);
+  EXPECT_EQ(DefaultChunks("zb-h2"), 1);
   EXPECT_EQ(ChunkChoices(*FindSchedule("zb-v"), 4), std::vector<int>{2});
   EXPECT_EQ(ChunkChoices(*FindSchedule("gpipe"), 4), std::vector<int>{1});
   EXPECT_EQ(ChunkChoices(*FindSchedule("interleaved-1f1b"), 4), (std::vector<int>{2, 3, 4}));
   EXPECT_TRUE(CheckScheduleNames({"1f1b", "zb-h1"}).ok());
   EXPECT_EQ(CheckScheduleNames({"1f1b", "chimera"}).message(),
-            "unknown schedule 'chimera' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
-            "forward-only)");
+            "unknown schedule 'chimera' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, "
+            "v-half, v-min, dualpipe-v, forward-only)");
 }
 
 TEST(ScheduleTableTest, RefusalsSayWhichRuleOfTheTable) {

@@ -119,7 +119,9 @@ TEST_P(EquivalenceTest, LossesAndFinalCheckpointAreBitwiseTheReferenceTrainers) 
 INSTANTIATE_TEST_SUITE_P(Schedules, EquivalenceTest,
                          ::testing::Values(Layout{"gpipe", 1}, Layout{"1f1b", 1},
                                            Layout{"interleaved-1f1b", 2}, Layout{"zb-h1", 1},
-                                           Layout{"zb-v", 2}),
+                                           Layout{"zb-h2", 1}, Layout{"zb-v", 2},
+                                           Layout{"v-half", 2}, Layout{"v-min", 2},
+                                           Layout{"dualpipe-v", 2}),
                          [](const ::testing::TestParamInfo<Layout>& info) {
                            std::string name = info.param.schedule;
                            for (char& c : name) {
