@@ -63,8 +63,9 @@ struct Rate {
 
 // Sustained sgemm rate of (n x k) times (k x m) in `layout`: a warm-up of at least 0.1 s (first
 // touch of the pages, OpenBLAS's buffers and threads started, the core at its AVX-512 clock), then
-// as many calls as fill 0.3 s. A single cold call, as this bench used to time, reads ~half the
-// peak: it pays the page faults and the clock ramp.
+// as many calls as fill 0.3 s. The best of six single calls on 1024^3, as this bench used to
+// time, read 96 GFLOP/s where OpenBLAS sustains about 180 on larger products (issue 15): each
+// call paid part of the ramp and was too short to time on a shared machine.
 Rate SgemmRate(pp::kernels::Ops& ops, Layout layout, int n, int k, int m) {
   float* a = ops.Alloc(size_t(n) * k);
   float* w = ops.Alloc(size_t(m) * k);
