@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup configure build test run clean fuzz fuzz-build chaos
+.PHONY: all setup configure build test run clean fuzz fuzz-build chaos peer
 
 all: build
 
@@ -51,6 +51,14 @@ chaos: build
 WORKERS ?= 2
 run: build
 	@$(BUILD)/bin/ppctl up --workers=$(WORKERS)
+
+# bench/peer: ours next to PyTorch on the same model, shapes and threads (bench/peer/README.md).
+# Uses the torch venv the Hugging Face tests make, $(BUILD)/venv-hf (scripts/test-venv.sh --hf:
+# PyPI, about 5.5 GB once). Extra flags: make peer PEER_FLAGS="--part=single --repeats=5".
+PEER_FLAGS ?=
+peer: build
+	@venv="$$(bash scripts/test-venv.sh --hf $(abspath $(BUILD))/venv-hf)" && \
+	  python3 bench/peer/peer_bench.py --ppctl=$(BUILD)/bin/ppctl --python="$$venv/bin/python" $(PEER_FLAGS)
 
 clean:
 	rm -rf $(BUILD)

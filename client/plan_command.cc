@@ -15,9 +15,9 @@
 #include "absl/strings/str_split.h"
 #include "client/command.h"
 #include "common/file_io.h"
+#include "client/schedule_json.h"
 #include "common/job_spec.h"
 #include "coordinator/plan/plan.h"
-#include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, schedule, "1f1b",
           "gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-h2 | zb-v | v-half | v-min | dualpipe-v | "
@@ -164,14 +164,9 @@ absl::Status Print(const plan::Planned& planned, const plan::CostModel& costs,
     return absl::OkStatus();
   }
   if (format == "json") {
-    google::protobuf::util::JsonPrintOptions options;
-    options.always_print_primitive_fields = true;
-    std::string json;
-    const auto status = google::protobuf::util::MessageToJsonString(
-        plan::ScheduleToProto(planned.schedule, &planned.simulation), &json, options);
-    if (!status.ok()) return absl::InternalError(status.ToString());
-    std::cout << json << "\n";
-    return absl::OkStatus();
+    return WriteJsonWithPrograms(
+        plan::ScheduleToProto(WithoutPrograms(planned.schedule), &planned.simulation),
+        planned.schedule, stdout);
   }
   const plan::Timeline timeline =
       plan::TimelineFromSimulation(planned.schedule, planned.simulation);
@@ -333,13 +328,8 @@ absl::Status RunSpec(const std::string& path, plan::CostModel costs, const std::
   if (!memory.ok()) return memory.status();
   for (const plan::RankMemory& rank : *memory) *response.add_memory() = plan::MemoryToProto(rank);
   if (format == "json") {
-    google::protobuf::util::JsonPrintOptions options;
-    options.always_print_primitive_fields = true;
-    std::string json;
-    const auto status = google::protobuf::util::MessageToJsonString(response, &json, options);
-    if (!status.ok()) return absl::InternalError(status.ToString());
-    std::cout << json << "\n";
-    return absl::OkStatus();
+    response.mutable_schedule()->clear_ranks();  // written straight from the plan instead
+    return WriteJsonWithPrograms(response, planned->schedule, stdout);
   }
   if (format == "ascii") {
     std::cout << "stage layers " << absl::StrJoin(*units, " ") << "\n";

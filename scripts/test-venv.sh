@@ -6,11 +6,12 @@
 # Usage: scripts/test-venv.sh [--hf] [VENV_DIR]   (default: <repo>/.venv, gitignored)
 # --hf makes the other venv, the Hugging Face one (torch + transformers, CPU use only; PyPI's torch
 # wheel brings the CUDA libraries too, about 5.5 GB): the GPT-2 export/import tests
-# (tests/client/hf_transformers_test.py). Default VENV_DIR then <repo>/.venv-hf.
+# (tests/client/hf_transformers_test.py) and the side-by-side benchmark of bench/peer, which runs
+# PyTorch on the CPU only (--torch is the same venv). Default VENV_DIR then <repo>/.venv-hf.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 hf=0
-if [ "${1:-}" = "--hf" ]; then hf=1; shift; fi
+if [ "${1:-}" = "--hf" ] || [ "${1:-}" = "--torch" ]; then hf=1; shift; fi
 venv="${1:-$repo/.venv}"
 [ $hf = 1 ] && venv="${1:-$repo/.venv-hf}"
 

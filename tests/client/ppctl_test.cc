@@ -1,15 +1,19 @@
 // Runs the real ppctl binary: `ppctl plan` output formats, --help, and bad arguments.
 #include <unistd.h>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "coordinator/plan/convert.h"
 #include "coordinator/plan/plan.h"
 #include "coordinator/plan/validate.h"
@@ -139,6 +143,35 @@ TEST(PpctlTest, TorchCsvOutAndBackIn) {
   const Result missing = Ppctl("plan --schedule_file=/nonexistent/file.csv");
   EXPECT_EQ(missing.code, 1);  // a failure, not a usage error
   EXPECT_NE(missing.err.find("cannot open /nonexistent/file.csv"), std::string::npos) << missing.err;
+// interleaved-1f1b D=64 V=4 M=1024: 1,568,768 actions, about 90 MB of JSON. Protobuf's printer
+// took 4.3 s for it; the schedule's own writer (client/schedule_json.h) a fraction of a second.
+// The bound is on the child's CPU time, not wall time, so a busy machine does not fail it.
+TEST(PpctlTest, LargeScheduleJsonIsFast) {
+  rusage before, after;
+  getrusage(RUSAGE_CHILDREN, &before);
+  const absl::Time start = absl::Now();
+  const Result r = Ppctl(
+      "plan --schedule=interleaved-1f1b --stages=64 --chunks=4 --microbatches=1024 --format=json");
+  const double wall = absl::ToDoubleSeconds(absl::Now() - start);
+  getrusage(RUSAGE_CHILDREN, &after);
+  const auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  const double cpu = seconds(after.ru_utime) - seconds(before.ru_utime) +
+                     seconds(after.ru_stime) - seconds(before.ru_stime);
+  std::printf("ppctl plan --format=json, interleaved-1f1b D=64 V=4 M=1024: %zu bytes, CPU %.2f s, "
+              "wall %.2f s (with the shell and the output file)\n",
+              r.out.size(), cpu, wall);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_LT(cpu, 1.5);
+  EXPECT_EQ(r.out.rfind(R"({"name":"interleaved-1f1b","pipeline":64,"chunks":4,)", 0), 0u);
+  size_t actions = 0;
+  for (size_t at = r.out.find(R"({"kind":")"); at != std::string::npos;
+       at = r.out.find(R"({"kind":")", at + 1)) {
+    ++actions;
+  }
+  // Per rank and stage-microbatch: F and B, plus a send and a receive at each of S-1 boundaries
+  // in each direction: 2*S*M + 4*(S-1)*M.
+  EXPECT_EQ(actions, 2u * 256 * 1024 + 4u * 255 * 1024);
+  EXPECT_EQ(r.out.substr(r.out.size() - 3), "}}\n");
 }
 
 // A job spec is planned as ppcoord plans it, with every rank's memory estimate.
