@@ -11,7 +11,7 @@
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "write checkpoints under DIR/<spec name>/step-<N>/ (every checkpoint.everySteps steps "
           "and after the last one); empty: none");
-ABSL_FLAG(int32_t, threads, 0, "BLAS threads; 0: the spec's train.threads (default 1)");
+ABSL_FLAG(int32_t, threads, 0, "compute threads; 0: the spec's train.threads (default 1)");
 
 namespace pp::client {
 

@@ -60,7 +60,7 @@ absl::Status CheckFields(const pp::v1::JobSpec& spec) {
       {"train.microbatch_size", spec.train().microbatch_size(), kMaxMicrobatchSize, "",
        "sequences in one microbatch's activations"},
       {"train.threads", spec.train().threads(), kMaxThreads, "",
-       "BLAS threads each worker process starts"},
+       "compute threads each worker process runs"},
       {"data.path", static_cast<int64_t>(spec.data().path().size()), kMaxPathBytes, " bytes",
        "PATH_MAX"},
       {"data.generated_tokens", spec.data().generated_tokens(), kMaxGeneratedTokens, "",

@@ -3,10 +3,11 @@
 //
 // Model (defaults): 6 layers, C=256, T=128, 4 heads, byte vocabulary (256), untied head;
 // B=8 sequences per microbatch, M=2 microbatches per step (2048 tokens per step).
-// FLOPs per step = 6 * P * tokens + 12 * n_layers * C * T * tokens, with P the matmul parameters
+// FLOPs per step = 6 * P * tokens + 6 * n_layers * C * T * tokens, with P the matmul parameters
 // (every tensor but wte and wpe, which are lookups) and the second term the attention score and
-// value products (PaLM, Chowdhery et al. 2022, appendix B). Non-causal: the masked half is
-// computed too. Timed: the last N of a 2N-step run, as CPU(2N-step run) - CPU(N-step run).
+// value products of PaLM (Chowdhery et al. 2022, appendix B: 12 * n_layers * C * T) halved for
+// the causal mask: the attention kernel skips the masked half, so counting it would credit work
+// that is not done. Timed: the last N of a 2N-step run, as CPU(2N-step run) - CPU(N-step run).
 // Rates are per CPU second of this process (the 2-core machines these run on are shared, so wall
 // time also measures the neighbours); wall-clock rates are printed next to them.
 // --curve trains --steps steps once (with --data=FILE: on that file's bytes) and prints the loss
@@ -33,7 +34,7 @@ ABSL_FLAG(int, heads, 4, "attention heads");
 ABSL_FLAG(int, seq_len, 128, "sequence length T");
 ABSL_FLAG(int, batch, 8, "sequences per microbatch B");
 ABSL_FLAG(int, microbatches, 2, "microbatches per step M");
-ABSL_FLAG(int, threads, 1, "BLAS threads");
+ABSL_FLAG(int, threads, 1, "compute threads of the CPU backend");
 ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate");
 ABSL_FLAG(std::string, data, "", "train on this file's bytes (default: a generated corpus)");
 ABSL_FLAG(bool, log_steps, true, "print one line per step");
@@ -203,7 +204,7 @@ int main(int argc, char** argv) {
   const int64_t params = pp::model::NumParameters(*config);
   const int64_t matmul_params = params - int64_t(config->vocab_size + T) * C;
   const int64_t tokens_per_step = int64_t(t->microbatches()) * t->microbatch_size() * T;
-  const double flops_per_token = 6.0 * matmul_params + 12.0 * L * C * T;
+  const double flops_per_token = 6.0 * matmul_params + 6.0 * L * C * T;
 
   auto ops = pp::kernels::MakeOps("cpu", t->threads());
   if (!ops.ok()) {

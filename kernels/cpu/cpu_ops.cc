@@ -4,16 +4,18 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
+
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/vec_kernels.h"
 
 namespace pp::kernels {
 namespace {
 
-constexpr float kLayerNormEps = 1e-5f;
 constexpr size_t kAlign = 64;
 
 // Row-major sgemm shorthand: C (m,n) = alpha op(A) op(B) + beta C.
@@ -23,27 +25,24 @@ void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// exp(x) with Cody-Waite reduction x = n ln2 + r and the Cephes expf polynomial on r (about
-// 1 ulp), written branch-free so the compiler vectorizes the loops that call it (libm's tanhf
-// does not vectorize and was a quarter of a training step).
-inline float ExpApprox(float x) {
-  x = std::min(std::max(x, -87.0f), 88.0f);
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
-  return y * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-}
+// Rows (or columns) per task when a loop is split over the pool: large enough that a task
+// outweighs the hand-off (a few microseconds).
+constexpr int64_t kRowsPerTask = 64;
+// Where a split may cut. The own kernels give every row the same bits anywhere (16: whole
+// vectors). OpenBLAS does not: its micro-kernel covers a fixed number of columns of its
+// column-major N (our rows), and the remainder goes to edge kernels that round differently
+// (Zen's sgemm: 12 columns; Skylake-X: 16). Cutting at multiples of 48 keeps every element in
+// a full-width tile of the same shape, so a GEMM split over threads gives the bits of one call.
+constexpr int64_t kVecAlign = 16;
+constexpr int64_t kGemmAlign = 48;
 
-// tanh(u) = 1 - 2 / (exp(2u) + 1): saturates to +-1 without inf/inf.
-inline float TanhApprox(float u) { return 1.0f - 2.0f / (ExpApprox(2.0f * u) + 1.0f); }
+// [begin, end) of part i of `parts` parts of [0, total), cut at multiples of align.
+inline void Part(int64_t total, int64_t parts, int64_t i, int64_t align, int64_t* begin,
+                 int64_t* end) {
+  const int64_t blocks = (total + align - 1) / align;
+  *begin = std::min(total, blocks * i / parts * align);
+  *end = std::min(total, blocks * (i + 1) / parts * align);
+}
 
 void* AlignedZeroed(size_t bytes) {
   size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
@@ -53,8 +52,15 @@ void* AlignedZeroed(size_t bytes) {
   return p;
 }
 
+
+// Every loop of a step either calls sgemm on a block of rows or columns, or a VecKernels
+// function on a range; with threads > 1 the ranges go to the pool (thread_pool.h) and OpenBLAS
+// itself stays single-threaded, so the process never runs more threads than `threads`.
 class CpuOps final : public Ops {
  public:
+  explicit CpuOps(int threads)
+      : pool_(threads), k_(VecKernelsForThisCpu()), scratch_(pool_.threads()) {}
+
   std::string Name() const override { return "cpu"; }
 
   float* Alloc(size_t n) override { return static_cast<float*>(AlignedZeroed(n * sizeof(float))); }
@@ -78,7 +84,7 @@ class CpuOps final : public Ops {
   void Synchronize() override {}
 
   void Add(float* acc, const float* x, size_t n) override {
-    for (size_t i = 0; i < n; ++i) acc[i] += x[i];
+    Split(n, [&](int64_t b, int64_t e) { k_.add(acc + b, x + b, e - b); });
   }
   void Scale(float* x, float s, size_t n) override {
     for (size_t i = 0; i < n; ++i) x[i] *= s;
@@ -94,7 +100,7 @@ class CpuOps final : public Ops {
     return s;
   }
   void ResidualForward(float* out, const float* a, const float* b, size_t n) override {
-    for (size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    Split(n, [&](int64_t lo, int64_t hi) { k_.residual(out + lo, a + lo, b + lo, hi - lo); });
   }
 
   void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
@@ -123,161 +129,88 @@ class CpuOps final : public Ops {
 
   void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                         const float* bias, int N, int C) override {
-    for (int n = 0; n < N; ++n) {
-      const float* x = inp + static_cast<size_t>(n) * C;
-      double s = 0.0;
-      for (int c = 0; c < C; ++c) s += x[c];
-      float m = static_cast<float>(s / C);
-      double v = 0.0;
-      for (int c = 0; c < C; ++c) {
-        double d = x[c] - m;
-        v += d * d;
-      }
-      float r = 1.0f / std::sqrt(static_cast<float>(v / C) + kLayerNormEps);
-      float* o = out + static_cast<size_t>(n) * C;
-      for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * r * weight[c] + bias[c];
-      mean[n] = m;
-      rstd[n] = r;
-    }
+    Split(N, [&](int64_t b, int64_t e) {
+      k_.layernorm_forward(out, mean, rstd, inp, weight, bias, b, e, C);
+    });
   }
-  // With xhat = (x - mean) rstd and g = dout * weight (per row):
-  // dx = rstd (g - mean(g) - xhat mean(g xhat)).
   void LayerNormBackwardInput(float* dinp, const float* dout, const float* inp, const float* weight,
                               const float* mean, const float* rstd, int N, int C) override {
-    for (int n = 0; n < N; ++n) {
-      const float* x = inp + static_cast<size_t>(n) * C;
-      const float* d = dout + static_cast<size_t>(n) * C;
-      float* dx = dinp + static_cast<size_t>(n) * C;
-      float m = mean[n], r = rstd[n];
-      double g_sum = 0.0, gx_sum = 0.0;
-      for (int c = 0; c < C; ++c) {
-        float g = d[c] * weight[c];
-        g_sum += g;
-        gx_sum += static_cast<double>(g) * ((x[c] - m) * r);
-      }
-      float g_mean = static_cast<float>(g_sum / C), gx_mean = static_cast<float>(gx_sum / C);
-      for (int c = 0; c < C; ++c) {
-        float xhat = (x[c] - m) * r;
-        dx[c] += r * (d[c] * weight[c] - g_mean - xhat * gx_mean);
-      }
-    }
+    Split(N, [&](int64_t b, int64_t e) {
+      k_.layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, b, e, C);
+    });
   }
   void LayerNormBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,
                                const float* mean, const float* rstd, int N, int C) override {
-    for (int n = 0; n < N; ++n) {
-      const float* x = inp + static_cast<size_t>(n) * C;
-      const float* d = dout + static_cast<size_t>(n) * C;
-      float m = mean[n], r = rstd[n];
-      for (int c = 0; c < C; ++c) {
-        dweight[c] += d[c] * ((x[c] - m) * r);
-        dbias[c] += d[c];
-      }
-    }
+    Split(C, [&](int64_t b, int64_t e) {
+      k_.layernorm_backward_weight(dweight, dbias, dout, inp, mean, rstd, N, C, int(b), int(e));
+    });
   }
 
+  // The bias fills out first, then sgemm adds inp weight^T (beta 1): one pass over out.
   void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
                      int IC, int OC) override {
-    if (bias != nullptr) {
-      for (int n = 0; n < N; ++n) {
-        std::memcpy(out + static_cast<size_t>(n) * OC, bias, OC * sizeof(float));
+    SplitGemm(N, [&](int64_t b, int64_t e) {
+      float* o = out + b * OC;
+      if (bias != nullptr) {
+        for (int64_t n = b; n < e; ++n) std::memcpy(out + n * OC, bias, OC * sizeof(float));
       }
-    }
-    Gemm(false, true, N, OC, IC, 1.0f, inp, IC, weight, IC, bias != nullptr ? 1.0f : 0.0f, out, OC);
+      Gemm(false, true, int(e - b), OC, IC, 1.0f, inp + b * IC, IC, weight, IC,
+           bias != nullptr ? 1.0f : 0.0f, o, OC);
+    });
   }
   void MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int IC,
                            int OC) override {
-    Gemm(false, false, N, IC, OC, 1.0f, dout, OC, weight, IC, 1.0f, dinp, IC);
+    SplitGemm(N, [&](int64_t b, int64_t e) {
+      Gemm(false, false, int(e - b), IC, OC, 1.0f, dout + b * OC, OC, weight, IC, 1.0f,
+           dinp + b * IC, IC);
+    });
   }
+  // dweight rows [o0, o1) = dout[:, o0:o1]^T inp: each block sums over all N rows.
   void MatmulBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int N, int IC, int OC) override {
-    Gemm(true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
-    if (dbias == nullptr) return;
-    for (int n = 0; n < N; ++n) {
-      const float* d = dout + static_cast<size_t>(n) * OC;
-      for (int o = 0; o < OC; ++o) dbias[o] += d[o];
-    }
+    SplitGemm(OC, [&](int64_t b, int64_t e) {
+      Gemm(true, false, int(e - b), IC, N, 1.0f, dout + b, OC, inp, IC, 1.0f, dweight + b * IC, IC);
+      if (dbias != nullptr) k_.column_sums(dbias, dout, N, OC, int(b), int(e));
+    });
   }
 
-  // Per (batch, head): S = Q K^T / sqrt(hs), P = causal softmax(S), out = P V, each through
-  // sgemm on strided slices of qkv (row stride 3C).
+  // One task per (batch, head); every head writes its own slices of out, att and dqkv.
   void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
                         int NH) override {
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < NH; ++h) {
-        const float* q = qkv + static_cast<size_t>(b) * T * C3 + h * hs;
-        float* p = att + (static_cast<size_t>(b) * NH + h) * T * T;
-        Gemm(false, true, T, T, hs, scale, q, C3, q + C, C3, 0.0f, p, T);
-        for (int t = 0; t < T; ++t) CausalSoftmaxRow(p + static_cast<size_t>(t) * T, t, T);
-        Gemm(false, false, T, hs, T, 1.0f, p, T, q + 2 * C, C3, 0.0f,
-             out + static_cast<size_t>(b) * T * C + h * hs, C);
-      }
-    }
+    const int hs = C / NH;
+    EnsureAttentionScratch(T, hs);
+    pool_.Run(int64_t(B) * NH, [&](int64_t i, int worker) {
+      const int64_t b = i / NH, h = i % NH;
+      const HeadView head{qkv + b * T * 3 * C + h * hs, T, C, hs};
+      k_.attention_forward(out + b * T * C + h * hs, att + i * T * T, head,
+                           scratch_[worker].data());
+    });
   }
-  // dP = dO V^T, dV += P^T dO, dS = P (dP - rowsum(P dP)), dQ += dS K / sqrt(hs),
-  // dK += dS^T Q / sqrt(hs).
   void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
                          int T, int C, int NH) override {
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-    scratch_.resize(static_cast<size_t>(T) * T);
-    float* ds = scratch_.data();
-    for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < NH; ++h) {
-        const size_t qoff = static_cast<size_t>(b) * T * C3 + h * hs;
-        const float* q = qkv + qoff;
-        float* dq = dqkv + qoff;
-        const float* p = att + (static_cast<size_t>(b) * NH + h) * T * T;
-        const float* dO = dout + static_cast<size_t>(b) * T * C + h * hs;
-        Gemm(false, true, T, T, hs, 1.0f, dO, C, q + 2 * C, C3, 0.0f, ds, T);
-        Gemm(true, false, T, hs, T, 1.0f, p, T, dO, C, 1.0f, dq + 2 * C, C3);
-        for (int t = 0; t < T; ++t) {
-          const float* pr = p + static_cast<size_t>(t) * T;
-          float* dr = ds + static_cast<size_t>(t) * T;
-          float dot = 0.0f;
-          for (int j = 0; j <= t; ++j) dot += pr[j] * dr[j];
-          for (int j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - dot);
-          for (int j = t + 1; j < T; ++j) dr[j] = 0.0f;
-        }
-        Gemm(false, false, T, hs, T, scale, ds, T, q + C, C3, 1.0f, dq, C3);
-        Gemm(true, false, T, hs, T, scale, ds, T, q, C3, 1.0f, dq + C, C3);
-      }
-    }
+    const int hs = C / NH;
+    EnsureAttentionScratch(T, hs);
+    pool_.Run(int64_t(B) * NH, [&](int64_t i, int worker) {
+      const int64_t b = i / NH, h = i % NH;
+      const int64_t qoff = b * T * 3 * C + h * hs;
+      const HeadView head{qkv + qoff, T, C, hs};
+      k_.attention_backward(dqkv + qoff, dout + b * T * C + h * hs, att + i * T * T, head,
+                            scratch_[worker].data());
+    });
   }
 
-  // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (Hendrycks & Gimpel, 2016).
   void GeluForward(float* out, const float* inp, size_t n) override {
-    for (size_t i = 0; i < n; ++i) {
-      float x = inp[i];
-      out[i] = 0.5f * x * (1.0f + TanhApprox(kGeluK * (x + 0.044715f * x * x * x)));
-    }
+    Split(n, [&](int64_t b, int64_t e) { k_.gelu_forward(out + b, inp + b, e - b); });
   }
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override {
-    for (size_t i = 0; i < n; ++i) {
-      float x = inp[i];
-      float th = TanhApprox(kGeluK * (x + 0.044715f * x * x * x));
-      float dth = (1.0f - th * th) * kGeluK * (1.0f + 3.0f * 0.044715f * x * x);
-      dinp[i] += dout[i] * (0.5f * (1.0f + th) + 0.5f * x * dth);
-    }
+    Split(n, [&](int64_t b, int64_t e) { k_.gelu_backward(dinp + b, inp + b, dout + b, e - b); });
   }
 
   void CrossEntropyForward(float* losses, float* probs, const float* logits, const int32_t* targets,
                            int N, int V) override {
-    for (int n = 0; n < N; ++n) {
-      const float* l = logits + static_cast<size_t>(n) * V;
-      float* p = probs + static_cast<size_t>(n) * V;
-      float mx = l[0];
-      for (int v = 1; v < V; ++v) mx = std::max(mx, l[v]);
-      float sum = 0.0f;
-      for (int v = 0; v < V; ++v) {
-        p[v] = std::exp(l[v] - mx);
-        sum += p[v];
-      }
-      const float inv = 1.0f / sum;
-      for (int v = 0; v < V; ++v) p[v] *= inv;
-      losses[n] = std::log(sum) - (l[targets[n]] - mx);
-    }
+    Split(N, [&](int64_t b, int64_t e) {
+      k_.cross_entropy_forward(losses, probs, logits, targets, b, e, V);
+    });
   }
   void CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
                             int N, int V) override {
@@ -289,50 +222,62 @@ class CpuOps final : public Ops {
     }
   }
 
-  // Loshchilov & Hutter, "Decoupled Weight Decay Regularization" (2019), with Adam's bias
-  // correction: p -= lr (m_hat / (sqrt(v_hat) + eps) + wd p).
   void AdamW(float* params, const float* grads, float* m, float* v, size_t n,
              const AdamWParams& a) override {
-    const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta1), a.step));
-    const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta2), a.step));
-    for (size_t i = 0; i < n; ++i) {
-      float g = grads[i] * a.grad_scale;
-      m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * g;
-      v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * g * g;
-      float mhat = m[i] / c1, vhat = v[i] / c2;
-      params[i] -= a.lr * (mhat / (std::sqrt(vhat) + a.eps) + a.weight_decay * params[i]);
-    }
+    const AdamWScalars s{
+        a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_scale,
+        static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta1), a.step)),
+        static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta2), a.step))};
+    Split(n, [&](int64_t b, int64_t e) {
+      k_.adamw(params + b, grads + b, m + b, v + b, e - b, s);
+    });
   }
 
  private:
-  static constexpr float kGeluK = 0.7978845608028654f;  // sqrt(2/pi)
-
-  // Softmax over row[0..t]; entries after t (the future) become 0.
-  static void CausalSoftmaxRow(float* row, int t, int T) {
-    float mx = row[0];
-    for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
-    float sum = 0.0f;
-    for (int j = 0; j <= t; ++j) {
-      row[j] = std::exp(row[j] - mx);
-      sum += row[j];
+  // fn(begin, end) over `threads` contiguous parts of [0, total), cut at multiples of align;
+  // inline when the pool has one thread or the range is too small to share.
+  template <typename Fn>
+  void Split(size_t total, Fn&& fn, int64_t align = kVecAlign) {
+    const int64_t n = static_cast<int64_t>(total);
+    const int64_t parts = std::min<int64_t>(pool_.threads(), n / kRowsPerTask);
+    if (parts <= 1) {
+      fn(int64_t{0}, n);
+      return;
     }
-    const float inv = 1.0f / sum;
-    for (int j = 0; j <= t; ++j) row[j] *= inv;
-    for (int j = t + 1; j < T; ++j) row[j] = 0.0f;
+    pool_.Run(parts, [&](int64_t i, int) {
+      int64_t b, e;
+      Part(n, parts, i, align, &b, &e);
+      if (b < e) fn(b, e);
+    });
+  }
+  template <typename Fn>
+  void SplitGemm(size_t total, Fn&& fn) {
+    Split(total, std::forward<Fn>(fn), kGemmAlign);
   }
 
-  std::vector<float> scratch_;  // (T,T) attention backward; Ops instances are not shared by threads
+  void EnsureAttentionScratch(int T, int hs) {
+    const size_t need = AttentionScratchFloats(T, hs);
+    for (std::vector<float>& s : scratch_) {
+      if (s.size() < need) s.resize(need);
+    }
+  }
+
+  ThreadPool pool_;
+  const VecKernels& k_;
+  std::vector<std::vector<float>> scratch_;  // per pool thread: attention tiles
 };
 
 }  // namespace
 
 std::unique_ptr<Ops> MakeCpuOps(int threads) {
-  openblas_set_num_threads(threads);
+  // The pool runs the parallel loops, sgemm included (one row block per thread): OpenBLAS's own
+  // threads would spin beside the pool's and oversubscribe the cores.
+  openblas_set_num_threads(1);
   // Activations are allocated and freed every microbatch with the same sizes: keep freed memory
   // in the heap instead of returning it to the kernel, which made every step page-fault anew.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  return std::make_unique<CpuOps>();
+  return std::make_unique<CpuOps>(threads);
 }
 
 }  // namespace pp::kernels

@@ -1,4 +1,5 @@
-// The CPU backend of Ops: OpenBLAS sgemm for matmuls, plain loops in a fixed order elsewhere.
+// The CPU backend of Ops: OpenBLAS sgemm (single-threaded) for matmuls, own vector loops in a
+// fixed order elsewhere (vec_kernels.h), parallelised over its own pool (thread_pool.h).
 #ifndef PP_KERNELS_CPU_CPU_OPS_H_
 #define PP_KERNELS_CPU_CPU_OPS_H_
 
@@ -8,7 +9,8 @@
 
 namespace pp::kernels {
 
-// threads: OpenBLAS threads (one worker process per core wants 1).
+// threads: threads of the pool, the caller's included (one worker process per core wants 1, which
+// starts no thread). Results are bitwise the same for every thread count.
 std::unique_ptr<Ops> MakeCpuOps(int threads);
 
 }  // namespace pp::kernels

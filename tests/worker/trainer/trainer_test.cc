@@ -77,6 +77,33 @@ TEST_F(TrainerTest, LearnsAndIsDeterministic) {
   for (const auto& [name, v] : a->weights) EXPECT_TRUE(SameBits(v, b->weights.at(name))) << name;
 }
 
+// train.threads only spends more cores: the CPU backend cuts its GEMMs and loops where every
+// value keeps the bits of one thread, so a 2- or 3-thread trainer equals the 1-thread
+// reference (and so every pipeline layout, whose workers run one thread each).
+TEST_F(TrainerTest, TheThreadCountDoesNotChangeTheBits) {
+  pp::v1::JobSpec spec = TinySpec();
+  spec.mutable_model()->set_d_model(64), spec.mutable_model()->set_n_heads(4);
+  spec.mutable_train()->set_microbatch_size(12);  // 192 rows a microbatch: split over threads
+  spec.mutable_train()->set_steps(3);
+  ASSERT_TRUE(common::ValidateJobSpec(spec).ok()) << common::ValidateJobSpec(spec);
+  TrainOptions one;
+  one.threads = 1;
+  auto a = Train(spec, one);
+  ASSERT_TRUE(a.ok()) << a.status();
+  for (int threads : {2, 3}) {
+    TrainOptions more;
+    more.threads = threads;
+    auto b = Train(spec, more);
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_EQ(a->losses.size(), b->losses.size());
+    EXPECT_EQ(0, std::memcmp(a->losses.data(), b->losses.data(), a->losses.size() * sizeof(double)))
+        << threads << " threads: loss " << b->losses.back() << " vs " << a->losses.back();
+    for (const auto& [name, v] : a->weights) {
+      EXPECT_TRUE(SameBits(v, b->weights.at(name))) << threads << " threads: " << name;
+    }
+  }
+}
+
 // The reference the distributed runtime must match: three stages run by hand (all forwards,
 // then the backwards), clipping from merged per-stage sums, give the trainer's bits.
 TEST_F(TrainerTest, EqualsAHandRunPipeline) {

@@ -1,0 +1,81 @@
+// The CPU backend's own loops (everything but the GEMMs), compiled three times from
+// vec_kernels.inc: for AVX-512 (AVX512F/BW/DQ/VL with FMA), for AVX2 with FMA, and for the
+// baseline ISA of the build. One table
+// is chosen per process from the CPU's features (VecKernelsForThisCpu), so every Ops instance of
+// a machine runs the same instructions and gets the same bits.
+//
+// Contract:
+// - Each function works on a range (rows, columns, or one attention head) so the caller can give
+//   disjoint ranges to threads; the result of a range never depends on how the rest is split.
+// - Reductions run in a fixed order: 16 lane partial sums over ascending index, then the lanes
+//   added in ascending lane order. No function allocates; scratch comes from the caller.
+// - Shapes as in kernels/ops.h. Pure functions of their inputs; safe to call from any thread on
+//   disjoint outputs.
+#ifndef PP_KERNELS_CPU_VEC_KERNELS_H_
+#define PP_KERNELS_CPU_VEC_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pp::kernels {
+
+struct AdamWScalars {
+  float lr, beta1, beta2, eps, weight_decay, grad_scale;
+  float c1, c2;  // bias corrections 1 - beta^step
+};
+
+// One (batch, head) of causal attention. q points at the head's first query (qkv + b*T*3C +
+// h*hs); rows are 3C apart, k and v rows are q + C and q + 2C. out points at the head's slice
+// of (B,T,C) (rows C apart), att at its (T,T) probabilities.
+struct HeadView {
+  const float* q;
+  int T, C, hs;
+};
+
+// Floats of attention scratch one thread needs for T and hs (AttentionScratchFloats).
+size_t AttentionScratchFloats(int T, int hs);
+
+struct VecKernels {
+  const char* isa;  // "avx512", "avx2" or "generic"
+  // rows [n0, n1) of (N,C)
+  void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp,
+                            const float* weight, const float* bias, int64_t n0, int64_t n1,
+                            int C);
+  void (*layernorm_backward_input)(float* dinp, const float* dout, const float* inp,
+                                   const float* weight, const float* mean, const float* rstd,
+                                   int64_t n0, int64_t n1, int C);
+  // columns [c0, c1) of dweight, dbias (C) over all N rows, rows in ascending order
+  void (*layernorm_backward_weight)(float* dweight, float* dbias, const float* dout,
+                                    const float* inp, const float* mean, const float* rstd, int N,
+                                    int C, int c0, int c1);
+  // acc[c] += sum over rows n of x[n*ld + c], for c in [c0, c1), rows in ascending order
+  void (*column_sums)(float* acc, const float* x, int N, int ld, int c0, int c1);
+  void (*gelu_forward)(float* out, const float* inp, size_t n);
+  void (*gelu_backward)(float* dinp, const float* inp, const float* dout, size_t n);
+  void (*attention_forward)(float* out, float* att, HeadView head, float* scratch);
+  void (*attention_backward)(float* dq, const float* dout, const float* att, HeadView head,
+                             float* scratch);
+  // rows [n0, n1) of (N,V)
+  void (*cross_entropy_forward)(float* losses, float* probs, const float* logits,
+                                const int32_t* targets, int64_t n0, int64_t n1, int V);
+  void (*adamw)(float* params, const float* grads, float* m, float* v, size_t n,
+                const AdamWScalars& a);
+  void (*add)(float* acc, const float* x, size_t n);
+  void (*residual)(float* out, const float* a, const float* b, size_t n);
+};
+
+const VecKernels& VecKernelsForThisCpu();
+
+namespace vec_avx512 {
+extern const VecKernels kTable;
+}
+namespace vec_avx2 {
+extern const VecKernels kTable;
+}
+namespace vec_generic {
+extern const VecKernels kTable;
+}
+
+}  // namespace pp::kernels
+
+#endif  // PP_KERNELS_CPU_VEC_KERNELS_H_

@@ -1,0 +1,26 @@
+#include "kernels/cpu/vec_kernels.h"
+
+namespace pp::kernels {
+
+size_t AttentionScratchFloats(int T, int hs) {
+  const size_t tp = (static_cast<size_t>(T) + 31) / 32 * 32;  // as RoundUp32 in the kernels
+  const size_t h = static_cast<size_t>(hs);
+  // vt (hs, Tp), dS (T + 3, Tp), acc (4, hs), K, Q, dO (T, hs): see vec_attention.inc
+  return h * tp + (static_cast<size_t>(T) + 3) * tp + 4 * h + 3 * static_cast<size_t>(T) * h;
+}
+
+const VecKernels& VecKernelsForThisCpu() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512dq") &&
+                             __builtin_cpu_supports("avx512vl") &&
+                             __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx512) return vec_avx512::kTable;
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) return vec_avx2::kTable;
+#endif
+  return vec_generic::kTable;
+}
+
+}  // namespace pp::kernels

@@ -1,0 +1,276 @@
+// The CPU backend's own threads and vector kernels: the pool runs every index once in static
+// blocks; every kernel table this CPU can run (generic, AVX2, AVX-512) matches a double reference
+// on shapes that are not multiples of the tiles; and the thread count never changes a bit.
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/thread_pool.h"
+#include "kernels/cpu/vec_kernels.h"
+#include "kernels/ops.h"
+
+namespace pp::kernels {
+namespace {
+
+std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    x = scale * (static_cast<float>((s >> 40) & 0xffffff) / 8388608.0f - 1.0f);
+  }
+  return v;
+}
+
+TEST(ThreadPoolTest, RunsEveryIndexOnceInStaticBlocks) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.threads(), threads);
+    for (int64_t n : {0, 1, 2, 5, 64, 1000}) {
+      std::vector<int> count(n, 0), worker(n, -1);
+      pool.Run(n, [&](int64_t i, int w) { ++count[i], worker[i] = w; });
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(count[i], 1) << "threads " << threads << " n " << n << " i " << i;
+        if (n > 1) {
+          // Worker w owns [w*n/W, (w+1)*n/W): the split is a pure function of n and W.
+          const int64_t w = worker[i];
+          ASSERT_GE(w, 0);
+          ASSERT_GE(i, n * w / threads);
+          ASSERT_LT(i, n * (w + 1) / threads);
+        }
+      }
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ManyRunsInARowAndAfterTheHelpersSlept) {
+  ThreadPool pool(2);
+  int64_t total = 0;
+  std::vector<int64_t> part(2, 0);
+  for (int rep = 0; rep < 2000; ++rep) {
+    pool.Run(2, [&](int64_t i, int w) { part[w] += i + 1; });
+  }
+  total = part[0] + part[1];
+  EXPECT_EQ(total, 2000 * 3);
+  // Long enough for the helper to stop spinning and wait on the condition variable.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<int> seen(8, 0);
+  pool.Run(8, [&](int64_t i, int) { seen[i] = 1; });
+  EXPECT_EQ(std::accumulate(seen.begin(), seen.end(), 0), 8);
+}
+
+// ---- every table this CPU runs, against double references ------------------------------------
+std::vector<const VecKernels*> RunnableTables() {
+  std::vector<const VecKernels*> tables = {&vec_generic::kTable};
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    tables.push_back(&vec_avx2::kTable);
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    tables.push_back(&vec_avx512::kTable);
+  }
+#endif
+  return tables;
+}
+
+// out (T, hs) and P (T, T) of one head in double; qkv rows 3C apart as the kernels see them.
+void RefHead(const std::vector<float>& qkv, int T, int C, int hs, std::vector<double>* out,
+             std::vector<double>* probs) {
+  out->assign(static_cast<size_t>(T) * hs, 0.0);
+  probs->assign(static_cast<size_t>(T) * T, 0.0);
+  for (int t = 0; t < T; ++t) {
+    double mx = -1e300, sum = 0;
+    std::vector<double> s(t + 1);
+    for (int j = 0; j <= t; ++j) {
+      double d = 0;
+      for (int i = 0; i < hs; ++i) d += double(qkv[t * 3 * C + i]) * qkv[j * 3 * C + C + i];
+      s[j] = d / std::sqrt(double(hs));
+      mx = std::max(mx, s[j]);
+    }
+    for (int j = 0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    for (int j = 0; j <= t; ++j) {
+      (*probs)[t * T + j] = s[j] / sum;
+      for (int i = 0; i < hs; ++i) (*out)[t * hs + i] += s[j] / sum * qkv[j * 3 * C + 2 * C + i];
+    }
+  }
+}
+
+// L = sum R * out for one head, in double: the objective the backward's dout = R differentiates.
+double RefObjective(const std::vector<double>& qkv, const std::vector<float>& r, int T, int C,
+                    int hs) {
+  std::vector<float> f(qkv.begin(), qkv.end());
+  std::vector<double> out, probs;
+  RefHead(f, T, C, hs, &out, &probs);
+  (void)probs;
+  double s = 0;
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < hs; ++i) s += r[t * C + i] * out[t * hs + i];
+  }
+  return s;
+}
+
+TEST(VecKernelsTest, AttentionForwardOnOddShapesInEveryTable) {
+  struct Shape {
+    int T, hs;
+  };
+  // T not a multiple of the 4-query tile or of a vector; hs below, between and above vectors.
+  for (Shape sh : {Shape{1, 8}, Shape{7, 20}, Shape{37, 20}, Shape{130, 64}, Shape{33, 48}}) {
+    const int C = sh.hs;  // one head: C = hs
+    auto qkv = Random(static_cast<size_t>(sh.T) * 3 * C, sh.T * 7 + sh.hs, 2.0f);
+    std::vector<double> want_out, want_p;
+    RefHead(qkv, sh.T, C, sh.hs, &want_out, &want_p);
+    for (const VecKernels* k : RunnableTables()) {
+      std::vector<float> out(static_cast<size_t>(sh.T) * C, -1.0f);
+      std::vector<float> att(static_cast<size_t>(sh.T) * sh.T, -1.0f);
+      std::vector<float> scratch(AttentionScratchFloats(sh.T, sh.hs));
+      k->attention_forward(out.data(), att.data(), HeadView{qkv.data(), sh.T, C, sh.hs},
+                           scratch.data());
+      for (size_t i = 0; i < att.size(); ++i) {
+        ASSERT_NEAR(att[i], want_p[i], 2e-6) << k->isa << " T " << sh.T << " att " << i;
+      }
+      for (size_t i = 0; i < out.size(); ++i) {
+        ASSERT_NEAR(out[i], want_out[i], 2e-5 + 2e-5 * std::abs(want_out[i]))
+            << k->isa << " T " << sh.T << " hs " << sh.hs << " out " << i;
+      }
+    }
+  }
+}
+
+TEST(VecKernelsTest, AttentionBackwardMatchesFiniteDifferencesInEveryTable) {
+  const int T = 9, hs = 20, C = hs;
+  auto qkv = Random(static_cast<size_t>(T) * 3 * C, 90, 1.5f), r = Random(T * C, 91);
+  std::vector<double> out, probs;
+  RefHead(qkv, T, C, hs, &out, &probs);
+  std::vector<float> att(probs.begin(), probs.end());
+  std::vector<double> x(qkv.begin(), qkv.end());
+  for (const VecKernels* k : RunnableTables()) {
+    auto pre = Random(qkv.size(), 92);
+    std::vector<float> g = pre;
+    std::vector<float> scratch(AttentionScratchFloats(T, hs));
+    k->attention_backward(g.data(), r.data(), att.data(), HeadView{qkv.data(), T, C, hs},
+                          scratch.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      std::vector<double> xp = x, xm = x;
+      xp[i] += 1e-4, xm[i] -= 1e-4;  // float storage of the reference: a wider step
+      const double numeric = (RefObjective(xp, r, T, C, hs) - RefObjective(xm, r, T, C, hs)) / 2e-4;
+      ASSERT_NEAR(double(g[i]) - pre[i], numeric, 2e-3 + 2e-3 * std::abs(numeric))
+          << k->isa << " dqkv[" << i << "]";
+    }
+  }
+}
+
+TEST(VecKernelsTest, RowKernelsAgreeAcrossTables) {
+  const int N = 3, C = 77, V = 45;  // no multiple of 16: every tail path runs
+  auto x = Random(N * C, 100, 3.0f), w = Random(C, 101), b = Random(C, 102);
+  auto logits = Random(N * V, 103, 4.0f);
+  const int32_t targets[N] = {0, 44, 17};
+  std::vector<std::vector<float>> results;
+  for (const VecKernels* k : RunnableTables()) {
+    std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C, 0.0f), gel(N * C);
+    std::vector<float> losses(N), probs(N * V);
+    k->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), 0,
+                         N, C);
+    k->layernorm_backward_input(dx.data(), out.data(), x.data(), w.data(), mean.data(),
+                                rstd.data(), 0, N, C);
+    k->gelu_forward(gel.data(), x.data(), gel.size());
+    k->cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets, 0, N, V);
+    std::vector<float> all;
+    for (auto* v : {&out, &mean, &rstd, &dx, &gel, &losses, &probs}) {
+      all.insert(all.end(), v->begin(), v->end());
+    }
+    results.push_back(all);
+  }
+  for (size_t t = 1; t < results.size(); ++t) {
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      ASSERT_NEAR(results[t][i], results[0][i], 1e-5 + 1e-5 * std::abs(results[0][i]))
+          << RunnableTables()[t]->isa << " vs generic at " << i;
+    }
+  }
+}
+
+// ---- the thread count leaves every bit alone ---------------------------------------------------
+// One block's worth of every op on shapes large enough to be split (N rows >= 2 tasks of 64).
+// One straight sequence (62 lines): each op feeds the next, as in a block.
+std::vector<float> RunEveryOp(int threads) {
+  auto made = MakeOps("cpu", threads);
+  EXPECT_TRUE(made.ok());
+  Ops& ops = **made;
+  const int B = 3, T = 70, C = 96, NH = 4, N = B * T, V = 61;
+  std::vector<float> all;
+  auto dev = [&](const std::vector<float>& h) {
+    float* p = ops.Alloc(h.size());
+    ops.CopyToDevice(p, h.data(), h.size());
+    return p;
+  };
+  auto keep = [&](const float* p, size_t n) {
+    std::vector<float> h(n);
+    ops.CopyToHost(h.data(), p, n);
+    all.insert(all.end(), h.begin(), h.end());
+  };
+  float* x = dev(Random(N * C, 1));
+  float* lw = dev(Random(C, 2));
+  float* lb = dev(Random(C, 3));
+  float* w = dev(Random(3 * C * C, 4, 0.2f));
+  float* bias = dev(Random(3 * C, 5));
+  float *ln = ops.Alloc(N * C), *mean = ops.Alloc(N), *rstd = ops.Alloc(N);
+  float *qkv = ops.Alloc(N * 3 * C), *out = ops.Alloc(N * C), *att = ops.Alloc(B * NH * T * T);
+  ops.LayerNormForward(ln, mean, rstd, x, lw, lb, N, C);
+  ops.MatmulForward(qkv, ln, w, bias, N, C, 3 * C);
+  ops.AttentionForward(out, att, qkv, B, T, C, NH);
+  float *dqkv = ops.Alloc(N * 3 * C), *dln = ops.Alloc(N * C), *dx = ops.Alloc(N * C);
+  float *dw = ops.Alloc(3 * C * C), *db = ops.Alloc(3 * C), *dlw = ops.Alloc(C), *dlb = ops.Alloc(C);
+  ops.AttentionBackward(dqkv, x, qkv, att, B, T, C, NH);
+  ops.MatmulBackwardInput(dln, dqkv, w, N, C, 3 * C);
+  ops.MatmulBackwardWeight(dw, db, dqkv, ln, N, C, 3 * C);
+  ops.LayerNormBackwardInput(dx, dln, x, lw, mean, rstd, N, C);
+  ops.LayerNormBackwardWeight(dlw, dlb, dln, x, mean, rstd, N, C);
+  float* gel = ops.Alloc(N * 3 * C);
+  ops.GeluForward(gel, qkv, N * 3 * C);
+  ops.GeluBackward(dqkv, qkv, gel, N * 3 * C);
+  std::vector<int32_t> targets(N);
+  for (int i = 0; i < N; ++i) targets[i] = (i * 13) % V;
+  int32_t* tg = ops.AllocInt(N);
+  ops.CopyIntToDevice(tg, targets.data(), N);
+  float *losses = ops.Alloc(N), *probs = ops.Alloc(N * V);
+  ops.CrossEntropyForward(losses, probs, qkv, tg, N, V);  // qkv read as (N, V) logits
+  float *m = ops.Alloc(3 * C * C), *v = ops.Alloc(3 * C * C);
+  AdamWParams a;
+  a.weight_decay = 0.1f;
+  ops.AdamW(w, dw, m, v, 3 * C * C, a);
+  ops.Add(dx, ln, N * C);
+  ops.ResidualForward(ln, dx, x, N * C);
+  for (auto [p, n] : std::vector<std::pair<float*, size_t>>{
+           {ln, N * C}, {mean, N}, {rstd, N}, {qkv, N * 3 * C}, {out, N * C},
+           {att, B * NH * T * T}, {dqkv, N * 3 * C}, {dln, N * C}, {dx, N * C}, {dw, 3 * C * C},
+           {db, 3 * C}, {dlw, C}, {dlb, C}, {gel, N * 3 * C}, {losses, N}, {probs, N * V},
+           {w, 3 * C * C}, {m, 3 * C * C}, {v, 3 * C * C}}) {
+    keep(p, n);
+  }
+  for (float* p : {x, lw, lb, w, bias, ln, mean, rstd, qkv, out, att, dqkv, dln, dx, dw, db, dlw,
+                   dlb, gel, losses, probs, m, v}) {
+    ops.Free(p);
+  }
+  ops.Free(tg);
+  return all;
+}
+
+TEST(CpuThreadsTest, EveryOpGivesTheSameBitsOnOneTwoAndThreeThreads) {
+  const std::vector<float> one = RunEveryOp(1);
+  for (int threads : {2, 3}) {
+    const std::vector<float> more = RunEveryOp(threads);
+    ASSERT_EQ(one.size(), more.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      ASSERT_EQ(0, std::memcmp(&one[i], &more[i], sizeof(float)))
+          << threads << " threads, value " << i << ": " << more[i] << " vs " << one[i];
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pp::kernels
