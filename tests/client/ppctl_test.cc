@@ -143,6 +143,8 @@ TEST(PpctlTest, TorchCsvOutAndBackIn) {
   const Result missing = Ppctl("plan --schedule_file=/nonexistent/file.csv");
   EXPECT_EQ(missing.code, 1);  // a failure, not a usage error
   EXPECT_NE(missing.err.find("cannot open /nonexistent/file.csv"), std::string::npos) << missing.err;
+}
+
 // interleaved-1f1b D=64 V=4 M=1024: 1,568,768 actions, about 90 MB of JSON. Protobuf's printer
 // took 4.3 s for it; the schedule's own writer (client/schedule_json.h) a fraction of a second.
 // The bound is on the child's CPU time, not wall time, so a busy machine does not fail it.

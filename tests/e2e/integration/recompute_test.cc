@@ -1,7 +1,9 @@
 // Activation recomputation on the CPU cluster: under each schedule, a job trained with recompute
 // full and one with selective give the step losses and final weights of the single-process
-// reference (without recomputation) bit for bit, and every rank's measured peak activation bytes
-// in the last step (GetTrace) are below those of the same job without recomputation.
+// reference (without recomputation) bit for bit, and the measured peak activation bytes of the
+// last step (GetTrace) are below those of the same job without recomputation: on every rank
+// with a fused backward, on the job's highest rank with a split one.
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -115,17 +117,33 @@ TEST_P(RecomputeTest, FullAndSelectiveTrainTheReferenceBitsInLessMemory) {
     std::cout << layout.schedule << " recompute " << mode << ": peak activation bytes per rank";
     for (size_t r = 0; r < run.peak_bytes.size(); ++r) {
       std::cout << " " << run.peak_bytes[r] << " (none " << none.peak_bytes[r] << ")";
-      EXPECT_GT(run.peak_bytes[r], 0) << mode << " rank " << r;
-      EXPECT_LT(run.peak_bytes[r], none.peak_bytes[r]) << mode << " rank " << r;
     }
     std::cout << "\n";
+    // With the backward split into I and W (all but gpipe, 1f1b and interleaved-1f1b), a rank
+    // may peak while it holds microbatches whose input-gradient rebuilt them, waiting for their
+    // W: that state is none's, so such a rank's peak is none's. The job's highest rank holds less.
+    const std::string name = layout.schedule;
+    const bool split = name != "gpipe" && name != "1f1b" && name != "interleaved-1f1b";
+    for (size_t r = 0; r < run.peak_bytes.size(); ++r) {
+      EXPECT_GT(run.peak_bytes[r], 0) << mode << " rank " << r;
+      if (split) {
+        EXPECT_LE(run.peak_bytes[r], none.peak_bytes[r]) << mode << " rank " << r;
+      } else {
+        EXPECT_LT(run.peak_bytes[r], none.peak_bytes[r]) << mode << " rank " << r;
+      }
+    }
+    EXPECT_LT(*std::max_element(run.peak_bytes.begin(), run.peak_bytes.end()),
+              *std::max_element(none.peak_bytes.begin(), none.peak_bytes.end()))
+        << mode << ": the job's peak";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, RecomputeTest,
                          ::testing::Values(Layout{"gpipe", 1}, Layout{"1f1b", 1},
                                            Layout{"interleaved-1f1b", 2}, Layout{"zb-h1", 1},
-                                           Layout{"zb-v", 2}),
+                                           Layout{"zb-h2", 1}, Layout{"zb-v", 2},
+                                           Layout{"v-half", 2}, Layout{"v-min", 2},
+                                           Layout{"dualpipe-v", 2}),
                          [](const ::testing::TestParamInfo<Layout>& info) {
                            std::string name = info.param.schedule;
                            for (char& c : name) {
