@@ -169,6 +169,9 @@ TEST_F(AdmissionTest, AResumeOnALayoutLargerThanTheLargestWorkerIsRefused) {
 TEST_F(AdmissionTest, RecomputeAutoChoosesTheLeastThatFits) {
   auto with = [&](const char* mode) {
     pp::v1::JobSpec spec = ValidSpec(2);
+    // Microbatches large enough that the step's activations, not the checkpoint's host copies,
+    // make each rank's peak.
+    spec.mutable_train()->set_microbatch_size(16);
     spec.mutable_parallel()->set_recompute(mode);
     return spec;
   };

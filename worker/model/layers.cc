@@ -9,25 +9,9 @@ using internal::BlockSaved;
 using internal::FBuf;
 using internal::HeadSaved;
 
-namespace {
-
-// Indices into a block's 12 tensors, in UnitTensors order.
-enum BlockTensor {
-  kLn1W,
-  kLn1B,
-  kQkvW,
-  kQkvB,
-  kProjW,
-  kProjB,
-  kLn2W,
-  kLn2B,
-  kFcW,
-  kFcB,
-  kFc2W,
-  kFc2B
-};
-
-}  // namespace
+using internal::kLn1W, internal::kLn1B, internal::kQkvW, internal::kQkvB, internal::kProjW,
+    internal::kProjB, internal::kLn2W, internal::kLn2B, internal::kFcW, internal::kFcB,
+    internal::kFc2W, internal::kFc2B;
 
 // Sums a partial (N,C) over the tensor-parallel group; nothing to do without one. The group's
 // transport may read x on a stream of its own: x must be complete first.

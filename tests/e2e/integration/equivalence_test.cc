@@ -24,15 +24,6 @@ using ::pp::testing_support::SubmitJob;
 
 constexpr int kSteps = 10;
 
-struct Layout {
-  const char* schedule;
-  int chunks;
-};
-
-void PrintTo(const Layout& layout, std::ostream* os) {
-  *os << layout.schedule << " V=" << layout.chunks;
-}
-
 class EquivalenceTest : public IntegrationTest, public ::testing::WithParamInterface<Layout> {};
 
 // Equal names, shapes and bytes.
@@ -116,19 +107,7 @@ TEST_P(EquivalenceTest, LossesAndFinalCheckpointAreBitwiseTheReferenceTrainers) 
   EXPECT_EQ(job->step(), kSteps);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, EquivalenceTest,
-                         ::testing::Values(Layout{"gpipe", 1}, Layout{"1f1b", 1},
-                                           Layout{"interleaved-1f1b", 2}, Layout{"zb-h1", 1},
-                                           Layout{"zb-h2", 1}, Layout{"zb-v", 2},
-                                           Layout{"v-half", 2}, Layout{"v-min", 2},
-                                           Layout{"dualpipe-v", 2}),
-                         [](const ::testing::TestParamInfo<Layout>& info) {
-                           std::string name = info.param.schedule;
-                           for (char& c : name) {
-                             if (c == '-') c = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Schedules, EquivalenceTest, EverySchedule(), LayoutName);
 
 }  // namespace
 }  // namespace pp::integration

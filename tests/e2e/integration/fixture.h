@@ -4,6 +4,7 @@
 #define PP_TESTS_INTEGRATION_FIXTURE_H_
 
 #include <fstream>
+#include <ostream>
 #include <string>
 
 #include "absl/strings/substitute.h"
@@ -13,6 +14,29 @@
 #include "tests/support/fixture.h"
 
 namespace pp::integration {
+
+// A schedule and its chunks per rank, as the parameterised integration tests run them.
+struct Layout {
+  const char* schedule;
+  int chunks;
+};
+inline void PrintTo(const Layout& layout, std::ostream* os) {
+  *os << layout.schedule << " V=" << layout.chunks;
+}
+// Every schedule a job may train with, each at the chunks it takes (all nine).
+inline auto EverySchedule() {
+  return ::testing::Values(Layout{"gpipe", 1}, Layout{"1f1b", 1}, Layout{"interleaved-1f1b", 2},
+                           Layout{"zb-h1", 1}, Layout{"zb-h2", 1}, Layout{"zb-v", 2},
+                           Layout{"v-half", 2}, Layout{"v-min", 2}, Layout{"dualpipe-v", 2});
+}
+// The test's name for a layout: the schedule with '_' for '-'.
+inline std::string LayoutName(const ::testing::TestParamInfo<Layout>& info) {
+  std::string name = info.param.schedule;
+  for (char& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
+}
 
 class IntegrationTest : public testing_support::ClusterTest {
  protected:

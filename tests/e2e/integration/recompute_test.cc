@@ -26,11 +26,6 @@ using ::pp::testing_support::SubmitJob;
 
 constexpr int kSteps = 3;
 
-struct Layout {
-  const char* schedule;
-  int chunks;
-};
-
 class RecomputeTest : public IntegrationTest, public ::testing::WithParamInterface<Layout> {
  public:
   struct Run {
@@ -138,19 +133,7 @@ TEST_P(RecomputeTest, FullAndSelectiveTrainTheReferenceBitsInLessMemory) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, RecomputeTest,
-                         ::testing::Values(Layout{"gpipe", 1}, Layout{"1f1b", 1},
-                                           Layout{"interleaved-1f1b", 2}, Layout{"zb-h1", 1},
-                                           Layout{"zb-h2", 1}, Layout{"zb-v", 2},
-                                           Layout{"v-half", 2}, Layout{"v-min", 2},
-                                           Layout{"dualpipe-v", 2}),
-                         [](const ::testing::TestParamInfo<Layout>& info) {
-                           std::string name = info.param.schedule;
-                           for (char& c : name) {
-                             if (c == '-') c = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Schedules, RecomputeTest, EverySchedule(), LayoutName);
 
 }  // namespace
 }  // namespace pp::integration
