@@ -167,6 +167,22 @@ absl::StatusOr<std::unique_ptr<model::StageModel>> CreateModel(kernels::Ops& ops
   return model;
 }
 
+// One stage holding every unit, as the spec's train and parallel.recompute say.
+absl::StatusOr<model::StageOptions> WholeModelStage(const pp::v1::JobSpec& spec,
+                                                    const model::ModelConfig& config) {
+  model::StageOptions stage;
+  stage.first_unit = 0;
+  stage.last_unit = model::NumUnits(config) - 1;
+  stage.microbatch_size = spec.train().microbatch_size();
+  stage.microbatches = spec.train().microbatches();
+  stage.seed = spec.train().seed();
+  absl::StatusOr<common::Recompute> recompute =
+      common::RecomputeFromName(spec.parallel().recompute());
+  if (!recompute.ok()) return recompute.status();
+  stage.recompute = *recompute;
+  return stage;
+}
+
 // Train's body; `init` null: the seeded initialisation.
 absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOptions& options,
                                       const InitialWeights* init) {
@@ -178,17 +194,9 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
   auto ops =
       kernels::MakeOps(options.device, options.threads > 0 ? options.threads : train.threads());
   if (!ops.ok()) return ops.status();
-  model::StageOptions stage;
-  stage.first_unit = 0;
-  stage.last_unit = model::NumUnits(*config) - 1;
-  stage.microbatch_size = B;
-  stage.microbatches = M;
-  stage.seed = train.seed();
-  absl::StatusOr<common::Recompute> recompute =
-      common::RecomputeFromName(spec.parallel().recompute());
-  if (!recompute.ok()) return recompute.status();
-  stage.recompute = *recompute;
-  auto model = CreateModel(**ops, *config, stage, init);
+  absl::StatusOr<model::StageOptions> stage = WholeModelStage(spec, *config);
+  if (!stage.ok()) return stage.status();
+  auto model = CreateModel(**ops, *config, *stage, init);
   if (!model.ok()) return model.status();
   auto source = data::TokenSource::Open(spec.data());
   if (!source.ok()) return source.status();
