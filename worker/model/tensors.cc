@@ -5,19 +5,14 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "common/splitmix.h"
 #include "worker/model/model.h"
 
 namespace pp::model {
 namespace {
 
-// splitmix64 finaliser (Steele, Lea, Flood, "Fast splittable pseudorandom number generators",
-// 2014): a bijective mix, so Mix(key + i * golden) is a counter-based stream.
-uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
+uint64_t Mix(uint64_t z) { return common::SplitMix(z); }  // common/splitmix.h
+constexpr uint64_t kGolden = common::kSplitMixGolden;
 
 // FNV-1a, 64 bit.
 uint64_t HashName(const std::string& s) {

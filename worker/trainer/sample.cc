@@ -11,17 +11,13 @@
 #include "common/checkpoint.h"
 #include "common/spec_bounds.h"
 #include "kernels/ops.h"
+#include "common/splitmix.h"
 #include "worker/model/model.h"
 
 namespace pp::trainer {
 namespace {
 
-// splitmix64 finaliser (Steele, Lea, Flood 2014), as in worker/model's initialisation.
-uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+uint64_t Mix(uint64_t z) { return common::SplitMix(z); }  // common/splitmix.h
 
 // Backend buffers of one forward over N positions, freed with the object.
 struct Buffers {
@@ -268,7 +264,7 @@ absl::StatusOr<std::string> Generate(Decoder& decoder, const SampleOptions& o) {
       logits.assign(all->end() - decoder.vocab_size(), all->end());
     }
     const double u =
-        static_cast<double>(Mix(key + (i + 1) * 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
+        static_cast<double>(Mix(key + (i + 1) * common::kSplitMixGolden) >> 11) * 0x1.0p-53;
     const int32_t next = SampleToken(logits, o.temperature, o.top_k, u);
     out.push_back(static_cast<char>(next));
     tokens.push_back(next);
