@@ -142,7 +142,7 @@ std::string JobLine(const pp::v1::Job& job) {
       "%-24s %-10s %-11s %-9s %-18s %s\n", job.id(), pp::v1::JobState_Name(job.state()),
       absl::StrCat(job.step(), "/", job.spec().train().steps()),
       job.step() > 0 ? absl::StrFormat("%.4f", job.loss()) : "-",
-      absl::StrCat(p.schedule(), " D=", p.pipeline(), " V=", p.chunks()), job.reason());
+      absl::StrCat(common::ScheduleLabel(p), " D=", p.pipeline(), " V=", p.chunks()), job.reason());
 }
 
 int List(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {

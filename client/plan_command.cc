@@ -303,7 +303,7 @@ absl::Status RunSpec(const std::string& path, plan::CostModel costs, const std::
   absl::StatusOr<std::vector<int>> units = SpecPartition(*spec, p.pipeline() * p.chunks());
   if (!units.ok()) return units.status();
   absl::StatusOr<plan::Planned> planned =
-      plan::Plan(p.schedule(), p.pipeline(), p.chunks(), spec->train().microbatches(), costs);
+      plan::PlanSpecSchedule(p, spec->train().microbatches(), costs);
   if (!planned.ok()) return planned.status();
   pp::v1::PlanJobResponse response;
   if (p.recompute() == "auto") {
@@ -317,8 +317,7 @@ absl::Status RunSpec(const std::string& path, plan::CostModel costs, const std::
   if (!shares.ok()) return shares.status();
   if (costs.recompute_forward == 0 && costs.recompute_dropped == 0 && shares->forward > 0) {
     costs.recompute_forward = shares->forward, costs.recompute_dropped = shares->dropped;
-    planned =
-        plan::Plan(p.schedule(), p.pipeline(), p.chunks(), spec->train().microbatches(), costs);
+    planned = plan::PlanSpecSchedule(p, spec->train().microbatches(), costs);
     if (!planned.ok()) return planned.status();
   }
   *response.mutable_schedule() = plan::ScheduleToProto(planned->schedule, &planned->simulation);

@@ -41,6 +41,7 @@
 #include "common/address_file.h"
 #include "common/exit_code.h"
 #include "common/file_io.h"
+#include "common/job_spec.h"
 #include "common/stop_signals.h"
 #include "common/tls.h"
 #include "grpcpp/create_channel.h"
@@ -312,7 +313,7 @@ class Up {
     const pp::v1::ParallelSpec& p = spec.parallel();
     std::cout << "job " << run_.job_id << ": " << spec.model().n_layers()
               << " layers, C=" << spec.model().d_model() << ", T=" << spec.model().seq_len() << ", "
-              << p.schedule() << " D=" << p.pipeline() << " M=" << spec.train().microbatches()
+              << common::ScheduleLabel(p) << " D=" << p.pipeline() << " M=" << spec.train().microbatches()
               << ", " << spec.train().steps() << " steps on "
               << (spec.data().path().empty() ? "generated text" : spec.data().path()) << "\n"
               << std::flush;

@@ -99,6 +99,25 @@ absl::Status ValidateModel(const pp::v1::ModelSpec& model) {
 absl::Status ValidatePartition(const pp::v1::ParallelSpec& parallel, int64_t units,
                                int64_t stages);
 
+// A schedule named from the table with chunks it allows, or one carried as CSV (whose layout the
+// planner checks against pipeline, chunks and train.microbatches: coordinator/plan/plan.h).
+absl::Status ValidateScheduleChoice(const pp::v1::ParallelSpec& parallel) {
+  if (!parallel.schedule_file().empty() && parallel.program_size() > 0) {
+    return Field("parallel.program", "give the schedule once: parallel.schedule_file or "
+                                     "parallel.program, not both");
+  }
+  if (CarriesSchedule(parallel)) {
+    if (parallel.schedule().empty()) return absl::OkStatus();
+    return Field("parallel.schedule",
+                 absl::StrCat("must be empty when parallel.",
+                              parallel.program_size() > 0 ? "program" : "schedule_file",
+                              " carries the schedule, got \"", parallel.schedule(), "\""));
+  }
+  const std::string& schedule = parallel.schedule();
+  if (absl::Status s = Choice("parallel.schedule", schedule, TrainingScheduleNames()); !s.ok()) return s;
+  return ValidateChunks(*FindScheduleRule(schedule), parallel.chunks());
+}
+
 absl::Status ValidateParallel(const pp::v1::JobSpec& spec) {
   const pp::v1::ParallelSpec& parallel = spec.parallel();
   for (auto [field, value] :
@@ -116,11 +135,7 @@ absl::Status ValidateParallel(const pp::v1::JobSpec& spec) {
   if (parallel.recompute() != "auto") {
     if (auto mode = RecomputeFromName(parallel.recompute()); !mode.ok()) return mode.status();
   }
-  const std::string& schedule = parallel.schedule();
-  if (absl::Status s = Choice("parallel.schedule", schedule, TrainingScheduleNames()); !s.ok()) return s;
-  if (absl::Status s = ValidateChunks(*FindScheduleRule(schedule), parallel.chunks()); !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = ValidateScheduleChoice(parallel); !s.ok()) return s;
   // Partition units: the embedding, n_layers blocks, and the head.
   int64_t units = int64_t{spec.model().n_layers()} + 2;
   int64_t stages = int64_t{parallel.pipeline()} * parallel.chunks();
@@ -395,6 +410,19 @@ absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec) {
   }
   if (absl::Status s = ValidateData(spec.data(), spec.model()); !s.ok()) return s;
   return ValidateEval(spec);
+}
+
+bool CarriesSchedule(const pp::v1::ParallelSpec& parallel) {
+  return !parallel.schedule_file().empty() || parallel.program_size() > 0;
+}
+
+std::string CarriedScheduleCsv(const pp::v1::ParallelSpec& parallel) {
+  if (!parallel.schedule_file().empty()) return parallel.schedule_file();
+  return absl::StrJoin(parallel.program(), "\n");
+}
+
+std::string ScheduleLabel(const pp::v1::ParallelSpec& parallel) {
+  return CarriesSchedule(parallel) ? std::string(kScheduleFileName) : parallel.schedule();
 }
 
 }  // namespace pp::common

@@ -32,6 +32,15 @@ void ApplyDefaults(pp::v1::JobSpec* spec);
 
 absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec);
 
+// The torch CSV (coordinator/plan/torch_csv.h) a spec carries: parallel.schedule_file, or
+// parallel.program's rows joined by "\n". Empty when the spec names a generated schedule.
+std::string CarriedScheduleCsv(const pp::v1::ParallelSpec& parallel);
+bool CarriesSchedule(const pp::v1::ParallelSpec& parallel);
+
+// parallel.schedule, or kScheduleFileName (common/schedules.h) for a spec that carries its
+// schedule: what logs, checkpoint layouts and ppctl print.
+std::string ScheduleLabel(const pp::v1::ParallelSpec& parallel);
+
 }  // namespace pp::common
 
 #endif  // PP_COMMON_JOB_SPEC_H_

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/job_spec.h"
 #include "common/step_math.h"
 
 namespace pp::common {
@@ -15,7 +16,7 @@ pp::v1::CheckpointLayout MeshLayout(const pp::v1::JobSpec& spec,
   layout.set_chunks(p.chunks());
   layout.set_tensor(p.tensor());
   layout.set_data(p.data());
-  layout.set_schedule(p.schedule());
+  layout.set_schedule(ScheduleLabel(p));
   layout.mutable_stage_layers()->Assign(stage_units.begin(), stage_units.end());
   return layout;
 }

@@ -54,6 +54,10 @@ const std::vector<std::string>& TrainingScheduleNames();
 // job's training schedule.
 inline constexpr const char kForwardOnly[] = "forward-only";
 
+// The name of a schedule a job carries as torch.distributed.pipelining CSV (parallel.schedule_file
+// or parallel.program) instead of naming one of the table's.
+inline constexpr const char kScheduleFileName[] = "schedule-file";
+
 // OK when V obeys `rule`'s chunk rule, else InvalidArgument in the planner's words: "zb-v runs
 // exactly 2 chunk(s) per rank, got V=3", "interleaved-1f1b needs V >= 2 chunks per rank (got V=1;
 // with one chunk use 1f1b)", "NAME needs V <= N chunks per rank, got V=...".

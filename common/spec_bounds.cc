@@ -1,11 +1,13 @@
 #include "common/spec_bounds.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/job_spec.h"
 #include "common/schedules.h"
 
 namespace pp::common {
@@ -30,6 +32,12 @@ absl::Status OverLimit(absl::string_view subject, absl::string_view amount, int6
                        absl::string_view why) {
   return absl::InvalidArgumentError(
       absl::StrCat(subject, ": ", amount, " is over the limit ", limit, " (", why, ")"));
+}
+
+int64_t ProgramBytes(const pp::v1::ParallelSpec& parallel) {
+  int64_t bytes = 0;
+  for (const std::string& row : parallel.program()) bytes += static_cast<int64_t>(row.size()) + 1;
+  return bytes;
 }
 
 std::string Amount(std::optional<int64_t> value) {
@@ -57,6 +65,11 @@ absl::Status CheckFields(const pp::v1::JobSpec& spec) {
       {"parallel.data", parallel.data(), kMaxAxis, "", "one worker per rank"},
       {"parallel.bucket_bytes", parallel.bucket_bytes(), kMaxBucketBytes, " bytes",
        "one all-reduce message of gradients"},
+      {"parallel.schedule_file", static_cast<int64_t>(parallel.schedule_file().size()),
+       kMaxScheduleCsvBytes, " bytes",
+       "the spec travels in every task plan and checkpoint manifest, one 4 MiB gRPC message each"},
+      {"parallel.program", ProgramBytes(parallel), kMaxScheduleCsvBytes, " bytes",
+       "the spec travels in every task plan and checkpoint manifest, one 4 MiB gRPC message each"},
       {"train.microbatch_size", spec.train().microbatch_size(), kMaxMicrobatchSize, "",
        "sequences in one microbatch's activations"},
       {"train.threads", spec.train().threads(), kMaxThreads, "",
@@ -108,19 +121,28 @@ absl::Status CheckScheduleSize(const pp::v1::JobSpec& spec) {
   const int64_t M = spec.train().microbatches();
   const std::optional<int64_t> world = CheckedProduct({p.pipeline(), p.tensor(), p.data()});
   const std::optional<int64_t> per_rank =
-      MaxActionsPerRank(p.schedule(), p.pipeline(), p.chunks(), M);
+      CarriesSchedule(p) ? MaxCarriedActionsPerRank(CarriedScheduleCsv(p))
+                         : MaxActionsPerRank(p.schedule(), p.pipeline(), p.chunks(), M);
   const std::optional<int64_t> total =
       world && per_rank ? CheckedProduct({*world, *per_rank}) : std::nullopt;
   if (total && *total <= kMaxActionsPerStep) return absl::OkStatus();
+  constexpr const char* kWhy =
+      "each rank's program and each step's measured trace of all ranks must fit one 4 MiB gRPC "
+      "message";
+  if (CarriesSchedule(p)) {
+    return OverLimit(p.program_size() > 0 ? "parallel.program" : "parallel.schedule_file",
+                     absl::StrCat("its longest row makes ", Amount(total),
+                                  " actions per step over all ranks (", Amount(world),
+                                  " ranks x up to ", Amount(per_rank), " each)"),
+                     kMaxActionsPerStep, kWhy);
+  }
   return OverLimit(
       "train.microbatches",
       absl::StrCat(M, " microbatches make ", Amount(total), " actions per step over all ranks (",
                    Amount(world), " ranks x up to ", Amount(per_rank), " each: schedule ",
                    p.schedule(), " on parallel.pipeline ", p.pipeline(), " with parallel.chunks ",
                    p.chunks(), ")"),
-      kMaxActionsPerStep,
-      "each rank's program and each step's measured trace of all ranks must fit one 4 MiB gRPC "
-      "message");
+      kMaxActionsPerStep, kWhy);
 }
 
 // Weights and activations: every tensor a worker allocates is indexed by int32 in the kernels.
@@ -175,6 +197,19 @@ std::optional<int64_t> MaxActionsPerRank(const std::string& schedule, int64_t D,
   const int64_t per_stage_and_microbatch =
       forward_only ? 1 + (D > 1 ? 2 : 0) : (split ? 3 : 2) + (D > 1 ? 4 : 0);
   return CheckedProduct({V, M, per_stage_and_microbatch});
+}
+
+int64_t MaxCarriedActionsPerRank(absl::string_view csv) {
+  int64_t longest = 0, row = 1;
+  for (char c : csv) {
+    if (c == '\n') {
+      longest = std::max(longest, row);
+      row = 1;
+    } else if (c == ',' || c == ';') {
+      ++row;
+    }
+  }
+  return 3 * std::max(longest, row);
 }
 
 absl::Status CheckSpecBounds(const pp::v1::JobSpec& spec) {

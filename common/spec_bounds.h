@@ -40,6 +40,8 @@ inline constexpr int64_t kMaxCheckpointsKept = 1000;
 // Batches of one evaluation: each is one step's forward passes, so an evaluation costs at most
 // about a third of this many training steps.
 inline constexpr int64_t kMaxEvalBatches = 1024;
+// A schedule carried as CSV (parallel.schedule_file, or all of parallel.program's rows).
+inline constexpr int64_t kMaxScheduleCsvBytes = int64_t{1} << 20;
 
 // Products.
 inline constexpr int64_t kMaxWorldSize = 4096;  // pipeline x tensor x data ranks
@@ -64,6 +66,11 @@ std::optional<int64_t> CheckedProduct(std::initializer_list<int64_t> factors);
 // them. nullopt when it does not fit int64.
 std::optional<int64_t> MaxActionsPerRank(const std::string& schedule, int64_t D, int64_t V,
                                          int64_t M);
+
+// The same bound for a schedule carried as torch CSV (common/job_spec.h CarriedScheduleCsv): 3 x
+// the computes of its longest row (an overlapped "(a;b)" cell counts two), as lowering adds at
+// most a receive and a send per compute and a file with comm cells holds them already.
+int64_t MaxCarriedActionsPerRank(absl::string_view csv);
 
 // Every bound above, in the order of docs/jobs.md "Limits".
 absl::Status CheckSpecBounds(const pp::v1::JobSpec& spec);

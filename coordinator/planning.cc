@@ -18,6 +18,18 @@ pp::v1::CostModel PlanningCosts(const pp::plan::RecomputeShares& shares) {
   return costs;
 }
 
+namespace {
+
+absl::StatusOr<pp::v1::Schedule> SpecSchedule(const pp::v1::ParallelSpec& parallel, int M,
+                                              const pp::v1::CostModel& costs) {
+  absl::StatusOr<pp::plan::Planned> planned =
+      pp::plan::PlanSpecSchedule(parallel, M, pp::plan::CostsFromProto(costs));
+  if (!planned.ok()) return planned.status();
+  return pp::plan::ScheduleToProto(planned->schedule, &planned->simulation);
+}
+
+}  // namespace
+
 absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec, const pp::plan::MemoryFits& fits) {
   pp::common::ApplyDefaults(&spec);
   if (absl::Status valid = pp::common::ValidateJobSpec(spec); !valid.ok()) {
@@ -33,14 +45,9 @@ absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec, const pp::plan::Mem
         absl::StrCat("parallel.partition \"", p.partition(), "\": ", units.status().message()));
   }
   // The schedule's order does not depend on recomputation, so "auto" can choose on it.
-  absl::StatusOr<pp::v1::Schedule> schedule = pp::plan::PlanSchedule(
-      p.schedule(), p.pipeline(), p.chunks(), spec.train().microbatches(), PlanningCosts());
-  if (!schedule.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "parallel.schedule \"", p.schedule(), "\" with parallel.pipeline=", p.pipeline(),
-        ", parallel.chunks=", p.chunks(), ", train.microbatches=", spec.train().microbatches(),
-        ": ", schedule.status().message()));
-  }
+  absl::StatusOr<pp::v1::Schedule> schedule =
+      SpecSchedule(p, spec.train().microbatches(), PlanningCosts());
+  if (!schedule.ok()) return schedule.status();
   PlannedJob planned;
   if (p.recompute() == "auto") {
     const pp::plan::MemoryFits any = [](const std::vector<pp::plan::RankMemory>&) {
@@ -56,9 +63,8 @@ absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec, const pp::plan::Mem
   if (!shares.ok()) return absl::InvalidArgumentError(shares.status().message());
   planned.costs = PlanningCosts(*shares);
   if (shares->forward > 0) {  // simulated again: recomputation lengthens every B and I
-    schedule = pp::plan::PlanSchedule(p.schedule(), p.pipeline(), p.chunks(),
-                                      spec.train().microbatches(), planned.costs);
-    if (!schedule.ok()) return absl::InvalidArgumentError(schedule.status().message());
+    schedule = SpecSchedule(p, spec.train().microbatches(), planned.costs);
+    if (!schedule.ok()) return schedule.status();
   }
   absl::StatusOr<std::vector<pp::plan::RankMemory>> memory =
       pp::plan::EstimateMemory(spec, *units, *schedule);

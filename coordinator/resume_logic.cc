@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/step_math.h"
 #include "coordinator/job_logic.h"
 
@@ -58,7 +59,7 @@ absl::Status CheckStepsLeft(const std::string& job_id, int from_step, const pp::
 
 std::string ResumeReason(int from_step, const pp::v1::ParallelSpec& parallel) {
   return absl::StrCat("resumed by the user from checkpoint step ", from_step, " on ",
-                      parallel.schedule(), " D=", parallel.pipeline(), " V=", parallel.chunks());
+                      common::ScheduleLabel(parallel), " D=", parallel.pipeline(), " V=", parallel.chunks());
 }
 
 }  // namespace pp::coordinator

@@ -3,7 +3,10 @@
 #include <cstdint>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/job_spec.h"
 
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/convert.h"
@@ -67,6 +70,57 @@ absl::StatusOr<pp::v1::Schedule> PlanForwardOnly(const std::vector<int>& stage_t
   absl::StatusOr<Simulation> simulation = ValidateAndSimulate(*lowered, CostModel{});
   if (!simulation.ok()) return simulation.status();
   return ScheduleToProto(*lowered, &*simulation);
+}
+
+namespace {
+
+// A PlanTorchCsv error about the CSV parallel.program makes: "line N, ..." names program[N-1].
+std::string InProgram(absl::string_view message) {
+  absl::string_view rest = message;
+  int line = 0;
+  if (absl::ConsumePrefix(&rest, "line ")) {
+    const size_t digits = rest.find_first_not_of("0123456789");
+    if (digits != absl::string_view::npos && absl::SimpleAtoi(rest.substr(0, digits), &line) &&
+        line >= 1) {
+      return absl::StrCat("parallel.program[", line - 1, "]", rest.substr(digits));
+    }
+  }
+  return absl::StrCat("parallel.program: ", message);
+}
+
+absl::StatusOr<Planned> PlanCarriedSchedule(const pp::v1::ParallelSpec& parallel, int M,
+                                            const CostModel& costs) {
+  const bool inline_rows = parallel.program_size() > 0;
+  absl::StatusOr<Planned> planned = PlanTorchCsv(common::CarriedScheduleCsv(parallel), costs);
+  if (!planned.ok()) {
+    const absl::string_view why = planned.status().message();
+    return absl::InvalidArgumentError(inline_rows ? InProgram(why)
+                                                  : absl::StrCat("parallel.schedule_file: ", why));
+  }
+  const Schedule& s = planned->schedule;
+  if (s.pipeline != parallel.pipeline() || s.chunks != parallel.chunks() || s.microbatches != M) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        inline_rows ? "parallel.program" : "parallel.schedule_file", ": its schedule runs D=",
+        s.pipeline, " ranks with V=", s.chunks, " chunks and M=", s.microbatches,
+        " microbatches, but the spec says parallel.pipeline=", parallel.pipeline(),
+        ", parallel.chunks=", parallel.chunks(), ", train.microbatches=", M,
+        "; they must agree"));
+  }
+  return planned;
+}
+
+}  // namespace
+
+absl::StatusOr<Planned> PlanSpecSchedule(const pp::v1::ParallelSpec& parallel, int M,
+                                         const CostModel& costs) {
+  if (common::CarriesSchedule(parallel)) return PlanCarriedSchedule(parallel, M, costs);
+  absl::StatusOr<Planned> planned =
+      Plan(parallel.schedule(), parallel.pipeline(), parallel.chunks(), M, costs);
+  if (planned.ok()) return planned;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "parallel.schedule \"", parallel.schedule(), "\" with parallel.pipeline=",
+      parallel.pipeline(), ", parallel.chunks=", parallel.chunks(), ", train.microbatches=", M,
+      ": ", planned.status().message()));
 }
 
 absl::StatusOr<pp::v1::Schedule> PlanSchedule(const std::string& name, int D, int V, int M,

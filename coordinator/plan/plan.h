@@ -44,6 +44,16 @@ std::vector<double> UnitCosts(const pp::v1::ModelSpec& model);
 absl::StatusOr<pp::v1::Schedule> PlanSchedule(const std::string& name, int D, int V, int M,
                                               const pp::v1::CostModel& costs);
 
+// The schedule a job's parallel section asks for, for M microbatches, under `costs`: generated
+// by name (Plan), or read from the torch CSV it carries (common/job_spec.h CarriedScheduleCsv,
+// PlanTorchCsv), whose D, V and M must be parallel.pipeline, parallel.chunks and M. REQUIRES:
+// `parallel` passed ValidateJobSpec. Errors are InvalidArgument naming the field:
+// "parallel.schedule \"zb-v\" with parallel.pipeline=4, ...: why", "parallel.schedule_file:
+// line 2, column 5 ('1F0'): ...", "parallel.program[1], column 5 ('1F0'): ..." (row r of the
+// program is line r + 1 of the file it makes).
+absl::StatusOr<Planned> PlanSpecSchedule(const pp::v1::ParallelSpec& parallel, int M,
+                                         const CostModel& costs);
+
 // The forward-only schedule (generate.h ForwardOnly) on the layout of a training schedule
 // (`stage_to_rank`, D*V entries in pipeline ranks, V per rank), lowered, validated and simulated
 // under unit costs: what evaluation runs. InvalidArgument for a layout that is not one.

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/schedules.h"
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/ir.h"
 #include "coordinator/plan/simulate.h"
@@ -37,7 +38,7 @@ enum class CsvForm { kComputeOnly, kWithComms };
 std::string ToTorchCsv(const Schedule& schedule, CsvForm form);
 
 // The name a schedule read from a file carries.
-inline constexpr const char kScheduleFileName[] = "schedule-file";
+using common::kScheduleFileName;
 
 // Reads `text` (either form), lowers a compute-only file, validates and simulates it under
 // `costs`. InvalidArgument on the first bad cell or the first action the validator refuses,

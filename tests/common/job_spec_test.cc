@@ -321,6 +321,53 @@ TEST_F(JobSpecTest, NoJobTrainsWithTheForwardOnlySchedule) {
                 "interleaved-1f1b, zb-h1, zb-h2, zb-v, v-half, v-min, dualpipe-v)");
 }
 
+// A schedule carried as torch CSV replaces the named one; its contents are the planner's to check
+// (tests/coordinator/plan/spec_schedule_test.cc), its size and the spec's fields are checked here.
+TEST_F(JobSpecTest, CarriedScheduleReplacesTheName) {
+  pp::v1::JobSpec carried = spec_;
+  carried.mutable_parallel()->clear_schedule();
+  carried.mutable_parallel()->set_schedule_file("0F0,0B0\r\n1F0,1B0\r\n");
+  EXPECT_TRUE(ValidateJobSpec(carried).ok()) << ValidateJobSpec(carried);
+  EXPECT_EQ(ScheduleLabel(carried.parallel()), "schedule-file");
+  EXPECT_EQ(CarriedScheduleCsv(carried.parallel()), "0F0,0B0\r\n1F0,1B0\r\n");
+  EXPECT_EQ(ScheduleLabel(spec_.parallel()), "1f1b");
+  EXPECT_EQ(CarriedScheduleCsv(spec_.parallel()), "");
+
+  pp::v1::JobSpec rows = spec_;
+  rows.mutable_parallel()->clear_schedule();
+  rows.mutable_parallel()->add_program("0F0,0B0");
+  rows.mutable_parallel()->add_program("1F0,1B0");
+  EXPECT_TRUE(ValidateJobSpec(rows).ok()) << ValidateJobSpec(rows);
+  EXPECT_EQ(CarriedScheduleCsv(rows.parallel()), "0F0,0B0\n1F0,1B0");
+
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_schedule_file("0F0,0B0"); },
+                "parallel.schedule: must be empty when parallel.schedule_file carries the "
+                "schedule, got \"1f1b\"");
+  ExpectInvalid(
+      [](Spec* s) {
+        s->mutable_parallel()->clear_schedule();
+        s->mutable_parallel()->set_schedule_file("0F0,0B0");
+        s->mutable_parallel()->add_program("0F0,0B0");
+      },
+      "parallel.program: give the schedule once");
+  ExpectInvalid(
+      [](Spec* s) {
+        s->mutable_parallel()->clear_schedule();
+        s->mutable_parallel()->set_schedule_file(std::string((1 << 20) + 1, ','));
+      },
+      "parallel.schedule_file: 1048577 bytes is over the limit 1048576");
+  // 4 ranks x 3 x a row of 6000 cells: 72000 actions a step, over 2^16.
+  std::string row = "0F0";
+  for (int i = 1; i < 6000; ++i) row += ",0F0";
+  ExpectInvalid(
+      [&](Spec* s) {
+        s->mutable_parallel()->clear_schedule();
+        s->mutable_parallel()->add_program(row);
+      },
+      "parallel.program: its longest row makes 72000 actions per step over all ranks (4 ranks "
+      "x up to 18000 each) is over the limit 65536");
+}
+
 // 1000 tokens, seq_len 64: 936 starts. 0.001 of them is none; 0.95 leaves 889 held out and
 // 936 - 889 - 64 < 1 to train on.
 TEST_F(JobSpecTest, HoldoutMustLeaveWindowsOnBothSides) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/up_spec.h"
 #include "common/checkpoint.h"
 #include "common/file_io.h"
@@ -127,6 +128,19 @@ void JobSpecs(const fs::path& out) {
   zbv.mutable_data()->set_format("bytes");
   zbv.mutable_data()->set_path("corpus.txt");
   specs.emplace_back("zb-v", zbv);
+  // The default's own schedule carried inline, in torch's compute-only CSV.
+  pp::v1::JobSpec carried = DefaultSpec();
+  absl::StatusOr<pp::plan::Planned> planned =
+      pp::plan::Plan(carried.parallel().schedule(), carried.parallel().pipeline(), 1,
+                     carried.train().microbatches(), pp::plan::CostModel{});
+  Die(planned.status());
+  carried.mutable_parallel()->clear_schedule();
+  for (absl::string_view row :
+       absl::StrSplit(pp::plan::ToTorchCsv(planned->schedule, pp::plan::CsvForm::kComputeOnly),
+                      "\r\n", absl::SkipEmpty())) {
+    carried.mutable_parallel()->add_program(std::string(row));
+  }
+  specs.emplace_back("program", carried);
   for (const auto& [name, spec] : specs) {
     absl::StatusOr<std::string> json = MessageToJson(spec, /*pretty=*/true);
     Die(json.status());
