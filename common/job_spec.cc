@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
+#include "common/hf_gpt2.h"
 #include "common/proto_io.h"
 #include "common/recompute.h"
 #include "common/schedules.h"
@@ -330,6 +331,27 @@ absl::Status ValidateEval(const pp::v1::JobSpec& spec) {
   return data;
 }
 
+// model.init_from: a Hugging Face GPT-2 folder whose config.json is the spec's model. Its weights
+// are checked where they are loaded (each worker, the trainer): reading them here would cost
+// ppcoord a copy of the model for every submission.
+absl::Status ValidateInitFrom(const pp::v1::ModelSpec& model) {
+  if (model.init_from().empty()) return absl::OkStatus();
+  const std::string config = absl::StrCat(model.init_from(), "/", kHfConfigFile);
+  absl::StatusOr<std::string> json = ReadFile(config, kMaxHfConfigBytes);
+  if (!json.ok()) return Field("model.init_from", json.status().message());
+  absl::StatusOr<pp::v1::ModelSpec> hf = ParseHfGpt2Config(*json, config);
+  if (!hf.ok()) return Field("model.init_from", hf.status().message());
+  pp::v1::ModelSpec fitted = model;
+  if (absl::Status s = FitModelSpec(*hf, config, &fitted); !s.ok()) return s;
+  if (fitted.tie_embeddings() != model.tie_embeddings()) {
+    return Field("model.tie_embeddings",
+                 absl::StrCat("the spec says ", model.tie_embeddings() ? "true" : "false", ", ",
+                              config, " says tie_word_embeddings ",
+                              hf->tie_embeddings() ? "true" : "false"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<pp::v1::JobSpec> ParseJobSpec(absl::string_view text, absl::string_view origin) {
@@ -409,6 +431,7 @@ absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec) {
                  absl::StrCat("must be <= ", kMaxRestarts, ", got ", spec.max_restarts()));
   }
   if (absl::Status s = ValidateData(spec.data(), spec.model()); !s.ok()) return s;
+  if (absl::Status s = ValidateInitFrom(spec.model()); !s.ok()) return s;
   return ValidateEval(spec);
 }
 

@@ -76,6 +76,8 @@ absl::Status CheckFields(const pp::v1::JobSpec& spec) {
        "compute threads each worker process runs"},
       {"data.path", static_cast<int64_t>(spec.data().path().size()), kMaxPathBytes, " bytes",
        "PATH_MAX"},
+      {"model.init_from", static_cast<int64_t>(model.init_from().size()), kMaxPathBytes,
+       " bytes", "PATH_MAX"},
       {"data.generated_tokens", spec.data().generated_tokens(), kMaxGeneratedTokens, "",
        "every worker holds the generated corpus in memory, one byte per token"},
       {"checkpoint.keep", spec.checkpoint().keep(), kMaxCheckpointsKept, "",

@@ -60,6 +60,11 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
         !inside.ok()) {
       return Answer("SubmitJob", inside);
     }
+    if (const std::string& init = request->spec().model().init_from(); !init.empty()) {
+      absl::Status inside =
+          common::CheckUnderRoots("model.init_from", init, data_roots_, "data_root");
+      if (!inside.ok()) return Answer("SubmitJob", inside);
+    }
     absl::StatusOr<std::string> id = jobs_->Submit(request->spec(), caller->name);
     if (id.ok()) response->set_job_id(*id);
     return Answer("SubmitJob", id.status());

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/hf_gpt2.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -366,6 +367,34 @@ TEST_F(JobSpecTest, CarriedScheduleReplacesTheName) {
       },
       "parallel.program: its longest row makes 72000 actions per step over all ranks (4 ranks "
       "x up to 18000 each) is over the limit 65536");
+}
+
+// model.init_from names a Hugging Face folder whose config.json must be the spec's model; the
+// weights are checked where they load (tests/e2e/integration/init_from_test.cc).
+TEST_F(JobSpecTest, InitFromMustHoldTheSpecsModel) {
+  const std::string hf = dir_ + "/hf";
+  ExpectInvalid([&](Spec* s) { s->mutable_model()->set_init_from(hf); },
+                "model.init_from: ");
+  ASSERT_TRUE(MakeDirs(hf).ok());
+  pp::v1::ModelSpec model = spec_.model();
+  ASSERT_TRUE(WriteFileAtomic(hf + "/config.json", HfGpt2ConfigJson(model)).ok());
+  pp::v1::JobSpec good = spec_;
+  good.mutable_model()->set_init_from(hf);
+  EXPECT_TRUE(ValidateJobSpec(good).ok()) << ValidateJobSpec(good);
+  pp::v1::JobSpec tied = good;
+  tied.mutable_model()->set_tie_embeddings(true);
+  EXPECT_THAT(std::string(ValidateJobSpec(tied).message()),
+              StartsWith("model.tie_embeddings: the spec ties the head, "));
+  model.set_tie_embeddings(true);
+  ASSERT_TRUE(WriteFileAtomic(hf + "/config.json", HfGpt2ConfigJson(model)).ok());
+  EXPECT_THAT(std::string(ValidateJobSpec(good).message()),
+              StartsWith("model.tie_embeddings: the spec says false, " + hf +
+                         "/config.json says tie_word_embeddings true"));
+  EXPECT_TRUE(ValidateJobSpec(tied).ok()) << ValidateJobSpec(tied);
+  pp::v1::JobSpec wider = tied;
+  wider.mutable_model()->set_d_model(256);
+  EXPECT_THAT(std::string(ValidateJobSpec(wider).message()),
+              StartsWith("model.d_model: the spec says 256, " + hf + "/config.json says n_embd 128"));
 }
 
 // 1000 tokens, seq_len 64: 936 starts. 0.001 of them is none; 0.95 leaves 889 held out and

@@ -437,37 +437,59 @@ std::set<std::string> ModelCompute::CheckpointTensorNames() const {
   return names;
 }
 
+namespace {
+
+// The whole tensor `name` of `tensors` into `dst`, `t`'s slice of it; `what` names the source in
+// errors ("checkpoint", "model.init_from").
+absl::Status LoadWhole(kernels::Ops& ops, const std::map<std::string, common::Tensor>& tensors,
+                       const std::string& name, const model::ModelTensor& t, float* dst,
+                       absl::string_view what) {
+  auto it = tensors.find(name);
+  if (it == tensors.end()) return absl::NotFoundError(absl::StrCat(what, " has no tensor ", name));
+  const model::TensorShape full{name, t.full_shape};
+  if (it->second.data.size() != full.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " tensor ", name, " has ",
+                                                   it->second.data.size(), " values, want ",
+                                                   full.size()));
+  }
+  if (common::IsWhole(t.slice, t.full_shape)) {
+    ops.CopyToDevice(dst, it->second.data.data(), t.size);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<float>> slice =
+      common::CutSlice(t.full_shape, t.slice, it->second.data);
+  if (!slice.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", slice.status().message()));
+  }
+  ops.CopyToDevice(dst, slice->data(), t.size);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Checkpoints hold whole tensors; a tensor-parallel rank cuts out the slice it holds.
 absl::Status ModelCompute::LoadCheckpointTensors(
     const std::map<std::string, common::Tensor>& tensors) {
-  // Checkpoints hold whole tensors; a tensor-parallel rank cuts out the slice it holds.
-  auto load = [&](const std::string& name, const model::ModelTensor& t, float* dst) {
-    auto it = tensors.find(name);
-    if (it == tensors.end()) {
-      return absl::NotFoundError(absl::StrCat("checkpoint has no tensor ", name));
-    }
-    const model::TensorShape full{name, t.full_shape};
-    if (it->second.data.size() != full.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint tensor ", name, " has ",
-                                                     it->second.data.size(), " values, want ",
-                                                     full.size()));
-    }
-    if (common::IsWhole(t.slice, t.full_shape)) {
-      ops_->CopyToDevice(dst, it->second.data.data(), t.size);
-      return absl::OkStatus();
-    }
-    absl::StatusOr<std::vector<float>> slice =
-        common::CutSlice(t.full_shape, t.slice, it->second.data);
-    if (!slice.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": ", slice.status().message()));
-    }
-    ops_->CopyToDevice(dst, slice->data(), t.size);
-    return absl::OkStatus();
-  };
   for (auto& [s, stage] : stages_) {
     for (const model::ModelTensor& t : stage->tensors()) {
-      if (absl::Status st = load(t.name, t, t.value); !st.ok()) return st;
-      if (absl::Status st = load(common::ExpAvgName(t.name), t, t.exp_avg); !st.ok()) return st;
-      if (absl::Status st = load(common::ExpAvgSqName(t.name), t, t.exp_avg_sq); !st.ok()) {
+      for (const auto& [name, dst] : {std::pair{t.name, t.value},
+                                      {common::ExpAvgName(t.name), t.exp_avg},
+                                      {common::ExpAvgSqName(t.name), t.exp_avg_sq}}) {
+        if (absl::Status st = LoadWhole(*ops_, tensors, name, t, dst, "checkpoint"); !st.ok()) {
+          return st;
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelCompute::LoadInitialValues(
+    const std::map<std::string, common::Tensor>& tensors) {
+  for (auto& [s, stage] : stages_) {
+    for (const model::ModelTensor& t : stage->tensors()) {
+      if (absl::Status st = LoadWhole(*ops_, tensors, t.name, t, t.value, "model.init_from");
+          !st.ok()) {
         return st;
       }
     }

@@ -62,6 +62,9 @@ class ModelCompute : public executor::StageCompute {
   // Loads values and moments of the held stages from a checkpoint's whole tensors (found by name;
   // a tensor-parallel rank cuts out its slice).
   absl::Status LoadCheckpointTensors(const std::map<std::string, common::Tensor>& tensors);
+  // Starts the held stages from a model's whole tensors by name (model.init_from, read by
+  // common::ReadHfGpt2), cut for a tensor-parallel rank: values only, the moments stay zero.
+  absl::Status LoadInitialValues(const std::map<std::string, common::Tensor>& tensors);
   // The names LoadCheckpointTensors looks up: every held tensor and its two moments.
   std::set<std::string> CheckpointTensorNames() const;
 

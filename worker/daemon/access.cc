@@ -28,6 +28,11 @@ absl::Status CheckPlanPaths(const pp::v1::TaskPlan& plan,
       !s.ok()) {
     return s;
   }
+  if (const std::string& init = plan.spec().model().init_from(); !init.empty()) {
+    absl::Status s =
+        common::CheckUnderRoots("task plan model.init_from", init, data_roots, "data_root");
+    if (!s.ok()) return s;
+  }
   if (absl::Status s = common::CheckUnderRoots("task plan checkpoint_dir", plan.checkpoint_dir(),
                                                checkpoint_roots, "checkpoint_root");
       !s.ok()) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/device.h"
+#include "common/hf_gpt2.h"
 #include "common/job_spec.h"
 #include "common/step_math.h"
 #include "worker/compute/model_compute.h"
@@ -319,8 +320,19 @@ absl::Status Task::ConnectGroups(Running& running) {
 
 // With resume_from: the held tensors and moments of that committed step, which must be the
 // plan's start step. Only the shards holding this rank's tensors are read.
+// Without it: model.init_from's weights when the spec names a folder, else the seeded values the
+// model already holds.
 absl::Status Task::Resume(compute::ModelCompute& model_compute) {
-  if (plan_.resume_from().empty()) return absl::OkStatus();
+  if (plan_.resume_from().empty()) {
+    const std::string& init_from = plan_.spec().model().init_from();
+    if (init_from.empty()) return absl::OkStatus();
+    absl::StatusOr<common::HfGpt2Model> hf = common::ReadHfGpt2(init_from);
+    if (!hf.ok()) {
+      return absl::Status(hf.status().code(),
+                          absl::StrCat("model.init_from: ", hf.status().message()));
+    }
+    return model_compute.LoadInitialValues(hf->tensors);
+  }
   const std::set<std::string> needed = model_compute.CheckpointTensorNames();
   absl::StatusOr<common::Checkpoint> checkpoint = common::LoadCheckpoint(
       plan_.resume_from(), [&](const std::string& name) { return needed.count(name) > 0; });

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint.h"
+#include "common/hf_gpt2.h"
 #include "common/job_spec.h"
 #include "common/manifest.h"
 #include "common/step_math.h"
@@ -245,7 +246,14 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOptions& options) {
-  return TrainWith(spec, options, nullptr);
+  const std::string& init_from = spec.model().init_from();
+  if (init_from.empty()) return TrainWith(spec, options, nullptr);
+  absl::StatusOr<common::HfGpt2Model> hf = common::ReadHfGpt2(init_from);
+  if (!hf.ok()) {
+    return absl::Status(hf.status().code(),
+                        absl::StrCat("model.init_from: ", hf.status().message()));
+  }
+  return TrainWith(spec, options, &hf->tensors);
 }
 
 absl::StatusOr<TrainResult> TrainFrom(const pp::v1::JobSpec& spec, const TrainOptions& options,
