@@ -5,8 +5,8 @@
 // (kMaxInput), and a spec whose planning work is large (pipeline x chunks x microbatches or
 // n_layers above kMaxPlanWork) is validated but not planned. PP_FUZZ_UNBOUNDED=1 lifts the
 // planning bound: a valid spec that then allocates gigabytes or runs for seconds is a finding.
-// data.path is replaced by a small token file of the harness, so no input opens a file of its
-// choice (a FIFO would block).
+// data.path is replaced by a small token file of the harness and model.init_from is cleared, so
+// no input opens a file of its choice (a FIFO would block).
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,6 +64,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       pp::common::ParseJobSpec(absl::string_view(reinterpret_cast<const char*>(data), size));
   if (!spec.ok()) return 0;
   if (!spec->data().path().empty()) spec->mutable_data()->set_path(DataFile());
+  // Nor a folder of its choice: what model.init_from reads is hf_config_fuzzer's to cover.
+  spec->mutable_model()->clear_init_from();
   if (!Unbounded() && PlanWork(*spec) > kMaxPlanWork) {
     pp::v1::JobSpec defaulted = *spec;
     pp::common::ApplyDefaults(&defaulted);
