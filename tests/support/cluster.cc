@@ -113,8 +113,10 @@ absl::StatusOr<Cluster::Daemon> Cluster::Launch(const std::string& name,
 }
 
 absl::Status Cluster::StartCoordinator(int port) {
+  const std::string& host = options_.coordinator_host;
   std::vector<std::string> argv = {options_.bin_dir + "/ppcoord",
-                                   absl::StrCat("--grpc=127.0.0.1:", port), "--metrics=127.0.0.1:0",
+                                   absl::StrCat("--grpc=", host, ":", port),
+                                   absl::StrCat("--metrics=", host, ":0"),
                                    "--data_dir=" + data_dir()};
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
   absl::StatusOr<Daemon> coordinator = Launch("ppcoord", argv, options_.coordinator_env);
@@ -139,12 +141,12 @@ absl::Status Cluster::RestartCoordinator() {
 }
 
 absl::Status Cluster::LaunchWorker(const std::string& name, const WorkerOptions& options) {
-  std::vector<std::string> argv = {options_.bin_dir + "/ppworker",
-                                   "--coordinator=" + coordinator_.addresses.grpc,
-                                   "--grpc=127.0.0.1:0",
-                                   "--metrics=127.0.0.1:0",
-                                   "--device=cpu",
-                                   "--name=" + name};
+  std::vector<std::string> argv = options.run_in;
+  argv.insert(argv.end(), {options_.bin_dir + "/ppworker",
+                           "--coordinator=" + coordinator_.addresses.grpc,
+                           absl::StrCat("--grpc=", options.host, ":0"),
+                           absl::StrCat("--metrics=", options.host, ":0"), "--device=cpu",
+                           "--name=" + name});
   argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
   argv.insert(argv.end(), options.flags.begin(), options.flags.end());
   absl::StatusOr<Daemon> worker = Launch(name, argv, options.env);

@@ -29,6 +29,7 @@ struct Addresses {
 struct ClusterOptions {
   std::string bin_dir;                         // holds ppcoord, ppworker, ppctl
   std::string dir;                             // logs, address files, --data_dir (dir/data)
+  std::string coordinator_host = "127.0.0.1";   // ppcoord serves gRPC and metrics on it
   std::vector<std::string> coordinator_flags;  // extra flags, e.g. --worker_timeout=2s
   std::map<std::string, std::string> coordinator_env;  // at every start, e.g. a PP_TEST_ hook
   std::vector<std::string> worker_flags;       // extra flags for every worker
@@ -40,6 +41,10 @@ struct ClusterOptions {
 struct WorkerOptions {
   std::map<std::string, std::string> env;  // e.g. PP_TEST_SHARD_WRITE_PAUSE
   std::vector<std::string> flags;          // after ClusterOptions::worker_flags
+  // Where it runs: the host it serves on (and peers reach it at), and a command that runs its
+  // argv there (a network namespace: NetnsBed::Exec's "ip netns exec NAME"); empty: here.
+  std::string host = "127.0.0.1";
+  std::vector<std::string> run_in;
 };
 
 // ppcoord at once; workers when asked (so a test may submit and watch first).
