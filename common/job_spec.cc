@@ -435,6 +435,17 @@ absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec) {
   return ValidateEval(spec);
 }
 
+std::vector<std::pair<std::string, std::string>> SpecInputPaths(const pp::v1::JobSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> paths = {{"data.path", spec.data().path()}};
+  if (!spec.eval().data().path().empty()) {
+    paths.emplace_back("eval.data.path", spec.eval().data().path());
+  }
+  if (!spec.model().init_from().empty()) {
+    paths.emplace_back("model.init_from", spec.model().init_from());
+  }
+  return paths;
+}
+
 bool CarriesSchedule(const pp::v1::ParallelSpec& parallel) {
   return !parallel.schedule_file().empty() || parallel.program_size() > 0;
 }

@@ -12,6 +12,8 @@
 #define PP_COMMON_JOB_SPEC_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,6 +38,10 @@ absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec);
 // parallel.program's rows joined by "\n". Empty when the spec names a generated schedule.
 std::string CarriedScheduleCsv(const pp::v1::ParallelSpec& parallel);
 bool CarriesSchedule(const pp::v1::ParallelSpec& parallel);
+
+// The files a spec makes ppcoord and the workers read, as (field, path): data.path,
+// eval.data.path and model.init_from where set. Every one must lie under --data_root.
+std::vector<std::pair<std::string, std::string>> SpecInputPaths(const pp::v1::JobSpec& spec);
 
 // parallel.schedule, or kScheduleFileName (common/schedules.h) for a spec that carries its
 // schedule: what logs, checkpoint layouts and ppctl print.

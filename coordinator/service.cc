@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/host_port.h"
 #include "common/mesh.h"
+#include "common/job_spec.h"
 #include "common/path_roots.h"
 #include "common/tls.h"
 #include "coordinator/auth.h"
@@ -55,14 +56,8 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
     absl::StatusOr<Caller> caller = auth_->Authorize(*context, "SubmitJob");
     if (!caller.ok()) return Answer("SubmitJob", caller.status());
     // Before planning, so that a user learns where the data may live before anything runs.
-    if (absl::Status inside = common::CheckUnderRoots("data.path", request->spec().data().path(),
-                                                      data_roots_, "data_root");
-        !inside.ok()) {
-      return Answer("SubmitJob", inside);
-    }
-    if (const std::string& init = request->spec().model().init_from(); !init.empty()) {
-      absl::Status inside =
-          common::CheckUnderRoots("model.init_from", init, data_roots_, "data_root");
+    for (const auto& [field, path] : common::SpecInputPaths(request->spec())) {
+      absl::Status inside = common::CheckUnderRoots(field, path, data_roots_, "data_root");
       if (!inside.ok()) return Answer("SubmitJob", inside);
     }
     absl::StatusOr<std::string> id = jobs_->Submit(request->spec(), caller->name);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "common/path_roots.h"
 #include "common/tls.h"
 
@@ -23,14 +24,9 @@ absl::Status CheckCallerIs(const grpc::ServerContext& context, const std::string
 absl::Status CheckPlanPaths(const pp::v1::TaskPlan& plan,
                             const std::vector<std::string>& data_roots,
                             const std::vector<std::string>& checkpoint_roots) {
-  if (absl::Status s = common::CheckUnderRoots("task plan data.path", plan.spec().data().path(),
-                                               data_roots, "data_root");
-      !s.ok()) {
-    return s;
-  }
-  if (const std::string& init = plan.spec().model().init_from(); !init.empty()) {
+  for (const auto& [field, path] : common::SpecInputPaths(plan.spec())) {
     absl::Status s =
-        common::CheckUnderRoots("task plan model.init_from", init, data_roots, "data_root");
+        common::CheckUnderRoots(absl::StrCat("task plan ", field), path, data_roots, "data_root");
     if (!s.ok()) return s;
   }
   if (absl::Status s = common::CheckUnderRoots("task plan checkpoint_dir", plan.checkpoint_dir(),

@@ -282,6 +282,21 @@ TEST_F(SecurityTest, PathsOutsideTheRootsAreRefused) {
   EXPECT_THAT(submit.error_message(),
               HasSubstr("\"/etc/passwd\" is outside the allowed --data_root"));
 
+  // So are evaluation data and initial weights outside it.
+  pp::v1::JobSpec eval_outside = Spec();
+  eval_outside.mutable_eval()->set_batches(1);
+  eval_outside.mutable_eval()->mutable_data()->set_path("/etc/passwd");
+  const grpc::Status eval_submit = Submit(*Client(Credentials("", "tok-alice")), eval_outside);
+  EXPECT_EQ(eval_submit.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(eval_submit.error_message(),
+              HasSubstr("eval.data.path \"/etc/passwd\" is outside the allowed --data_root"));
+  pp::v1::JobSpec init_outside = Spec();
+  init_outside.mutable_model()->set_init_from("/etc");
+  const grpc::Status init_submit = Submit(*Client(Credentials("", "tok-alice")), init_outside);
+  EXPECT_EQ(init_submit.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(init_submit.error_message(),
+              HasSubstr("model.init_from \"/etc\" is outside the allowed --data_root"));
+
   // A symlink inside the root that leads out of it is outside too.
   const std::string link = (dir_ / "passwd-link").string();
   std::filesystem::create_symlink("/etc/passwd", link);
@@ -298,6 +313,23 @@ TEST_F(SecurityTest, PathsOutsideTheRootsAreRefused) {
     const grpc::Status status = as_coordinator->RunTask(&context, plan, &ran);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << path;
     EXPECT_THAT(status.error_message(), HasSubstr("is outside the allowed --data_root")) << path;
+  }
+  for (const bool eval : {true, false}) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pp::v1::TaskPlan plan;
+    plan.set_job_id("forged");
+    *plan.mutable_spec() = Spec();
+    if (eval) {
+      plan.mutable_spec()->mutable_eval()->mutable_data()->set_path("/etc/passwd");
+    } else {
+      plan.mutable_spec()->mutable_model()->set_init_from("/etc");
+    }
+    pp::v1::RunTaskResponse ran;
+    const grpc::Status status = as_coordinator->RunTask(&context, plan, &ran);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(),
+                HasSubstr(eval ? "task plan eval.data.path" : "task plan model.init_from"));
   }
   grpc::ClientContext context;
   SetDeadline(context);
