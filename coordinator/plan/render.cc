@@ -1,14 +1,14 @@
 #include "coordinator/plan/render.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/convert.h"
-#include "google/protobuf/struct.pb.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace pp::plan {
 namespace {
@@ -118,40 +118,63 @@ std::string RenderAscii(const Timeline& timeline, TimeUnit unit) {
   return out;
 }
 
-std::string RenderChrome(const Timeline& timeline, double microseconds_per_unit) {
-  using google::protobuf::Value;
-  google::protobuf::Struct root;
-  google::protobuf::ListValue* events =
-      (*root.mutable_fields())["traceEvents"].mutable_list_value();
-  for (size_t r = 0; r < timeline.ranks.size(); ++r) {
-    google::protobuf::Struct* meta = events->add_values()->mutable_struct_value();
-    auto& fields = *meta->mutable_fields();
-    fields["name"].set_string_value("thread_name");
-    fields["ph"].set_string_value("M");
-    fields["pid"].set_number_value(0);
-    fields["tid"].set_number_value(static_cast<double>(r));
-    (*fields["args"].mutable_struct_value()->mutable_fields())["name"].set_string_value(
-        absl::StrCat("GPU ", r));
-    for (const TimedAction& t : timeline.ranks[r]) {
-      google::protobuf::Struct* event = events->add_values()->mutable_struct_value();
-      auto& e = *event->mutable_fields();
-      e["name"].set_string_value(Describe(t.action));
-      e["cat"].set_string_value(KindName(t.action.kind));
-      e["ph"].set_string_value("X");
-      e["pid"].set_number_value(0);
-      e["tid"].set_number_value(static_cast<double>(r));
-      e["ts"].set_number_value(t.start * microseconds_per_unit);
-      e["dur"].set_number_value((t.end - t.start) * microseconds_per_unit);
-      auto& args = *e["args"].mutable_struct_value()->mutable_fields();
-      args["stage"].set_number_value(t.action.stage);
-      args["microbatch"].set_number_value(t.action.microbatch);
-      if (t.action.peer >= 0) args["peer"].set_number_value(t.action.peer);
+namespace {
+
+void AppendJsonString(absl::string_view text, std::string* out) {
+  out->push_back('"');
+  for (char c : text) {
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppend(out, "\\u00", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
+    } else {
+      out->push_back(c);
     }
   }
-  (*root.mutable_fields())["displayTimeUnit"].set_string_value("ms");
-  std::string json;
-  (void)google::protobuf::util::MessageToJsonString(root, &json);
-  return json + "\n";
+  out->push_back('"');
+}
+
+void AppendJsonNumber(double value, std::string* out) {
+  if (!std::isfinite(value)) value = 0;  // JSON has no NaN; a timeline never holds one
+  char buffer[32];
+  const std::to_chars_result written = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  out->append(buffer, written.ptr);
+}
+
+}  // namespace
+
+// Written straight into one string: building a google.protobuf.Struct and printing it took 92 s
+// and 3.6 GB for interleaved-1f1b D=64 V=4 M=1024 (2 M events). Names are Describe()'s, plain
+// ASCII, escaped anyway; numbers in the shortest form that reads back to the same double.
+std::string RenderChrome(const Timeline& timeline, double microseconds_per_unit) {
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  bool first = true;
+  auto begin_event = [&] {
+    if (!first) out.push_back(',');
+    first = false;
+  };
+  for (size_t r = 0; r < timeline.ranks.size(); ++r) {
+    begin_event();
+    absl::StrAppend(&out, "{\"args\":{\"name\":\"GPU ", r,
+                    "\"},\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":", r, "}");
+    for (const TimedAction& t : timeline.ranks[r]) {
+      begin_event();
+      absl::StrAppend(&out, "{\"args\":{\"microbatch\":", t.action.microbatch);
+      if (t.action.peer >= 0) absl::StrAppend(&out, ",\"peer\":", t.action.peer);
+      absl::StrAppend(&out, ",\"stage\":", t.action.stage, "},\"cat\":");
+      AppendJsonString(KindName(t.action.kind), &out);
+      out += ",\"dur\":";
+      AppendJsonNumber((t.end - t.start) * microseconds_per_unit, &out);
+      out += ",\"name\":";
+      AppendJsonString(Describe(t.action), &out);
+      absl::StrAppend(&out, ",\"ph\":\"X\",\"pid\":0,\"tid\":", r, ",\"ts\":");
+      AppendJsonNumber(t.start * microseconds_per_unit, &out);
+      out.push_back('}');
+    }
+  }
+  out += "]}\n";
+  return out;
 }
 
 absl::StatusOr<std::string> RenderScheduleAscii(const pp::v1::Schedule& schedule,

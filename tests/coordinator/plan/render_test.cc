@@ -4,6 +4,7 @@
 #include "coordinator/plan/plan.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/plan/plan_test_util.h"
 
@@ -74,6 +75,40 @@ TEST(RenderTest, ChromeTraceIsJsonWithOneEventPerAction) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+// Every event of a schedule with comms is the timeline's action, field by field, in order.
+TEST(RenderTest, ChromeEventsAreTheTimelinesActions) {
+  const Planned planned = MustPlan("zb-v", 3, 2, 6);
+  const Timeline timeline = TimelineFromSimulation(planned.schedule, planned.simulation);
+  google::protobuf::Struct parsed;
+  const std::string json = RenderChrome(timeline, 1e6 / 3);  // non-integer microseconds
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json, &parsed).ok());
+  EXPECT_EQ(parsed.fields().at("displayTimeUnit").string_value(), "ms");
+  const auto& events = parsed.fields().at("traceEvents").list_value().values();
+  int e = 0;
+  for (size_t r = 0; r < timeline.ranks.size(); ++r) {
+    const auto& meta = events[e++].struct_value().fields();
+    EXPECT_EQ(meta.at("ph").string_value(), "M");
+    EXPECT_EQ(meta.at("args").struct_value().fields().at("name").string_value(),
+              absl::StrCat("GPU ", r));
+    for (const TimedAction& t : timeline.ranks[r]) {
+      ASSERT_LT(e, events.size());
+      const auto& f = events[e++].struct_value().fields();
+      EXPECT_EQ(f.at("name").string_value(), Describe(t.action));
+      EXPECT_EQ(f.at("cat").string_value(), KindName(t.action.kind));
+      EXPECT_EQ(f.at("ph").string_value(), "X");
+      EXPECT_EQ(f.at("tid").number_value(), r);
+      EXPECT_EQ(f.at("ts").number_value(), t.start * (1e6 / 3));
+      EXPECT_EQ(f.at("dur").number_value(), (t.end - t.start) * (1e6 / 3));
+      const auto& args = f.at("args").struct_value().fields();
+      EXPECT_EQ(args.at("stage").number_value(), t.action.stage);
+      EXPECT_EQ(args.at("microbatch").number_value(), t.action.microbatch);
+      EXPECT_EQ(args.count("peer") > 0, t.action.peer >= 0);
+      if (t.action.peer >= 0) EXPECT_EQ(args.at("peer").number_value(), t.action.peer);
+    }
+  }
+  EXPECT_EQ(e, events.size());
 }
 
 TEST(ConvertTest, ProtoRoundTripAndJsonShape) {
