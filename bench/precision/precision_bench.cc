@@ -74,13 +74,15 @@ double UpRate(const pp::v1::JobSpec& spec, const std::string& ppctl) {
   FILE* out = popen(command.c_str(), "r");
   double rate = 0;
   char line[4096];
+  std::string output;
   while (out != nullptr && std::fgets(line, sizeof(line), out) != nullptr) {
+    output += line;
     std::sscanf(line, " tokens/s %lf", &rate);
   }
   const int status = out == nullptr ? -1 : pclose(out);
   std::filesystem::remove_all(dir);
   if (status != 0 || rate <= 0) {
-    std::cerr << "ppctl up failed (status " << status << ")\n";
+    std::cerr << command << " failed (status " << status << "):\n" << output;
     std::exit(1);
   }
   return rate;
