@@ -15,6 +15,7 @@
 #include "common/file_io.h"
 #include "common/hf_gpt2.h"
 #include "common/proto_io.h"
+#include "common/precision.h"
 #include "common/recompute.h"
 #include "common/schedules.h"
 #include "common/spec_bounds.h"
@@ -200,6 +201,9 @@ absl::Status ValidateTrain(const pp::v1::TrainSpec& train) {
   }
   if (!train.decay().empty()) {
     if (absl::Status s = Choice("train.decay", train.decay(), kDecayKinds); !s.ok()) return s;
+  }
+  if (auto precision = PrecisionFromName(train.precision()); !precision.ok()) {
+    return precision.status();
   }
   if (train.min_lr() > train.lr()) {
     return Field("train.min_lr", absl::StrCat("must be <= train.lr (", train.lr(), "), got ",
@@ -396,6 +400,7 @@ void ApplyDefaults(pp::v1::JobSpec* spec) {
   if (train->beta2() == 0) train->set_beta2(0.95);
   if (train->eps() == 0) train->set_eps(1e-8);
   if (train->threads() == 0) train->set_threads(1);
+  if (train->precision().empty()) train->set_precision("fp32");
   if (spec->checkpoint().keep() == 0) spec->mutable_checkpoint()->set_keep(3);
   pp::v1::DataSpec* data = spec->mutable_data();
   if (data->format().empty()) data->set_format("bytes");

@@ -28,7 +28,8 @@ absl::StatusOr<pp::v1::JobSpec> ParseJobSpec(absl::string_view text,
 absl::StatusOr<pp::v1::JobSpec> LoadJobSpec(const std::string& path);
 
 // parallel.chunks/tensor/data 0 -> 1, parallel.partition "" -> "cost", train.beta1 0 -> 0.9,
-// train.beta2 0 -> 0.95, train.eps 0 -> 1e-8, train.threads 0 -> 1, checkpoint.keep 0 -> 3,
+// train.beta2 0 -> 0.95, train.eps 0 -> 1e-8, train.threads 0 -> 1,
+// train.precision "" -> "fp32", checkpoint.keep 0 -> 3,
 // data.format "" -> "bytes", data.generated_tokens 0 -> 1 MiB (generated format only).
 void ApplyDefaults(pp::v1::JobSpec* spec);
 

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/precision.h"
 
 namespace pp::kernels {
 
@@ -38,6 +39,9 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual std::string Name() const = 0;  // "cpu" or "cuda:N"
+  // How the three Matmul ops run, in one line for the log: "fp32: OpenBLAS sgemm", "bf16:
+  // fallback, ... because ...", "bf16: cublasGemmEx ...".
+  virtual std::string MatmulPath() const = 0;
 
   // ---- memory -------------------------------------------------------------------------------
   virtual float* Alloc(size_t n) = 0;  // n floats, zero-filled
@@ -122,7 +126,12 @@ class Ops {
 // "cpu" or "cuda:N". threads: BLAS threads for the CPU backend (default 1 per worker process).
 // "cuda:N" loads the CUDA plugin libpp_cuda.so (kernels/cuda/plugin.h) on first use; "cpu" never
 // does. A missing plugin, driver or device gives an error status naming it, never an abort.
-absl::StatusOr<std::unique_ptr<Ops>> MakeOps(const std::string& device, int threads = 1);
+// precision (common/precision.h): bf16 changes only the three Matmul ops (bf16 operands, fp32
+// accumulation and results); MakeOps then writes one line to stderr naming the path it took
+// (MatmulPath; the CPU's fast path or fallback: kernels/cpu/cpu_ops.h).
+absl::StatusOr<std::unique_ptr<Ops>> MakeOps(
+    const std::string& device, int threads = 1,
+    common::Precision precision = common::Precision::kFp32);
 
 // True when the CUDA plugin loads and a device is visible (loads the plugin).
 bool CudaDeviceAvailable();

@@ -6,7 +6,7 @@ PACKAGES=(
   cmake ninja-build pkg-config g++
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libgloo-dev libopenblas-dev libsqlite3-dev
+  libgloo-dev libopenblas-dev libdnnl-dev libsqlite3-dev
   libssl-dev openssl prometheus python3-venv iproute2
   clang libclang-rt-14-dev
 )

@@ -64,6 +64,7 @@ struct StageMemory {
   int64_t scratch = 0;           // bytes
   Swing forward, input_grad;     // bytes, per microbatch
   int64_t boundary = 0;          // bytes of one (N,C) boundary tensor
+  int64_t bf16_operands[2] = {0, 0};  // bytes, bf16 only: the operand buffers its products need
 };
 
 // Parameters of one unit for TP rank shares (memory.h).
@@ -161,6 +162,24 @@ void CountActivations(Checked& c, const Shapes& s, bool embed, int blocks, bool 
   m.boundary = z.NC;
 }
 
+// The CPU backend's bf16 operand buffers for this stage's products (kernels/cpu/cpu_ops.cc
+// Prepare): slot 0 holds the (N,IC) input or the (N,OC) gradient, slot 1 the (OC,IC) weight or
+// the (N,IC) input, as fp32-sized values on the fallback (the fast path's bf16 needs half).
+// The products are a block's qkv (C -> 3Cl), proj (Cl -> C), fc (C -> 4Cl), mlp.proj (4Cl -> C)
+// and the head's (C -> Vo).
+void CountBf16Operands(Checked& c, const Shapes& s, bool blocks, bool head, StageMemory& m) {
+  int64_t& slot0 = m.bf16_operands[0];
+  int64_t& slot1 = m.bf16_operands[1];
+  auto product = [&](int64_t ic, int64_t oc) {
+    slot0 = std::max(slot0, c.Mul({s.N, std::max(ic, oc), kWord}));
+    slot1 = std::max(slot1, c.Mul({std::max(s.N, oc), ic, kWord}));
+  };
+  if (blocks) {
+    product(s.C, 3 * s.Cl), product(s.Cl, s.C), product(s.C, 4 * s.Cl), product(4 * s.Cl, s.C);
+  }
+  if (head) product(s.C, s.Vo);
+}
+
 // Live bytes while replaying one rank's program: the model's saved state and the executor's
 // boundary buffers, and both at the highest point of their sum.
 struct Replay {
@@ -225,6 +244,7 @@ std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
   s.B = spec.train().microbatch_size(), s.T = model.seq_len(), s.C = model.d_model();
   s.Cl = s.C / tp, s.NHl = model.n_heads() / tp, s.Vo = model.vocab_size();
   s.N = c.Mul({s.B, s.T});
+  const bool bf16 = spec.train().precision() == "bf16";
   std::vector<StageMemory> stages;
   int first = 0;
   for (int units : stage_units) {
@@ -236,6 +256,7 @@ std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
     const bool embed = first == 0, head = last == model.n_layers() + 1;
     const int blocks = std::min(last, model.n_layers()) - std::max(first, 1) + 1;
     CountActivations(c, s, embed, std::max(blocks, 0), head, mode, m);
+    if (bf16) CountBf16Operands(c, s, blocks > 0, head, m);
     first = last + 1;
   }
   return stages;
@@ -259,7 +280,7 @@ absl::StatusOr<MemoryBreakdown> RankFigures(Checked& c, const pp::v1::JobSpec& s
   if (program == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("the schedule has no program for rank ", pp));
   }
-  int64_t params = 0, written = 0, largest = 0, scratch = 0;
+  int64_t params = 0, written = 0, largest = 0, scratch = 0, bf16[2] = {0, 0};
   for (int s = 0; s < schedule.stage_to_rank_size(); ++s) {
     if (schedule.stage_to_rank(s) != pp) continue;
     const StageMemory& m = stages[s];
@@ -267,6 +288,9 @@ absl::StatusOr<MemoryBreakdown> RankFigures(Checked& c, const pp::v1::JobSpec& s
     written = c.Add(written, tp == 0 ? m.params : m.written_params);
     largest = std::max(largest, m.largest_tensor);
     scratch = c.Add(scratch, m.scratch);
+    for (int slot : {0, 1}) {  // one backend per process: each buffer at its largest stage's size
+      bf16[slot] = std::max(bf16[slot], m.bf16_operands[slot]);
+    }
   }
   Replay replay;
   if (absl::Status s = ReplayProgram(c, *program, stages, replay); !s.ok()) return s;
@@ -275,7 +299,7 @@ absl::StatusOr<MemoryBreakdown> RankFigures(Checked& c, const pp::v1::JobSpec& s
   b.gradients = b.parameters;
   b.optimizer = c.Mul({2, b.parameters});
   b.activations = replay.peak_saved;
-  b.scratch = scratch;
+  b.scratch = c.Add(scratch, c.Add(bf16[0], bf16[1]));
   int64_t buckets = 0;
   const int64_t shard = dp == 0 ? c.Mul({2, 3, kWord, written}) : 0;  // host copies, serialized
   int64_t digest = 0;

@@ -8,7 +8,9 @@
 //   rows, attn.proj and mlp.proj columns are this TP rank's share; LayerNorms and the two row-
 //   parallel biases are whole), the embedding Vo C + T C, the head 2 C (+ Vo C untied).
 // - scratch per stage, kept for the job's life: (N,C) and (N,4Cl), plus logits (N,Vo) and
-//   losses (N) on the stage with the head.
+//   losses (N) on the stage with the head. With train.precision bf16, the backend's two operand
+//   buffers, once per process, each at the largest of the held stages' products: (N,
+//   max(IC,OC)) and (max(N,OC), IC) floats (CountBf16Operands in memory.cc).
 // - activations: what StageModel keeps per in-flight microbatch (worker/model/model.cc), walked
 //   allocation by allocation through this rank's program in order, so the peak is exact for the
 //   schedule: a block's forward keeps its input (N,C), ln_1 out (N,C), mean/rstd (N) x2, qkv

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec_kernels.h"
 
@@ -58,10 +60,12 @@ void* AlignedZeroed(size_t bytes) {
 // itself stays single-threaded, so the process never runs more threads than `threads`.
 class CpuOps final : public Ops {
  public:
-  explicit CpuOps(int threads)
-      : pool_(threads), k_(VecKernelsForThisCpu()), scratch_(pool_.threads()) {}
+  CpuOps(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl, std::string path)
+      : pool_(threads), k_(VecKernelsForThisCpu()), scratch_(pool_.threads()), matmul_(matmul),
+        dnnl_(std::move(dnnl)), path_(std::move(path)) {}
 
   std::string Name() const override { return "cpu"; }
+  std::string MatmulPath() const override { return path_; }
 
   float* Alloc(size_t n) override { return static_cast<float*>(AlignedZeroed(n * sizeof(float))); }
   int32_t* AllocInt(size_t n) override {
@@ -146,30 +150,34 @@ class CpuOps final : public Ops {
     });
   }
 
-  // The bias fills out first, then sgemm adds inp weight^T (beta 1): one pass over out.
+  // The bias fills out first, then the product adds inp weight^T: one pass over out.
   void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
                      int IC, int OC) override {
+    const Operand a = Prepare(0, inp, size_t(N) * IC), w = Prepare(1, weight, size_t(OC) * IC);
     SplitGemm(N, [&](int64_t b, int64_t e) {
-      float* o = out + b * OC;
       if (bias != nullptr) {
         for (int64_t n = b; n < e; ++n) std::memcpy(out + n * OC, bias, OC * sizeof(float));
       }
-      Gemm(false, true, int(e - b), OC, IC, 1.0f, inp + b * IC, IC, weight, IC,
-           bias != nullptr ? 1.0f : 0.0f, o, OC);
+      Product(false, true, int(e - b), OC, IC, a.At(b * IC), IC, w.At(0), IC, bias != nullptr,
+              out + b * OC, OC);
     });
   }
   void MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int IC,
                            int OC) override {
+    const Operand d = Prepare(0, dout, size_t(N) * OC), w = Prepare(1, weight, size_t(OC) * IC);
     SplitGemm(N, [&](int64_t b, int64_t e) {
-      Gemm(false, false, int(e - b), IC, OC, 1.0f, dout + b * OC, OC, weight, IC, 1.0f,
-           dinp + b * IC, IC);
+      Product(false, false, int(e - b), IC, OC, d.At(b * OC), OC, w.At(0), IC, true,
+              dinp + b * IC, IC);
     });
   }
-  // dweight rows [o0, o1) = dout[:, o0:o1]^T inp: each block sums over all N rows.
+  // dweight rows [o0, o1) = dout[:, o0:o1]^T inp: each block sums over all N rows. dbias sums
+  // the unrounded dout: it is no matrix product.
   void MatmulBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int N, int IC, int OC) override {
+    const Operand d = Prepare(0, dout, size_t(N) * OC), x = Prepare(1, inp, size_t(N) * IC);
     SplitGemm(OC, [&](int64_t b, int64_t e) {
-      Gemm(true, false, int(e - b), IC, N, 1.0f, dout + b, OC, inp, IC, 1.0f, dweight + b * IC, IC);
+      Product(true, false, int(e - b), IC, N, d.At(b), OC, x.At(0), IC, true, dweight + b * IC,
+              IC);
       if (dbias != nullptr) k_.column_sums(dbias, dout, N, OC, int(b), int(e));
     });
   }
@@ -255,6 +263,45 @@ class CpuOps final : public Ops {
     Split(total, std::forward<Fn>(fn), kGemmAlign);
   }
 
+  // A matrix-product operand as the product takes it: fp32 values, or bf16 bits (kDnnlBf16).
+  struct Operand {
+    const void* data;
+    size_t element_bytes;
+    const void* At(int64_t i) const {
+      return static_cast<const char*>(data) + static_cast<size_t>(i) * element_bytes;
+    }
+  };
+  // x (n) in the product's operand type. In bf16, x rounded into operand scratch `slot` (0 or
+  // 1, the two operands of a product), split over the pool: elementwise, so the same bits for
+  // every thread count.
+  Operand Prepare(int slot, const float* x, size_t n) {
+    if (matmul_ == CpuMatmul::kSgemmBf16) {
+      std::vector<float>& buf = rounded_[slot];
+      if (buf.size() < n) buf.resize(n);
+      float* out = buf.data();
+      Split(n, [&](int64_t b, int64_t e) { k_.round_bf16(out + b, x + b, e - b); });
+      return {out, sizeof(float)};
+    }
+    if (matmul_ == CpuMatmul::kDnnlBf16) {
+      std::vector<uint16_t>& buf = bf16_[slot];
+      if (buf.size() < n) buf.resize(n);
+      uint16_t* out = buf.data();
+      Split(n, [&](int64_t b, int64_t e) { k_.to_bf16(out + b, x + b, e - b); });
+      return {out, sizeof(uint16_t)};
+    }
+    return {x, sizeof(float)};
+  }
+  // C (m,n) = op(A) op(B) (+ C), row-major, on the backend's product (cblas_sgemm or oneDNN).
+  void Product(bool ta, bool tb, int m, int n, int k, const void* a, int lda, const void* b,
+               int ldb, bool accumulate, float* c, int ldc) {
+    if (dnnl_ != nullptr) {
+      dnnl_->Run(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+      return;
+    }
+    Gemm(ta, tb, m, n, k, 1.0f, static_cast<const float*>(a), lda, static_cast<const float*>(b),
+         ldb, accumulate ? 1.0f : 0.0f, c, ldc);
+  }
+
   void EnsureAttentionScratch(int T, int hs) {
     const size_t need = AttentionScratchFloats(T, hs);
     for (std::vector<float>& s : scratch_) {
@@ -265,11 +312,16 @@ class CpuOps final : public Ops {
   ThreadPool pool_;
   const VecKernels& k_;
   std::vector<std::vector<float>> scratch_;  // per pool thread: attention tiles
+  const CpuMatmul matmul_;
+  const std::unique_ptr<DnnlGemm> dnnl_;  // kDnnlF32 and kDnnlBf16
+  const std::string path_;
+  // bf16 operands, kept for the backend's life at the largest product's size (the planner's
+  // memory model counts them: coordinator/plan/memory.h).
+  std::vector<float> rounded_[2];   // kSgemmBf16
+  std::vector<uint16_t> bf16_[2];   // kDnnlBf16
 };
 
-}  // namespace
-
-std::unique_ptr<Ops> MakeCpuOps(int threads) {
+void ConfigureProcess() {
   // The pool runs the parallel loops, sgemm included (one row block per thread): OpenBLAS's own
   // threads would spin beside the pool's and oversubscribe the cores.
   openblas_set_num_threads(1);
@@ -277,7 +329,47 @@ std::unique_ptr<Ops> MakeCpuOps(int threads) {
   // in the heap instead of returning it to the kernel, which made every step page-fault anew.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  return std::make_unique<CpuOps>(threads);
+}
+
+const char* kFallbackWhat =
+    "operands rounded to bf16 in fp32 buffers, fp32 OpenBLAS sgemm (exact bf16 products, fp32 "
+    "sums; no faster than fp32)";
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Ops>> MakeCpuOpsWith(int threads, CpuMatmul matmul) {
+  ConfigureProcess();
+  std::unique_ptr<DnnlGemm> dnnl;
+  std::string path = "fp32: OpenBLAS sgemm";
+  if (matmul == CpuMatmul::kDnnlF32 || matmul == CpuMatmul::kDnnlBf16) {
+    const bool bf16 = matmul == CpuMatmul::kDnnlBf16;
+    absl::StatusOr<std::unique_ptr<DnnlGemm>> made =
+        DnnlGemm::Create(bf16 ? DnnlGemm::Type::kBf16 : DnnlGemm::Type::kF32);
+    if (!made.ok()) return made.status();
+    dnnl = std::move(*made);
+    path = absl::StrCat(bf16 ? "bf16" : "fp32", ": oneDNN matmul (", dnnl->Impl(), ")");
+  } else if (matmul == CpuMatmul::kSgemmBf16) {
+    path = absl::StrCat("bf16: fallback, ", kFallbackWhat);
+  }
+  return std::unique_ptr<Ops>(
+      std::make_unique<CpuOps>(std::max(1, threads), matmul, std::move(dnnl), std::move(path)));
+}
+
+std::unique_ptr<Ops> MakeCpuOps(int threads, common::Precision precision) {
+  if (precision == common::Precision::kFp32) return *MakeCpuOpsWith(threads, CpuMatmul::kSgemm);
+  std::string why;
+  if (const char* force = std::getenv(kForceBf16FallbackEnv);
+      force != nullptr && std::string(force) == "1") {
+    why = absl::StrCat(kForceBf16FallbackEnv, "=1 forces it");
+  } else {
+    absl::StatusOr<std::unique_ptr<Ops>> fast = MakeCpuOpsWith(threads, CpuMatmul::kDnnlBf16);
+    if (fast.ok()) return std::move(*fast);
+    why = std::string(fast.status().message());
+  }
+  ConfigureProcess();
+  return std::make_unique<CpuOps>(
+      std::max(1, threads), CpuMatmul::kSgemmBf16, nullptr,
+      absl::StrCat("bf16: fallback, ", kFallbackWhat, ", because ", why));
 }
 
 }  // namespace pp::kernels

@@ -1,17 +1,42 @@
 // The CPU backend of Ops: OpenBLAS sgemm (single-threaded) for matmuls, own vector loops in a
-// fixed order elsewhere (vec_kernels.h), parallelised over its own pool (thread_pool.h).
+// fixed order elsewhere (vec_kernels.h), parallelised over its own pool (thread_pool.h). In bf16
+// (common/precision.h) only the three Matmul ops change, on one of two paths:
+// - fast: operands converted to bf16 (round to nearest even), oneDNN's bf16 x bf16 -> f32 matmul
+//   (dnnl_gemm.h), where this CPU's oneDNN can create one (avx512_core_bf16 or AMX);
+// - fallback: operands rounded to bf16 values held in fp32 scratch, then the fp32 sgemm. The
+//   numerics are those of bf16: a product of two bf16 values is exact in fp32 and the sums are
+//   fp32, as on the fast path (whose summation order is oneDNN's, so its bits may differ).
 #ifndef PP_KERNELS_CPU_CPU_OPS_H_
 #define PP_KERNELS_CPU_CPU_OPS_H_
 
 #include <memory>
 
+#include "absl/status/statusor.h"
+#include "common/precision.h"
 #include "kernels/ops.h"
 
 namespace pp::kernels {
 
+// How the CPU backend runs the three Matmul ops.
+enum class CpuMatmul {
+  kSgemm,      // fp32: OpenBLAS sgemm
+  kSgemmBf16,  // bf16 fallback: bf16-rounded operands, sgemm
+  kDnnlF32,    // fp32 on oneDNN: the fast path's plumbing in f32, for tests
+  kDnnlBf16,   // bf16 fast path
+};
+
+// Setting this environment variable to 1 makes bf16 take the fallback even where oneDNN could
+// run bf16 (documented in docs/jobs.md "Precision").
+inline constexpr char kForceBf16FallbackEnv[] = "PP_BF16_FALLBACK";
+
 // threads: threads of the pool, the caller's included (one worker process per core wants 1, which
-// starts no thread). Results are bitwise the same for every thread count.
-std::unique_ptr<Ops> MakeCpuOps(int threads);
+// starts no thread). Results are bitwise the same for every thread count. fp32 is kSgemm; bf16 is
+// kDnnlBf16 when oneDNN can create it and PP_BF16_FALLBACK is not 1, else kSgemmBf16, and
+// Ops::MatmulPath says which and why.
+std::unique_ptr<Ops> MakeCpuOps(int threads, common::Precision precision = common::Precision::kFp32);
+
+// That path and no other: Unavailable when oneDNN cannot create it (its message says why).
+absl::StatusOr<std::unique_ptr<Ops>> MakeCpuOpsWith(int threads, CpuMatmul matmul);
 
 }  // namespace pp::kernels
 

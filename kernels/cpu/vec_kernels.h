@@ -62,6 +62,10 @@ struct VecKernels {
                 const AdamWScalars& a);
   void (*add)(float* acc, const float* x, size_t n);
   void (*residual)(float* out, const float* a, const float* b, size_t n);
+  // bfloat16 of x[i], round to nearest, ties to even (NaN stays a quiet NaN, overflow gives
+  // Inf): as an fp32 value (the low 16 bits zero) and as its 16 stored bits.
+  void (*round_bf16)(float* out, const float* x, size_t n);
+  void (*to_bf16)(uint16_t* out, const float* x, size_t n);
 };
 
 const VecKernels& VecKernelsForThisCpu();

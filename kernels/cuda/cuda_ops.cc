@@ -35,15 +35,22 @@ void Check(cublasStatus_t status, const char* what) {
 
 class CudaOps final : public Ops {
  public:
-  CudaOps(int device, cudaStream_t stream, cublasHandle_t blas)
-      : device_(device), stream_(stream), blas_(blas) {}
+  CudaOps(int device, cudaStream_t stream, cublasHandle_t blas, bool bf16)
+      : device_(device), stream_(stream), blas_(blas), bf16_(bf16) {}
   ~CudaOps() override {
     Use();
+    for (Bf16Buffer& b : bf16_operands_) {
+      if (b.data != nullptr) cudaFreeAsync(b.data, stream_);
+    }
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
 
   std::string Name() const override { return absl::StrCat("cuda:", device_); }
+  std::string MatmulPath() const override {
+    return bf16_ ? "bf16: cublasGemmEx, CUDA_R_16BF operands, CUBLAS_COMPUTE_32F, fp32 results"
+                 : "fp32: cublasSgemm";
+  }
 
   float* Alloc(size_t n) override { return static_cast<float*>(AllocZeroed(n * sizeof(float))); }
   int32_t* AllocInt(size_t n) override {
@@ -296,12 +303,40 @@ class CudaOps final : public Ops {
     return result;
   }
 
-  // Column-major C (m,n) = op(A) op(B) + beta C
+  // Column-major C (m,n) = op(A) op(B) + beta C. In bf16 the operands are converted first
+  // (A holds lda columns of length k, or of m when transposed; likewise B) and the product sums
+  // in fp32 into the fp32 C.
   void Gemm(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, const float* a,
             int lda, const float* b, int ldb, float beta, float* c, int ldc, const char* what) {
     if (m == 0 || n == 0) return;
     const float alpha = 1.0f;
-    Check(cublasSgemm(blas_, op_a, op_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc), what);
+    if (!bf16_) {
+      Check(cublasSgemm(blas_, op_a, op_b, m, n, k, &alpha, a, lda, b, ldb, &beta, c, ldc), what);
+      return;
+    }
+    const size_t na = size_t(lda) * size_t(op_a == CUBLAS_OP_N ? k : m);
+    const size_t nb = size_t(ldb) * size_t(op_b == CUBLAS_OP_N ? n : k);
+    uint16_t* a16 = Bf16Operand(0, a, na);
+    uint16_t* b16 = Bf16Operand(1, b, nb);
+    Check(cublasGemmEx(blas_, op_a, op_b, m, n, k, &alpha, a16, CUDA_R_16BF, lda, b16,
+                       CUDA_R_16BF, ldb, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT),
+          what);
+  }
+  // x (n) as bf16 in operand buffer `slot`, grown from the stream-ordered pool when too small;
+  // the buffer is reused by the next product on the same stream, after this one.
+  uint16_t* Bf16Operand(int slot, const float* x, size_t n) {
+    Bf16Buffer& buf = bf16_operands_[slot];
+    if (buf.capacity < n) {
+      if (buf.data != nullptr) Check(cudaFreeAsync(buf.data, stream_), "cudaFreeAsync bf16");
+      void* p = nullptr;
+      Check(cudaMallocAsync(&p, n * sizeof(uint16_t), stream_), "cudaMallocAsync bf16");
+      buf.data = static_cast<uint16_t*>(p);
+      buf.capacity = n;
+    }
+    cuda::ToBf16(stream_, buf.data, x, n);
+    Launched("ToBf16");
+    return buf.data;
   }
   // The same for `batch` products whose operands lie stride_* floats apart
   void GemmBatched(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
@@ -341,9 +376,15 @@ class CudaOps final : public Ops {
   const int device_;
   const cudaStream_t stream_;
   const cublasHandle_t blas_;
+  const bool bf16_;  // train.precision bf16: the three Matmul ops on bf16 operands
+  struct Bf16Buffer {
+    uint16_t* data = nullptr;
+    size_t capacity = 0;  // elements
+  };
+  Bf16Buffer bf16_operands_[2];  // A and B of Gemm
 };
 
-absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps(int device) {
+absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps(int device, bool bf16) {
   const std::string name = absl::StrCat("cuda:", device);
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -387,7 +428,7 @@ absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps(int device) {
     return absl::UnavailableError(
         absl::StrCat(name, ": cuBLAS setup failed: ", cublasGetStatusString(status)));
   }
-  return std::make_unique<CudaOps>(device, stream, blas);
+  return std::make_unique<CudaOps>(device, stream, blas, bf16);
 }
 
 }  // namespace
@@ -407,8 +448,13 @@ int pp_cuda_device_count(int* count, PpCudaError* error) {
       error);
 }
 
-int pp_cuda_make_ops(int device, pp::kernels::Ops** ops, PpCudaError* error) {
-  absl::StatusOr<std::unique_ptr<pp::kernels::Ops>> made = pp::kernels::MakeCudaOps(device);
+int pp_cuda_make_ops(int device, int precision, pp::kernels::Ops** ops, PpCudaError* error) {
+  if (precision != 0 && precision != 1) {
+    return pp::kernels::ToPluginError(
+        absl::InvalidArgumentError(absl::StrCat("unknown precision code ", precision)), error);
+  }
+  absl::StatusOr<std::unique_ptr<pp::kernels::Ops>> made =
+      pp::kernels::MakeCudaOps(device, precision == 1);
   if (!made.ok()) return pp::kernels::ToPluginError(made.status(), error);
   *ops = made->release();
   return 0;

@@ -386,6 +386,23 @@ __global__ void AdamWKernel(float* params, const float* grads, float* m, float* 
 
 // ---- launchers --------------------------------------------------------------------------------
 
+// See Bf16Bits in kernels/cpu/vec_kernels.inc: adding 0x7fff plus the lowest kept bit rounds to
+// nearest even; a NaN only gets its quiet bit.
+__global__ void ToBf16Kernel(uint16_t* out, const float* x, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    const uint32_t u = __float_as_uint(x[i]);
+    const uint32_t bits = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u)
+                                                           : u + 0x7fffu + ((u >> 16) & 1u);
+    out[i] = static_cast<uint16_t>(bits >> 16);
+  }
+}
+
+void ToBf16(cudaStream_t stream, uint16_t* out, const float* x, size_t n) {
+  if (n == 0) return;
+  ToBf16Kernel<<<GridFor(n), kBlock, 0, stream>>>(out, x, n);
+}
+
 void Add(cudaStream_t stream, float* acc, const float* x, size_t n) {
   if (n == 0) return;
   AddKernel<<<GridFor(n), kBlock, 0, stream>>>(acc, x, n);

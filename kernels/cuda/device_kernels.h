@@ -57,6 +57,10 @@ void CrossEntropyForward(cudaStream_t stream, float* losses, float* probs, const
 void CrossEntropyBackward(cudaStream_t stream, float* dlogits, const float* probs,
                           const int32_t* targets, float dloss, int N, int V);
 
+// x (n) -> out (n) the bfloat16 bits of each value, round to nearest even (NaN stays a quiet
+// NaN), the same bits as the CPU backend's conversion (kernels/cpu/vec_kernels.inc).
+void ToBf16(cudaStream_t stream, uint16_t* out, const float* x, size_t n);
+
 void AdamW(cudaStream_t stream, float* params, const float* grads, float* m, float* v, size_t n,
            const AdamWStep& p);
 

@@ -25,7 +25,7 @@ namespace pp::kernels {
 class Ops;
 }
 
-#define PP_CUDA_PLUGIN_ABI_VERSION 2
+#define PP_CUDA_PLUGIN_ABI_VERSION 3
 #define PP_NCCL_ID_BYTES 128
 #define PP_CUDA_PLUGIN_EXPORT __attribute__((visibility("default")))
 
@@ -54,7 +54,8 @@ PP_CUDA_PLUGIN_EXPORT int pp_cuda_abi_version(void);
 
 // *count = number of usable CUDA devices; fails when no driver is present.
 PP_CUDA_PLUGIN_EXPORT int pp_cuda_device_count(int* count, PpCudaError* error);
-PP_CUDA_PLUGIN_EXPORT int pp_cuda_make_ops(int device, pp::kernels::Ops** ops,
+// precision: 0 fp32, 1 bf16 (common/precision.h; bf16 runs the three Matmul ops on bf16 operands).
+PP_CUDA_PLUGIN_EXPORT int pp_cuda_make_ops(int device, int precision, pp::kernels::Ops** ops,
                                            PpCudaError* error);
 
 PP_CUDA_PLUGIN_EXPORT int pp_nccl_unique_id(char* id, PpCudaError* error);

@@ -242,6 +242,23 @@ TEST_F(JobSpecTest, TrainErrors) {
                 "train.min_lr: must be <= train.lr (0.0003), got 1");
 }
 
+TEST_F(JobSpecTest, PrecisionIsFp32ByDefaultOrBf16AndNothingElse) {
+  EXPECT_EQ(spec_.train().precision(), "fp32");  // ApplyDefaults filled it
+  Spec bf16 = spec_;
+  bf16.mutable_train()->set_precision("bf16");
+  EXPECT_TRUE(ValidateJobSpec(bf16).ok()) << ValidateJobSpec(bf16);
+  ApplyDefaults(&bf16);
+  EXPECT_EQ(bf16.train().precision(), "bf16");  // a set value stays
+  for (const char* bad : {"fp16", "BF16", "float32", "bf16 "}) {
+    Spec spec = spec_;
+    spec.mutable_train()->set_precision(bad);
+    const absl::Status status = ValidateJobSpec(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(std::string(status.message()),
+              absl::StrCat("train.precision: unknown value \"", bad, "\" (one of fp32, bf16)"));
+  }
+}
+
 TEST_F(JobSpecTest, CheckpointAndRestartErrors) {
   ExpectInvalid([](Spec* s) { s->mutable_checkpoint()->set_every_steps(-1); },
                 "checkpoint.every_steps: must be >= 0");

@@ -15,7 +15,7 @@ int pp_cuda_device_count(int* count, PpCudaError* error) {
   return 0;
 }
 
-int pp_cuda_make_ops(int device, pp::kernels::Ops** ops, PpCudaError* error) {
+int pp_cuda_make_ops(int device, int precision, pp::kernels::Ops** ops, PpCudaError* error) {
   std::snprintf(error->message, sizeof(error->message), "fake plugin has no cuda:%d", device);
   return static_cast<int>(absl::StatusCode::kNotFound);
 }

@@ -270,32 +270,34 @@ void CheckLayerNorm(const Backends& be, Random& rng, Report& report) {
   report.Compare("LayerNormBackwardWeight", "dbias", dbias);
 }
 
-void CheckMatmul(const Backends& be, Random& rng, Report& report) {
+// tag: "" for fp32, "bf16 " when both backends run train.precision bf16 (bf16 operands, fp32
+// sums: the same exact products summed in another order, so fp32 tolerances still hold).
+void CheckMatmul(const Backends& be, Random& rng, Report& report, const std::string& tag = "") {
   const int N = 130, IC = 72, OC = 100;
   Twin inp(be, N * IC), weight(be, OC * IC), bias(be, OC), out(be, N * OC);
   for (Twin* t : {&inp, &weight, &bias, &out}) t->Uniform(rng, -1, 1);
   OnBoth(be, [&](Ops& ops, Side s) {
     ops.MatmulForward(out[s], inp[s], weight[s], bias[s], N, IC, OC);
   });
-  report.Compare("MatmulForward", "out", out);
+  report.Compare(tag + "MatmulForward", "out", out);
   out.Uniform(rng, -1, 1);
   OnBoth(be, [&](Ops& ops, Side s) {
     ops.MatmulForward(out[s], inp[s], weight[s], nullptr, N, IC, OC);
   });
-  report.Compare("MatmulForward", "out, no bias", out);
+  report.Compare(tag + "MatmulForward", "out, no bias", out);
   Twin dout(be, N * OC), dinp(be, N * IC), dweight(be, OC * IC), dbias(be, OC);
   for (Twin* t : {&dout, &dinp, &dweight, &dbias}) t->Uniform(rng, -1, 1);
   OnBoth(be, [&](Ops& ops, Side s) {
     ops.MatmulBackwardInput(dinp[s], dout[s], weight[s], N, IC, OC);
     ops.MatmulBackwardWeight(dweight[s], dbias[s], dout[s], inp[s], N, IC, OC);
   });
-  report.Compare("MatmulBackwardInput", "dinp", dinp);
-  report.Compare("MatmulBackwardWeight", "dweight", dweight);
-  report.Compare("MatmulBackwardWeight", "dbias", dbias);
+  report.Compare(tag + "MatmulBackwardInput", "dinp", dinp);
+  report.Compare(tag + "MatmulBackwardWeight", "dweight", dweight);
+  report.Compare(tag + "MatmulBackwardWeight", "dbias", dbias);
   OnBoth(be, [&](Ops& ops, Side s) {
     ops.MatmulBackwardWeight(dweight[s], nullptr, dout[s], inp[s], N, IC, OC);
   });
-  report.Compare("MatmulBackwardWeight", "dweight, no dbias", dweight);
+  report.Compare(tag + "MatmulBackwardWeight", "dweight, no dbias", dweight);
 }
 
 // hs below and above the warp width, T below and above it.
@@ -627,6 +629,33 @@ void BenchModel(Ops& ops, const GptShape& s) {
       bt / sec, flops / sec * 1e-12, loss);
 }
 
+// train.precision bf16: cublasGemmEx on bf16 operands against the CPU's bf16 matmuls, and a
+// product that must differ from fp32's by bf16's rounding (about 2^-9 relative), so a backend
+// that ignored the precision fails.
+bool CheckBf16(Random& rng, Report& report) {
+  absl::StatusOr<std::unique_ptr<Ops>> cuda = MakeOps("cuda:0", 1, common::Precision::kBf16);
+  absl::StatusOr<std::unique_ptr<Ops>> cpu = MakeOps("cpu", 1, common::Precision::kBf16);
+  absl::StatusOr<std::unique_ptr<Ops>> fp32 = MakeOps("cpu");
+  for (const auto* made : {&cuda, &cpu, &fp32}) {
+    if (!made->ok()) {
+      std::fprintf(stderr, "gpu_ops_compare: bf16: %s\n", made->status().ToString().c_str());
+      return false;
+    }
+  }
+  CheckMatmul(Backends{{cpu->get(), cuda->get()}}, rng, report, "bf16 ");
+  const Backends vs_fp32{{fp32->get(), cuda->get()}};
+  const int N = 64, IC = 96, OC = 48;
+  Twin inp(vs_fp32, N * IC), weight(vs_fp32, OC * IC), out(vs_fp32, N * OC);
+  inp.Uniform(rng, -1, 1), weight.Uniform(rng, -1, 1);
+  OnBoth(vs_fp32, [&](Ops& ops, Side s) {
+    ops.MatmulForward(out[s], inp[s], weight[s], nullptr, N, IC, OC);
+  });
+  const double apart = RelativeError(out.Values(kGpu), out.Values(kCpu));
+  std::printf("bf16 MatmulForward (%s) vs fp32: relative difference %.2e (must exceed 1e-4)\n",
+              (*cuda)->MatmulPath().c_str(), apart);
+  return apart > 1e-4;
+}
+
 int Main() {
   if (!CudaDeviceAvailable()) {
     std::printf("gpu_ops_compare: no CUDA device visible; skipped\n");
@@ -652,6 +681,7 @@ int Main() {
   CheckCrossEntropy(be, rng, report);
   CheckAdamW(be, rng, report);
   CheckModel(be, rng, report);
+  if (!CheckBf16(rng, report)) return 1;
   std::printf("backends: %s vs %s\n", be.side[kGpu]->Name().c_str(), be.side[kCpu]->Name().c_str());
   const bool ok = report.Print();
   if (absl::GetFlag(FLAGS_bench)) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/checkpoint.h"
+#include "common/precision.h"
 #include "common/sha256.h"
 #include "common/step_math.h"
 
@@ -19,6 +20,14 @@ namespace {
 // amortise a collective's latency, small enough that the first buckets start well before the
 // last backward.
 constexpr int64_t kDefaultBucketBytes = int64_t{4} << 20;
+
+// The backend of `device` in the spec's threads and train.precision.
+absl::StatusOr<std::unique_ptr<kernels::Ops>> OpsFor(const std::string& device,
+                                                     const pp::v1::TrainSpec& train) {
+  absl::StatusOr<common::Precision> precision = common::PrecisionFromName(train.precision());
+  if (!precision.ok()) return precision.status();
+  return kernels::MakeOps(device, std::max(1, train.threads()), *precision);
+}
 
 }  // namespace
 
@@ -143,8 +152,7 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
   compute->batch_ = spec.train().microbatch_size();
   compute->seq_len_ = config->seq_len;
   compute->train_ = spec.train();
-  absl::StatusOr<std::unique_ptr<kernels::Ops>> ops =
-      kernels::MakeOps(device, std::max(1, spec.train().threads()));
+  absl::StatusOr<std::unique_ptr<kernels::Ops>> ops = OpsFor(device, spec.train());
   if (!ops.ok()) return ops.status();
   compute->ops_ = std::move(*ops);
   absl::StatusOr<common::Recompute> recompute =

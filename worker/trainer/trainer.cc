@@ -11,6 +11,7 @@
 #include "common/hf_gpt2.h"
 #include "common/job_spec.h"
 #include "common/manifest.h"
+#include "common/precision.h"
 #include "common/step_math.h"
 #include "kernels/ops.h"
 #include "worker/data/data.h"
@@ -192,8 +193,10 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
   const pp::v1::TrainSpec& train = spec.train();
   const int M = train.microbatches(), B = train.microbatch_size(), T = config->seq_len;
   const int steps = options.steps > 0 ? options.steps : train.steps();
-  auto ops =
-      kernels::MakeOps(options.device, options.threads > 0 ? options.threads : train.threads());
+  absl::StatusOr<common::Precision> precision = common::PrecisionFromName(train.precision());
+  if (!precision.ok()) return precision.status();
+  auto ops = kernels::MakeOps(options.device,
+                              options.threads > 0 ? options.threads : train.threads(), *precision);
   if (!ops.ok()) return ops.status();
   absl::StatusOr<model::StageOptions> stage = WholeModelStage(spec, *config);
   if (!stage.ok()) return stage.status();

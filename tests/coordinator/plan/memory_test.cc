@@ -71,6 +71,32 @@ TEST(MemoryTest, TwoStagesOneFOneBByHand) {
   EXPECT_EQ(r1.total, kProcessBaselineBytes + 16 * 1016 + 912 + 24 * 1016);
 }
 
+// bf16 adds the backend's two operand buffers, each at the largest product's need. A block's
+// products (IC -> OC) are qkv 8 -> 24, proj 8 -> 8, fc 8 -> 32, mlp.proj 32 -> 8: buffer 0 holds
+// (N, max(IC,OC)), at most 4 x 32 floats; buffer 1 (max(N,OC), IC), at most 32 x 8 (fc's weight,
+// mlp.proj's 8 x 32). The head's 8 -> 16 needs less (64 and 128 floats). (128 + 256) x 4 bytes.
+TEST(MemoryTest, Bf16CountsTheOperandBuffersOncePerRank) {
+  pp::v1::JobSpec spec = TinySpec(2, 2);
+  const std::vector<RankMemory> fp32 = Estimate(spec, {2, 2});
+  spec.mutable_train()->set_precision("bf16");
+  const std::vector<RankMemory> bf16 = Estimate(spec, {2, 2});
+  ASSERT_EQ(fp32.size(), 2u);
+  ASSERT_EQ(bf16.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(bf16[r].bytes.scratch, fp32[r].bytes.scratch + 1536) << r;
+    EXPECT_EQ(bf16[r].bytes.total, fp32[r].bytes.total + 1536) << r;
+    EXPECT_EQ(bf16[r].bytes.activations, fp32[r].bytes.activations) << r;
+  }
+  // One rank holding both stages keeps one pair of buffers, not one per stage.
+  spec.mutable_parallel()->set_pipeline(1);
+  const std::vector<RankMemory> whole = Estimate(spec, {4});
+  spec.mutable_train()->set_precision("fp32");
+  const std::vector<RankMemory> whole_fp32 = Estimate(spec, {4});
+  ASSERT_EQ(whole.size(), 1u);
+  ASSERT_EQ(whole_fp32.size(), 1u);
+  EXPECT_EQ(whole[0].bytes.scratch, whole_fp32[0].bytes.scratch + 1536);
+}
+
 TEST(MemoryTest, ACheckpointBeforeTheLastStepAddsToTheStepPeak) {
   pp::v1::JobSpec spec = TinySpec(2, 2);
   spec.mutable_train()->set_steps(4);

@@ -1,0 +1,117 @@
+// DnnlGemm on oneDNN 2.x (the Debian 12 package libdnnl-dev 2.6, OpenMP runtime).
+#include "kernels/cpu/dnnl_gemm.h"
+
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "absl/strings/str_cat.h"
+
+namespace pp::kernels {
+namespace {
+
+using dims = dnnl::memory::dims;
+using dt = dnnl::memory::data_type;
+
+// ta, tb, m, n, k, lda, ldb, ldc, accumulate: everything a primitive depends on.
+using ShapeKey = std::tuple<bool, bool, int, int, int, int, int, int, bool>;
+
+class DnnlGemmImpl final : public DnnlGemm {
+ public:
+  explicit DnnlGemmImpl(Type type)
+      : type_(type == Type::kBf16 ? dt::bf16 : dt::f32), engine_(dnnl::engine::kind::cpu, 0) {}
+
+  std::string Impl() const override { return impl_; }
+
+  // Creates one small primitive, so an unsupported type fails at start-up, not in a step.
+  void Probe() {
+    const Entry& e = Get(ShapeKey{false, true, 64, 64, 64, 64, 64, 64, false});
+    impl_ = e.pd.impl_info_str();
+  }
+
+  void Run(bool ta, bool tb, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
+           bool accumulate, float* c, int ldc) override {
+    if (m == 0 || n == 0) return;
+    const ShapeKey key{ta, tb, m, n, k, lda, ldb, ldc, accumulate};
+    try {
+      const Entry& e = Get(key);
+      omp_set_num_threads(1);  // this thread's OpenMP teams; the pool does the parallelism
+      dnnl::stream stream(engine_);
+      thread_local std::vector<char> scratch;
+      const size_t scratch_bytes = e.pd.scratchpad_desc().get_size();
+      if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
+      dnnl::memory am(e.pd.src_desc(), engine_, const_cast<void*>(a));
+      dnnl::memory bm(e.pd.weights_desc(), engine_, const_cast<void*>(b));
+      dnnl::memory cm(e.pd.dst_desc(), engine_, c);
+      dnnl::memory sm(e.pd.scratchpad_desc(), engine_, scratch.data());
+      e.prim.execute(stream, {{DNNL_ARG_SRC, am},
+                              {DNNL_ARG_WEIGHTS, bm},
+                              {DNNL_ARG_DST, cm},
+                              {DNNL_ARG_SCRATCHPAD, sm}});
+      stream.wait();
+    } catch (const dnnl::error& err) {
+      std::fprintf(stderr, "pp::kernels onednn: matmul m=%d n=%d k=%d failed: %s\n", m, n, k,
+                   err.what());
+      std::abort();
+    }
+  }
+
+ private:
+  struct Entry {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+  };
+
+  // The cached primitive of a shape, created on first use (throws dnnl::error when refused).
+  const Entry& Get(const ShapeKey& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    const auto [ta, tb, m, n, k, lda, ldb, ldc, accumulate] = key;
+    // A transpose is only a stride swap: element (i, j) of op(A) is at A[j*lda + i] when ta.
+    const dnnl::memory::desc a(dims{m, k}, type_, ta ? dims{1, lda} : dims{lda, 1});
+    const dnnl::memory::desc b(dims{k, n}, type_, tb ? dims{1, ldb} : dims{ldb, 1});
+    const dnnl::memory::desc c(dims{m, n}, dt::f32, dims{ldc, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // per-call scratch: thread-safe
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);  // dst = product + dst, the += of the Ops contract
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
+    dnnl::matmul prim(pd);
+    return cache_.emplace(key, Entry{pd, prim}).first->second;
+  }
+
+  const dt type_;
+  dnnl::engine engine_;
+  std::string impl_;
+  std::mutex mu_;
+  std::map<ShapeKey, Entry> cache_;  // node-based: references stay valid as it grows
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DnnlGemm>> DnnlGemm::Create(Type type) {
+  const char* name = type == Type::kBf16 ? "bf16" : "f32";
+  try {
+    auto gemm = std::make_unique<DnnlGemmImpl>(type);
+    gemm->Probe();
+    return std::unique_ptr<DnnlGemm>(std::move(gemm));
+  } catch (const dnnl::error& err) {
+    return absl::UnavailableError(
+        absl::StrCat("oneDNN ", dnnl_version()->major, ".", dnnl_version()->minor, ".",
+                     dnnl_version()->patch, " cannot create a ", name,
+                     " matmul on this CPU: ", err.what()));
+  }
+}
+
+}  // namespace pp::kernels

@@ -1,0 +1,246 @@
+// The CPU backend in bf16 (kernels/cpu/cpu_ops.h): the conversion rounds to nearest even in every
+// kernel table; the fallback's three Matmul ops are bitwise the fp32 ops on bf16-rounded operands
+// (dbias from the unrounded gradient) for every thread count; the oneDNN path's plumbing
+// (transposes as strides, += as a sum post-op, row blocks over the pool) matches OpenBLAS in f32,
+// and its bf16 primitive matches the fallback where this CPU can create it; MakeOps picks and logs
+// the path, and PP_BF16_FALLBACK=1 forces the fallback.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vec_kernels.h"
+#include "kernels/ops.h"
+
+namespace pp::kernels {
+namespace {
+
+using common::Precision;
+
+uint32_t Bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+float FromBits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (auto& x : v) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    x = scale * (static_cast<float>((s >> 40) & 0xffffff) / 8388608.0f - 1.0f);
+  }
+  return v;
+}
+
+std::vector<const VecKernels*> RunnableTables() {
+  std::vector<const VecKernels*> tables = {&vec_generic::kTable};
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    tables.push_back(&vec_avx2::kTable);
+  }
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    tables.push_back(&vec_avx512::kTable);
+  }
+#endif
+  return tables;
+}
+
+TEST(Bf16Test, RoundsToNearestEvenInEveryTable) {
+  // fp32 bits -> bf16 bits. Ties (low half 0x8000) go to the even kept part; NaN stays NaN.
+  const std::vector<std::pair<uint32_t, uint16_t>> cases = {
+      {0x3f800000, 0x3f80},  // 1
+      {0x3f808000, 0x3f80},  // 1 + half an ulp: tie, even stays
+      {0x3f818000, 0x3f82},  // tie, odd rounds up
+      {0x3f808001, 0x3f81},  // above the tie
+      {0x3f807fff, 0x3f80},  // below it
+      {0xbf818000, 0xbf82},  // the sign does not change the rounding
+      {0x7f7fffff, 0x7f80},  // the largest float rounds to Inf
+      {0x7f800000, 0x7f80},  // Inf
+      {0xff800000, 0xff80},  // -Inf
+      {0x7f800001, 0x7fc0},  // a signalling NaN becomes quiet, not Inf
+      {0xffc00001, 0xffc0},  // a negative quiet NaN
+      {0x00018000, 0x0002},  // a subnormal tie, odd rounds up
+      {0x00008000, 0x0000},  // the smallest tie rounds to +0
+      {0x80000000, 0x8000},  // -0
+  };
+  // Past the vector widths, so the vector and the remainder loops both run.
+  const size_t n = cases.size() * 5;
+  std::vector<float> in(n);
+  for (size_t i = 0; i < n; ++i) in[i] = FromBits(cases[i % cases.size()].first);
+  for (const VecKernels* k : RunnableTables()) {
+    std::vector<float> rounded(n);
+    std::vector<uint16_t> bits(n);
+    k->round_bf16(rounded.data(), in.data(), n);
+    k->to_bf16(bits.data(), in.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      const auto [from, want] = cases[i % cases.size()];
+      EXPECT_EQ(bits[i], want) << k->isa << std::hex << " from 0x" << from;
+      EXPECT_EQ(Bits(rounded[i]), uint32_t{want} << 16) << k->isa << std::hex << " from 0x"
+                                                        << from;
+    }
+  }
+}
+
+// The products' shapes: N rows not a multiple of the 48-row blocks, so two threads split unevenly.
+constexpr int N = 100, IC = 40, OC = 72;
+
+struct Operands {
+  std::vector<float> inp = Random(size_t(N) * IC, 1), weight = Random(size_t(OC) * IC, 2, 0.3f),
+                     bias = Random(OC, 3), dout = Random(size_t(N) * OC, 4),
+                     dinp0 = Random(size_t(N) * IC, 5), dweight0 = Random(size_t(OC) * IC, 6),
+                     dbias0 = Random(OC, 7);
+};
+
+// The three Matmul ops' outputs (Forward with and without bias; the backward ones add into
+// non-zero buffers).
+struct Results {
+  std::vector<float> out, out_nobias, dinp, dweight, dbias;
+};
+Results RunMatmuls(Ops& ops, const Operands& x) {
+  Results r;
+  r.out.assign(size_t(N) * OC, -1.0f), r.out_nobias.assign(size_t(N) * OC, -1.0f);
+  r.dinp = x.dinp0, r.dweight = x.dweight0, r.dbias = x.dbias0;
+  ops.MatmulForward(r.out.data(), x.inp.data(), x.weight.data(), x.bias.data(), N, IC, OC);
+  ops.MatmulForward(r.out_nobias.data(), x.inp.data(), x.weight.data(), nullptr, N, IC, OC);
+  ops.MatmulBackwardInput(r.dinp.data(), x.dout.data(), x.weight.data(), N, IC, OC);
+  ops.MatmulBackwardWeight(r.dweight.data(), r.dbias.data(), x.dout.data(), x.inp.data(), N, IC,
+                           OC);
+  return r;
+}
+
+std::vector<float> Rounded(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  vec_generic::kTable.round_bf16(r.data(), v.data(), v.size());
+  return r;
+}
+
+void ExpectBitwise(const std::vector<float>& got, const std::vector<float>& want,
+                   const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << what;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, double rel,
+                const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(got[i]) - want[i]) / (1.0 + std::fabs(want[i])));
+  }
+  EXPECT_LE(worst, rel) << what;
+}
+
+TEST(Bf16Test, FallbackIsSgemmOnRoundedOperandsForEveryThreadCount) {
+  const Operands x;
+  Operands rounded = x;
+  rounded.inp = Rounded(x.inp), rounded.weight = Rounded(x.weight), rounded.dout = Rounded(x.dout);
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(threads);
+    absl::StatusOr<std::unique_ptr<Ops>> bf16 = MakeCpuOpsWith(threads, CpuMatmul::kSgemmBf16);
+    ASSERT_TRUE(bf16.ok()) << bf16.status();
+    std::unique_ptr<Ops> fp32 = MakeCpuOps(threads);
+    const Results got = RunMatmuls(**bf16, x);
+    const Results want = RunMatmuls(*fp32, rounded);
+    ExpectBitwise(got.out, want.out, "MatmulForward");
+    ExpectBitwise(got.out_nobias, want.out_nobias, "MatmulForward without bias");
+    ExpectBitwise(got.dinp, want.dinp, "MatmulBackwardInput");
+    ExpectBitwise(got.dweight, want.dweight, "MatmulBackwardWeight dweight");
+    // dbias is a column sum of the unrounded gradient, as in fp32.
+    const Results fp32_raw = RunMatmuls(*fp32, x);
+    ExpectBitwise(got.dbias, fp32_raw.dbias, "MatmulBackwardWeight dbias");
+    // And bf16 is not fp32: the rounding reached every product.
+    EXPECT_NE(std::memcmp(got.out.data(), fp32_raw.out.data(), got.out.size() * 4), 0);
+    EXPECT_NE(std::memcmp(got.dinp.data(), fp32_raw.dinp.data(), got.dinp.size() * 4), 0);
+    EXPECT_NE(std::memcmp(got.dweight.data(), fp32_raw.dweight.data(), got.dweight.size() * 4), 0);
+  }
+}
+
+// The fast path's code in f32, which oneDNN runs on any x86-64 CPU: layouts, transposes, +=,
+// row blocks over the pool.
+TEST(Bf16Test, OneDnnPlumbingInF32MatchesOpenBlas) {
+  absl::StatusOr<std::unique_ptr<Ops>> one = MakeCpuOpsWith(1, CpuMatmul::kDnnlF32);
+  if (!one.ok()) GTEST_SKIP() << "no oneDNN f32 matmul: " << one.status();
+  std::cout << "oneDNN f32 path: " << (*one)->MatmulPath() << "\n";
+  const Operands x;
+  const Results sgemm = RunMatmuls(*MakeCpuOps(1), x);
+  const Results got = RunMatmuls(**one, x);
+  ExpectNear(got.out, sgemm.out, 1e-5, "MatmulForward");
+  ExpectNear(got.out_nobias, sgemm.out_nobias, 1e-5, "MatmulForward without bias");
+  ExpectNear(got.dinp, sgemm.dinp, 1e-5, "MatmulBackwardInput");
+  ExpectNear(got.dweight, sgemm.dweight, 1e-5, "MatmulBackwardWeight");
+  ExpectBitwise(got.dbias, sgemm.dbias, "dbias (own column sums)");
+  absl::StatusOr<std::unique_ptr<Ops>> two = MakeCpuOpsWith(2, CpuMatmul::kDnnlF32);
+  ASSERT_TRUE(two.ok()) << two.status();
+  const Results split = RunMatmuls(**two, x);
+  ExpectBitwise(split.out, got.out, "MatmulForward over 2 threads");
+  ExpectBitwise(split.dinp, got.dinp, "MatmulBackwardInput over 2 threads");
+  ExpectBitwise(split.dweight, got.dweight, "MatmulBackwardWeight over 2 threads");
+}
+
+TEST(Bf16Test, OneDnnBf16MatchesTheFallbackWhereTheCpuHasIt) {
+  absl::StatusOr<std::unique_ptr<Ops>> fast = MakeCpuOpsWith(1, CpuMatmul::kDnnlBf16);
+  if (!fast.ok()) GTEST_SKIP() << "no bf16 fast path on this CPU: " << fast.status();
+  std::cout << "oneDNN bf16 path: " << (*fast)->MatmulPath() << "\n";
+  const Operands x;
+  const Results want = RunMatmuls(**MakeCpuOpsWith(1, CpuMatmul::kSgemmBf16), x);
+  const Results got = RunMatmuls(**fast, x);
+  // The same exact products summed in another order: fp32 rounding apart.
+  ExpectNear(got.out, want.out, 1e-5, "MatmulForward");
+  ExpectNear(got.out_nobias, want.out_nobias, 1e-5, "MatmulForward without bias");
+  ExpectNear(got.dinp, want.dinp, 1e-5, "MatmulBackwardInput");
+  ExpectNear(got.dweight, want.dweight, 1e-5, "MatmulBackwardWeight");
+  ExpectBitwise(got.dbias, want.dbias, "dbias");
+}
+
+TEST(Bf16Test, MakeOpsPicksAndLogsThePathAndTheVariableForcesTheFallback) {
+  unsetenv(kForceBf16FallbackEnv);
+  const bool fast = MakeCpuOpsWith(1, CpuMatmul::kDnnlBf16).ok();
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::unique_ptr<Ops>> chosen = MakeOps("cpu", 1, Precision::kBf16);
+  const std::string chosen_log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  const std::string path = (*chosen)->MatmulPath();
+  if (fast) {
+    EXPECT_EQ(path.rfind("bf16: oneDNN matmul (", 0), 0u) << path;
+  } else {
+    EXPECT_EQ(path.rfind("bf16: fallback, ", 0), 0u) << path;
+    EXPECT_NE(path.find("because "), std::string::npos) << path;
+  }
+  EXPECT_EQ(chosen_log, "pp: cpu matmuls in " + path + "\n");
+
+  setenv(kForceBf16FallbackEnv, "1", 1);
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::unique_ptr<Ops>> forced = MakeOps("cpu", 2, Precision::kBf16);
+  const std::string forced_log = ::testing::internal::GetCapturedStderr();
+  unsetenv(kForceBf16FallbackEnv);
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_EQ((*forced)->MatmulPath().rfind("bf16: fallback, ", 0), 0u) << (*forced)->MatmulPath();
+  EXPECT_NE(forced_log.find("because PP_BF16_FALLBACK=1 forces it"), std::string::npos)
+      << forced_log;
+  // The forced backend computes the fallback's bits.
+  const Operands x;
+  const Results want = RunMatmuls(**MakeCpuOpsWith(2, CpuMatmul::kSgemmBf16), x);
+  ExpectBitwise(RunMatmuls(**forced, x).dweight, want.dweight, "forced fallback");
+
+  // fp32 logs nothing and says so.
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::unique_ptr<Ops>> fp32 = MakeOps("cpu", 1);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  ASSERT_TRUE(fp32.ok());
+  EXPECT_EQ((*fp32)->MatmulPath(), "fp32: OpenBLAS sgemm");
+}
+
+}  // namespace
+}  // namespace pp::kernels
