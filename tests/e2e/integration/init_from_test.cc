@@ -2,8 +2,8 @@
 // instead of its seeded initialisation. On the CPU cluster the losses and final weights are
 // bitwise those of the single-process trainer started from the same folder; tensor-parallel ranks
 // cut their slices from the folder's whole tensors (their all-reduces sum in another order, so
-// that job is compared within float rounding); a folder whose weights do not load fails the job
-// naming model.init_from.
+// that job matches within the fixture's Match::kClose); a folder whose weights do not load fails
+// the job naming model.init_from.
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,7 +24,7 @@
 namespace pp::integration {
 namespace {
 
-using ::pp::testing_support::JobWatch;
+using ::pp::testing_support::Match;
 using ::pp::testing_support::SubmitJob;
 using ::pp::testing_support::WaitForJob;
 using ::testing::HasSubstr;
@@ -49,22 +49,6 @@ class InitFromTest : public IntegrationTest {
     return hf;
   }
 
-  std::vector<double> Losses(const std::string& job_id) {
-    std::vector<double> losses;
-    absl::StatusOr<std::unique_ptr<JobWatch>> watch =
-        JobWatch::Open(cluster_->stub(), job_id, absl::Seconds(60));
-    EXPECT_TRUE(watch.ok()) << watch.status();
-    if (!watch.ok()) return losses;
-    absl::StatusOr<std::vector<pp::v1::JobEvent>> events = (*watch)->Rest();
-    EXPECT_TRUE(events.ok() && events->back().kind() == pp::v1::EVENT_FINISHED)
-        << (events.ok() ? events->back().message() : events.status().ToString()) << "\n"
-        << cluster_->Logs();
-    if (!events.ok()) return losses;
-    for (const pp::v1::JobEvent& e : *events) {
-      if (e.kind() == pp::v1::EVENT_STEP) losses.push_back(e.loss());
-    }
-    return losses;
-  }
 };
 
 void ExpectBitwise(const std::vector<double>& got, const std::vector<double>& want) {
@@ -108,29 +92,15 @@ TEST_F(InitFromTest, JobStartsFromTheFolderLikeTheReference) {
   EXPECT_NE(from_seed->losses[0], reference->losses[0]);
 
   ASSERT_NO_FATAL_FAILURE(StartCluster(4));
-  absl::StatusOr<std::string> id = SubmitJob(cluster_->stub(), spec);
-  ASSERT_TRUE(id.ok()) << id.status();
-  ExpectBitwise(Losses(*id), reference->losses);
-  absl::StatusOr<common::Checkpoint> saved =
-      common::LoadCheckpoint(common::StepDir(cluster_->checkpoint_root(), *id, kSteps));
-  ASSERT_TRUE(saved.ok()) << saved.status();
-  for (const auto& [name, values] : reference->weights) {
-    ASSERT_EQ(saved->tensors.count(name), 1u) << name;
-    const std::vector<float>& got = saved->tensors.at(name).data;
-    ASSERT_EQ(got.size(), values.size()) << name;
-    EXPECT_EQ(std::memcmp(got.data(), values.data(), values.size() * sizeof(float)), 0) << name;
-  }
-
+  const std::string pipelined = Run(spec);
+  ASSERT_FALSE(pipelined.empty()) << cluster_->Logs();
+  ExpectMatchesReference(spec, pipelined, Match::kBitwise);
   // D=2 x TP=2: a wrong slice would start from other weights and miss by far more than rounding.
   spec.mutable_parallel()->set_pipeline(2);
   spec.mutable_parallel()->set_tensor(2);
-  id = SubmitJob(cluster_->stub(), spec);
-  ASSERT_TRUE(id.ok()) << id.status();
-  const std::vector<double> sliced = Losses(*id);
-  ASSERT_EQ(sliced.size(), reference->losses.size());
-  for (size_t k = 0; k < sliced.size(); ++k) {
-    EXPECT_NEAR(sliced[k], reference->losses[k], 1e-6 * reference->losses[k]) << "step " << k + 1;
-  }
+  const std::string sliced = Run(spec);
+  ASSERT_FALSE(sliced.empty()) << cluster_->Logs();
+  ExpectMatchesReference(spec, sliced, Match::kClose);
 }
 
 TEST_F(InitFromTest, FolderThatDoesNotLoadIsRefusedOrFailsTheJob) {

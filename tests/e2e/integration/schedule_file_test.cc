@@ -2,8 +2,6 @@
 // the comm form, parallel.program compute-only) trains on the CPU cluster bit for bit like the
 // single-process reference, with the file's own stage layout; a broken file is refused at
 // submission naming the row and the cell.
-#include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,13 +13,11 @@
 #include "gtest/gtest.h"
 #include "tests/e2e/integration/fixture.h"
 #include "tests/support/cluster.h"
-#include "worker/trainer/trainer.h"
 
 namespace pp::integration {
 namespace {
 
 using ::pp::testing_support::GetJob;
-using ::pp::testing_support::JobWatch;
 using ::pp::testing_support::SubmitJob;
 using ::testing::HasSubstr;
 
@@ -49,46 +45,18 @@ class ScheduleFileTest : public IntegrationTest {
     return spec;
   }
 
-  // Trains `spec` on the cluster and expects the reference trainer's losses and weights exactly.
+  // Trains `spec` on the cluster: the reference trainer's losses and weights exactly, under the
+  // carried schedule's name.
   void ExpectReferenceBits(const pp::v1::JobSpec& spec, const std::string& what) {
     SCOPED_TRACE(what);
-    pp::v1::JobSpec defaulted = spec;
-    common::ApplyDefaults(&defaulted);
-    trainer::TrainOptions options;
-    options.checkpoint_root = (dir_ / ("reference-" + what)).string();
-    absl::StatusOr<trainer::TrainResult> reference = trainer::Train(defaulted, options);
-    ASSERT_TRUE(reference.ok()) << reference.status();
-
-    absl::StatusOr<std::string> id = SubmitJob(cluster_->stub(), spec);
-    ASSERT_TRUE(id.ok()) << id.status();
-    absl::StatusOr<std::unique_ptr<JobWatch>> watch =
-        JobWatch::Open(cluster_->stub(), *id, absl::Seconds(60));
-    ASSERT_TRUE(watch.ok()) << watch.status();
-    absl::StatusOr<std::vector<pp::v1::JobEvent>> events = (*watch)->Rest();
-    ASSERT_TRUE(events.ok()) << events.status() << "\n" << cluster_->Logs();
-    ASSERT_EQ(events->back().kind(), pp::v1::EVENT_FINISHED) << events->back().message() << "\n"
-                                                             << cluster_->Logs();
-    std::vector<double> losses;
-    for (const pp::v1::JobEvent& e : *events) {
-      if (e.kind() == pp::v1::EVENT_STEP) losses.push_back(e.loss());
-    }
-    ASSERT_EQ(losses.size(), reference->losses.size());
-    for (size_t k = 0; k < losses.size(); ++k) {
-      EXPECT_EQ(std::memcmp(&losses[k], &reference->losses[k], sizeof(double)), 0)
-          << "step " << k + 1 << ": pipeline " << losses[k] << " reference "
-          << reference->losses[k];
-    }
+    const std::string id = Run(spec);
+    ASSERT_FALSE(id.empty()) << cluster_->Logs();
+    ExpectMatchesReference(spec, id, testing_support::Match::kBitwise);
     absl::StatusOr<common::Checkpoint> saved =
-        common::LoadCheckpoint(common::StepDir(cluster_->checkpoint_root(), *id, kSteps));
+        common::LoadCheckpoint(common::StepDir(cluster_->checkpoint_root(), id, kSteps));
     ASSERT_TRUE(saved.ok()) << saved.status();
     EXPECT_EQ(saved->manifest.layout().schedule(), common::kScheduleFileName);
-    for (const auto& [name, values] : reference->weights) {
-      ASSERT_EQ(saved->tensors.count(name), 1u) << name;
-      const std::vector<float>& got = saved->tensors.at(name).data;
-      ASSERT_EQ(got.size(), values.size()) << name;
-      EXPECT_EQ(std::memcmp(got.data(), values.data(), values.size() * sizeof(float)), 0) << name;
-    }
-    absl::StatusOr<pp::v1::Job> job = GetJob(cluster_->stub(), *id);
+    absl::StatusOr<pp::v1::Job> job = GetJob(cluster_->stub(), id);
     ASSERT_TRUE(job.ok()) << job.status();
     EXPECT_TRUE(common::CarriesSchedule(job->spec().parallel()));
     EXPECT_EQ(job->spec().parallel().schedule(), "");
