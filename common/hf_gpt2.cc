@@ -195,4 +195,11 @@ absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir) {
   return out;
 }
 
+absl::StatusOr<HfGpt2Model> ReadInitFrom(const pp::v1::ModelSpec& model) {
+  absl::StatusOr<HfGpt2Model> hf = ReadHfGpt2(model.init_from());
+  if (hf.ok()) return hf;
+  return absl::Status(hf.status().code(),
+                      absl::StrCat("model.init_from: ", hf.status().message()));
+}
+
 }  // namespace pp::common

@@ -76,6 +76,10 @@ struct HfGpt2Model {
 // only pytorch_model.bin is refused by name.
 absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir);
 
+// ReadHfGpt2 of a spec's model.init_from (REQUIRES: set), its errors prefixed "model.init_from: ":
+// what a worker and the trainer start a job from.
+absl::StatusOr<HfGpt2Model> ReadInitFrom(const pp::v1::ModelSpec& model);
+
 // OK when a job's model fields fit the HF model: every size the spec sets (non-zero) equals it,
 // and tie_embeddings is not asked for an untied model. Fills the unset sizes and the tie from
 // `hf` into `spec`. The refusal names the field, e.g. "model.d_model: the spec says 64,

@@ -111,8 +111,7 @@ absl::Status ValidateScheduleChoice(const pp::v1::ParallelSpec& parallel) {
   if (CarriesSchedule(parallel)) {
     if (parallel.schedule().empty()) return absl::OkStatus();
     return Field("parallel.schedule",
-                 absl::StrCat("must be empty when parallel.",
-                              parallel.program_size() > 0 ? "program" : "schedule_file",
+                 absl::StrCat("must be empty when ", CarriedScheduleField(parallel),
                               " carries the schedule, got \"", parallel.schedule(), "\""));
   }
   const std::string& schedule = parallel.schedule();
@@ -449,6 +448,10 @@ std::vector<std::pair<std::string, std::string>> SpecInputPaths(const pp::v1::Jo
     paths.emplace_back("model.init_from", spec.model().init_from());
   }
   return paths;
+}
+
+const char* CarriedScheduleField(const pp::v1::ParallelSpec& parallel) {
+  return parallel.program_size() > 0 ? "parallel.program" : "parallel.schedule_file";
 }
 
 bool CarriesSchedule(const pp::v1::ParallelSpec& parallel) {

@@ -39,6 +39,8 @@ absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec);
 // parallel.program's rows joined by "\n". Empty when the spec names a generated schedule.
 std::string CarriedScheduleCsv(const pp::v1::ParallelSpec& parallel);
 bool CarriesSchedule(const pp::v1::ParallelSpec& parallel);
+// The field that carries it, for errors: "parallel.program" or "parallel.schedule_file".
+const char* CarriedScheduleField(const pp::v1::ParallelSpec& parallel);
 
 // The files a spec makes ppcoord and the workers read, as (field, path): data.path,
 // eval.data.path and model.init_from where set. Every one must lie under --data_root.

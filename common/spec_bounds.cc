@@ -132,7 +132,7 @@ absl::Status CheckScheduleSize(const pp::v1::JobSpec& spec) {
       "each rank's program and each step's measured trace of all ranks must fit one 4 MiB gRPC "
       "message";
   if (CarriesSchedule(p)) {
-    return OverLimit(p.program_size() > 0 ? "parallel.program" : "parallel.schedule_file",
+    return OverLimit(CarriedScheduleField(p),
                      absl::StrCat("its longest row makes ", Amount(total),
                                   " actions per step over all ranks (", Amount(world),
                                   " ranks x up to ", Amount(per_rank), " each)"),

@@ -94,13 +94,13 @@ absl::StatusOr<Planned> PlanCarriedSchedule(const pp::v1::ParallelSpec& parallel
   absl::StatusOr<Planned> planned = PlanTorchCsv(common::CarriedScheduleCsv(parallel), costs);
   if (!planned.ok()) {
     const absl::string_view why = planned.status().message();
-    return absl::InvalidArgumentError(inline_rows ? InProgram(why)
-                                                  : absl::StrCat("parallel.schedule_file: ", why));
+    return absl::InvalidArgumentError(
+        inline_rows ? InProgram(why) : absl::StrCat(common::CarriedScheduleField(parallel), ": ", why));
   }
   const Schedule& s = planned->schedule;
   if (s.pipeline != parallel.pipeline() || s.chunks != parallel.chunks() || s.microbatches != M) {
     return absl::InvalidArgumentError(absl::StrCat(
-        inline_rows ? "parallel.program" : "parallel.schedule_file", ": its schedule runs D=",
+        common::CarriedScheduleField(parallel), ": its schedule runs D=",
         s.pipeline, " ranks with V=", s.chunks, " chunks and M=", s.microbatches,
         " microbatches, but the spec says parallel.pipeline=", parallel.pipeline(),
         ", parallel.chunks=", parallel.chunks(), ", train.microbatches=", M,

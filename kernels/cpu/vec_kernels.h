@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace pp::kernels {
 
@@ -68,6 +69,9 @@ struct VecKernels {
   void (*to_bf16)(uint16_t* out, const float* x, size_t n);
 };
 
+// Every table this CPU can run, by CPUID: generic first, then AVX2+FMA, then AVX-512; the last is
+// the one VecKernelsForThisCpu chooses. The tests check each against the others.
+std::vector<const VecKernels*> RunnableVecKernels();
 const VecKernels& VecKernelsForThisCpu();
 
 namespace vec_avx512 {

@@ -9,18 +9,22 @@ size_t AttentionScratchFloats(int T, int hs) {
   return h * tp + (static_cast<size_t>(T) + 3) * tp + 4 * h + 3 * static_cast<size_t>(T) * h;
 }
 
-const VecKernels& VecKernelsForThisCpu() {
+std::vector<const VecKernels*> RunnableVecKernels() {
+  std::vector<const VecKernels*> tables = {&vec_generic::kTable};
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool avx512 = __builtin_cpu_supports("avx512f") &&
-                             __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512dq") &&
-                             __builtin_cpu_supports("avx512vl") &&
-                             __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx512) return vec_avx512::kTable;
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2) return vec_avx2::kTable;
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2) tables.push_back(&vec_avx2::kTable);
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
+    tables.push_back(&vec_avx512::kTable);
+  }
 #endif
-  return vec_generic::kTable;
+  return tables;
+}
+
+const VecKernels& VecKernelsForThisCpu() {
+  static const VecKernels* const best = RunnableVecKernels().back();
+  return *best;
 }
 
 }  // namespace pp::kernels

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/kernels/kernel_test_util.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_kernels.h"
 #include "kernels/ops.h"
@@ -31,30 +32,6 @@ float FromBits(uint32_t u) {
   float x;
   std::memcpy(&x, &u, 4);
   return x;
-}
-
-std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::vector<float> v(n);
-  uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    x = scale * (static_cast<float>((s >> 40) & 0xffffff) / 8388608.0f - 1.0f);
-  }
-  return v;
-}
-
-std::vector<const VecKernels*> RunnableTables() {
-  std::vector<const VecKernels*> tables = {&vec_generic::kTable};
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    tables.push_back(&vec_avx2::kTable);
-  }
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
-    tables.push_back(&vec_avx512::kTable);
-  }
-#endif
-  return tables;
 }
 
 TEST(Bf16Test, RoundsToNearestEvenInEveryTable) {
@@ -79,7 +56,7 @@ TEST(Bf16Test, RoundsToNearestEvenInEveryTable) {
   const size_t n = cases.size() * 5;
   std::vector<float> in(n);
   for (size_t i = 0; i < n; ++i) in[i] = FromBits(cases[i % cases.size()].first);
-  for (const VecKernels* k : RunnableTables()) {
+  for (const VecKernels* k : RunnableVecKernels()) {
     std::vector<float> rounded(n);
     std::vector<uint16_t> bits(n);
     k->round_bf16(rounded.data(), in.data(), n);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/kernels/kernel_test_util.h"
 #include "kernels/ops.h"
 
 namespace pp::kernels {
@@ -15,16 +16,6 @@ namespace {
 
 using Vec = std::vector<double>;
 
-// Uniform in [-scale, scale), from a fixed LCG so values do not depend on the standard library.
-std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::vector<float> v(n);
-  uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    x = scale * (static_cast<float>((s >> 40) & 0xffffff) / 8388608.0f - 1.0f);
-  }
-  return v;
-}
 Vec ToDouble(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 double Dot(const Vec& a, const Vec& b) {
   double s = 0;

@@ -10,22 +10,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/kernels/kernel_test_util.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec_kernels.h"
 #include "kernels/ops.h"
 
 namespace pp::kernels {
 namespace {
-
-std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
-  std::vector<float> v(n);
-  uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-  for (auto& x : v) {
-    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-    x = scale * (static_cast<float>((s >> 40) & 0xffffff) / 8388608.0f - 1.0f);
-  }
-  return v;
-}
 
 TEST(ThreadPoolTest, RunsEveryIndexOnceInStaticBlocks) {
   for (int threads : {1, 2, 3}) {
@@ -65,20 +56,6 @@ TEST(ThreadPoolTest, ManyRunsInARowAndAfterTheHelpersSlept) {
 }
 
 // ---- every table this CPU runs, against double references ------------------------------------
-std::vector<const VecKernels*> RunnableTables() {
-  std::vector<const VecKernels*> tables = {&vec_generic::kTable};
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    tables.push_back(&vec_avx2::kTable);
-  }
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
-    tables.push_back(&vec_avx512::kTable);
-  }
-#endif
-  return tables;
-}
-
 // out (T, hs) and P (T, T) of one head in double; qkv rows 3C apart as the kernels see them.
 void RefHead(const std::vector<float>& qkv, int T, int C, int hs, std::vector<double>* out,
              std::vector<double>* probs) {
@@ -125,7 +102,7 @@ TEST(VecKernelsTest, AttentionForwardOnOddShapesInEveryTable) {
     auto qkv = Random(static_cast<size_t>(sh.T) * 3 * C, sh.T * 7 + sh.hs, 2.0f);
     std::vector<double> want_out, want_p;
     RefHead(qkv, sh.T, C, sh.hs, &want_out, &want_p);
-    for (const VecKernels* k : RunnableTables()) {
+    for (const VecKernels* k : RunnableVecKernels()) {
       std::vector<float> out(static_cast<size_t>(sh.T) * C, -1.0f);
       std::vector<float> att(static_cast<size_t>(sh.T) * sh.T, -1.0f);
       std::vector<float> scratch(AttentionScratchFloats(sh.T, sh.hs));
@@ -149,7 +126,7 @@ TEST(VecKernelsTest, AttentionBackwardMatchesFiniteDifferencesInEveryTable) {
   RefHead(qkv, T, C, hs, &out, &probs);
   std::vector<float> att(probs.begin(), probs.end());
   std::vector<double> x(qkv.begin(), qkv.end());
-  for (const VecKernels* k : RunnableTables()) {
+  for (const VecKernels* k : RunnableVecKernels()) {
     auto pre = Random(qkv.size(), 92);
     std::vector<float> g = pre;
     std::vector<float> scratch(AttentionScratchFloats(T, hs));
@@ -171,7 +148,7 @@ TEST(VecKernelsTest, RowKernelsAgreeAcrossTables) {
   auto logits = Random(N * V, 103, 4.0f);
   const int32_t targets[N] = {0, 44, 17};
   std::vector<std::vector<float>> results;
-  for (const VecKernels* k : RunnableTables()) {
+  for (const VecKernels* k : RunnableVecKernels()) {
     std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C, 0.0f), gel(N * C);
     std::vector<float> losses(N), probs(N * V);
     k->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), 0,
@@ -189,7 +166,7 @@ TEST(VecKernelsTest, RowKernelsAgreeAcrossTables) {
   for (size_t t = 1; t < results.size(); ++t) {
     for (size_t i = 0; i < results[0].size(); ++i) {
       ASSERT_NEAR(results[t][i], results[0][i], 1e-5 + 1e-5 * std::abs(results[0][i]))
-          << RunnableTables()[t]->isa << " vs generic at " << i;
+          << RunnableVecKernels()[t]->isa << " vs generic at " << i;
     }
   }
 }

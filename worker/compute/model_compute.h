@@ -96,6 +96,9 @@ class ModelCompute : public executor::StageCompute {
   absl::StatusOr<double> RunForward(int stage, int local_mb, const float* in, float* out,
                                     bool evaluate);
   std::vector<common::Tensor> HeldTensors();
+  // LoadCheckpointTensors (with_moments) and LoadInitialValues; `what` names the source in errors.
+  absl::Status LoadHeld(const std::map<std::string, common::Tensor>& tensors, bool with_moments,
+                        absl::string_view what);
   absl::Status SetUpBuckets(const pp::v1::RankProgram& program, int64_t bucket_bytes);
   // After the rank's k-th weight-gradient backward of the step: starts the buckets it completes.
   void WeightGradientDone();

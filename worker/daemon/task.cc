@@ -324,13 +324,9 @@ absl::Status Task::ConnectGroups(Running& running) {
 // model already holds.
 absl::Status Task::Resume(compute::ModelCompute& model_compute) {
   if (plan_.resume_from().empty()) {
-    const std::string& init_from = plan_.spec().model().init_from();
-    if (init_from.empty()) return absl::OkStatus();
-    absl::StatusOr<common::HfGpt2Model> hf = common::ReadHfGpt2(init_from);
-    if (!hf.ok()) {
-      return absl::Status(hf.status().code(),
-                          absl::StrCat("model.init_from: ", hf.status().message()));
-    }
+    if (plan_.spec().model().init_from().empty()) return absl::OkStatus();
+    absl::StatusOr<common::HfGpt2Model> hf = common::ReadInitFrom(plan_.spec().model());
+    if (!hf.ok()) return hf.status();
     return model_compute.LoadInitialValues(hf->tensors);
   }
   const std::set<std::string> needed = model_compute.CheckpointTensorNames();

@@ -249,13 +249,9 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
 }  // namespace
 
 absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOptions& options) {
-  const std::string& init_from = spec.model().init_from();
-  if (init_from.empty()) return TrainWith(spec, options, nullptr);
-  absl::StatusOr<common::HfGpt2Model> hf = common::ReadHfGpt2(init_from);
-  if (!hf.ok()) {
-    return absl::Status(hf.status().code(),
-                        absl::StrCat("model.init_from: ", hf.status().message()));
-  }
+  if (spec.model().init_from().empty()) return TrainWith(spec, options, nullptr);
+  absl::StatusOr<common::HfGpt2Model> hf = common::ReadInitFrom(spec.model());
+  if (!hf.ok()) return hf.status();
   return TrainWith(spec, options, &hf->tensors);
 }
 

@@ -282,21 +282,6 @@ TEST_F(SecurityTest, PathsOutsideTheRootsAreRefused) {
   EXPECT_THAT(submit.error_message(),
               HasSubstr("\"/etc/passwd\" is outside the allowed --data_root"));
 
-  // So are evaluation data and initial weights outside it.
-  pp::v1::JobSpec eval_outside = Spec();
-  eval_outside.mutable_eval()->set_batches(1);
-  eval_outside.mutable_eval()->mutable_data()->set_path("/etc/passwd");
-  const grpc::Status eval_submit = Submit(*Client(Credentials("", "tok-alice")), eval_outside);
-  EXPECT_EQ(eval_submit.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(eval_submit.error_message(),
-              HasSubstr("eval.data.path \"/etc/passwd\" is outside the allowed --data_root"));
-  pp::v1::JobSpec init_outside = Spec();
-  init_outside.mutable_model()->set_init_from("/etc");
-  const grpc::Status init_submit = Submit(*Client(Credentials("", "tok-alice")), init_outside);
-  EXPECT_EQ(init_submit.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(init_submit.error_message(),
-              HasSubstr("model.init_from \"/etc\" is outside the allowed --data_root"));
-
   // A symlink inside the root that leads out of it is outside too.
   const std::string link = (dir_ / "passwd-link").string();
   std::filesystem::create_symlink("/etc/passwd", link);
@@ -314,6 +299,37 @@ TEST_F(SecurityTest, PathsOutsideTheRootsAreRefused) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << path;
     EXPECT_THAT(status.error_message(), HasSubstr("is outside the allowed --data_root")) << path;
   }
+  grpc::ClientContext context;
+  SetDeadline(context);
+  pp::v1::TaskPlan plan;
+  plan.set_job_id("forged");
+  *plan.mutable_spec() = Spec();
+  plan.set_checkpoint_dir("/tmp");
+  pp::v1::RunTaskResponse ran;
+  const grpc::Status status = as_coordinator->RunTask(&context, plan, &ran);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("outside the allowed --checkpoint_root"));
+}
+
+// Evaluation data and initial weights are files the job reads too (common/job_spec.h
+// SpecInputPaths): the same roots hold for them at SubmitJob and at RunTask.
+TEST_F(SecurityTest, EveryFileASpecReadsIsUnderTheRoots) {
+  ASSERT_NO_FATAL_FAILURE(StartSecureCluster(1));
+  pp::v1::JobSpec eval_outside = Spec();
+  eval_outside.mutable_eval()->set_batches(1);
+  eval_outside.mutable_eval()->mutable_data()->set_path("/etc/passwd");
+  const grpc::Status eval_submit = Submit(*Client(Credentials("", "tok-alice")), eval_outside);
+  EXPECT_EQ(eval_submit.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(eval_submit.error_message(),
+              HasSubstr("eval.data.path \"/etc/passwd\" is outside the allowed --data_root"));
+  pp::v1::JobSpec init_outside = Spec();
+  init_outside.mutable_model()->set_init_from("/etc");
+  const grpc::Status init_submit = Submit(*Client(Credentials("", "tok-alice")), init_outside);
+  EXPECT_EQ(init_submit.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(init_submit.error_message(),
+              HasSubstr("model.init_from \"/etc\" is outside the allowed --data_root"));
+
+  auto as_coordinator = Worker("w0", Credentials("ppcoord", ""));
   for (const bool eval : {true, false}) {
     grpc::ClientContext context;
     SetDeadline(context);
@@ -331,16 +347,6 @@ TEST_F(SecurityTest, PathsOutsideTheRootsAreRefused) {
     EXPECT_THAT(status.error_message(),
                 HasSubstr(eval ? "task plan eval.data.path" : "task plan model.init_from"));
   }
-  grpc::ClientContext context;
-  SetDeadline(context);
-  pp::v1::TaskPlan plan;
-  plan.set_job_id("forged");
-  *plan.mutable_spec() = Spec();
-  plan.set_checkpoint_dir("/tmp");
-  pp::v1::RunTaskResponse ran;
-  const grpc::Status status = as_coordinator->RunTask(&context, plan, &ran);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("outside the allowed --checkpoint_root"));
 }
 
 TEST_F(SecurityTest, PpctlSpeaksTlsWithItsTokenFile) {
