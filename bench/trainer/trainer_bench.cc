@@ -96,7 +96,7 @@ Rate SgemmRate(pp::kernels::Ops& ops, Layout layout, int n, int k, int m) {
 }
 
 // The peak the step is measured against: the best sustained rate over the three layouts on a
-// large product (M=4096 x K=N=1024, the shape ../shared/TOOLCHAIN.md measured OpenBLAS on), per
+// large product (M=4096 x K=N=1024, the shape OpenBLAS was measured on for issue 15), per
 // CPU second; each layout's rates are printed.
 double PeakGflops(pp::kernels::Ops& ops, int threads) {
   double peak = 0;
