@@ -299,6 +299,12 @@ absl::StatusOr<plan::RecomputeChoice> ChooseRecomputeLocally(const pp::v1::JobSp
 absl::Status RunSpec(const std::string& path, plan::CostModel costs, const std::string& format) {
   absl::StatusOr<pp::v1::JobSpec> spec = LoadValidSpec(path);
   if (!spec.ok()) return spec.status();
+  if (common::IsAutoSchedule(spec->parallel())) {
+    std::cerr << "parallel.schedule \"auto\": ppcoord chooses the plan after calibrating the "
+                 "placed workers (docs/planner.md \"Auto at run time\"); this is the provisional "
+                 "plan it admits and places the job with\n";
+    spec = plan::ProvisionalSpec(*std::move(spec));
+  }
   const pp::v1::ParallelSpec& p = spec->parallel();
   absl::StatusOr<std::vector<int>> units = SpecPartition(*spec, p.pipeline() * p.chunks());
   if (!units.ok()) return units.status();

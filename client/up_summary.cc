@@ -96,18 +96,45 @@ absl::Status PrintTimeline(const UpRun& run, const pp::v1::StepTrace& trace, con
 
 }  // namespace
 
+// parallel.schedule "auto": what ppcoord chose, its prediction against the last step, and the
+// runner-up.
+void PrintAutoPlan(const pp::v1::Job& job) {
+  const pp::v1::JobPlan& plan = job.plan();
+  if (plan.chosen().empty()) return;
+  std::cout << "  plan        " << plan.chosen() << absl::StrFormat(
+      " (auto, %d candidates, calibrated in %.2f s%s)\n", plan.candidates(),
+      plan.calibration().seconds(), plan.calibration().cached() ? ", cached" : "");
+  const double tokens = static_cast<double>(common::GlobalTokensPerStep(job.spec()));
+  if (job.tokens_per_second() > 0) {
+    std::cout << absl::StrFormat("              predicted %.1f ms per step, measured %.1f ms "
+                                 "(last step; %d re-plans)\n",
+                                 1e3 * plan.predicted_step_seconds(),
+                                 1e3 * tokens / job.tokens_per_second(), plan.replans());
+  }
+  if (!plan.runner_up().empty()) {
+    std::cout << "              runner-up " << plan.runner_up() << ": " << plan.runner_up_reason()
+              << "\n";
+  }
+}
+
 absl::Status PrintSummary(pp::v1::Coordinator::Stub& stub, const UpRun& run, const WorkDir& dir,
                           const std::string& chrome_trace) {
   pp::v1::GetTraceRequest trace_request;
   trace_request.set_job_id(run.job_id);
   pp::v1::StepTrace trace;
   const grpc::Status traced = stub.GetTrace(TenSeconds().get(), trace_request, &trace);
+  // The job's own spec: with schedule "auto" it holds what ppcoord chose.
+  pp::v1::GetJobRequest job_request;
+  job_request.set_job_id(run.job_id);
+  pp::v1::Job job;
+  const grpc::Status got = stub.GetJob(TenSeconds().get(), job_request, &job);
   pp::v1::PlanJobRequest plan_request;
-  *plan_request.mutable_spec() = run.spec;
+  *plan_request.mutable_spec() = got.ok() ? job.spec() : run.spec;
   pp::v1::PlanJobResponse plan;
   const grpc::Status planned = stub.PlanJob(TenSeconds().get(), plan_request, &plan);
 
   PrintLossAndSpeed(run);
+  if (got.ok()) PrintAutoPlan(job);
   PrintBubbles(run, planned.ok() ? &plan : nullptr, traced.ok() ? &trace : nullptr);
   if (!dir.temporary()) {
     std::cout << "  checkpoints " << dir.path() << "/checkpoints/" << run.job_id << "/\n";

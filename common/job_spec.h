@@ -27,7 +27,9 @@ absl::StatusOr<pp::v1::JobSpec> ParseJobSpec(absl::string_view text,
                                              absl::string_view origin = "<spec>");
 absl::StatusOr<pp::v1::JobSpec> LoadJobSpec(const std::string& path);
 
-// parallel.chunks/tensor/data 0 -> 1, parallel.partition "" -> "cost", train.beta1 0 -> 0.9,
+// parallel.chunks/tensor/data 0 -> 1 (with schedule "auto", chunks 0 stays: V is chosen; the
+// partition stays empty and parallel.auto_plan's zeros take their documented values),
+// parallel.partition "" -> "cost", train.beta1 0 -> 0.9,
 // train.beta2 0 -> 0.95, train.eps 0 -> 1e-8, train.threads 0 -> 1,
 // train.precision "" -> "fp32", checkpoint.keep 0 -> 3,
 // data.format "" -> "bytes", data.generated_tokens 0 -> 1 MiB (generated format only).
@@ -45,6 +47,9 @@ const char* CarriedScheduleField(const pp::v1::ParallelSpec& parallel);
 // The files a spec makes ppcoord and the workers read, as (field, path): data.path,
 // eval.data.path and model.init_from where set. Every one must lie under --data_root.
 std::vector<std::pair<std::string, std::string>> SpecInputPaths(const pp::v1::JobSpec& spec);
+
+// Whether the spec asks ppcoord to choose its schedule (parallel.schedule "auto").
+bool IsAutoSchedule(const pp::v1::ParallelSpec& parallel);
 
 // parallel.schedule, or kScheduleFileName (common/schedules.h) for a spec that carries its
 // schedule: what logs, checkpoint layouts and ppctl print.

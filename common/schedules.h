@@ -58,6 +58,10 @@ inline constexpr const char kForwardOnly[] = "forward-only";
 // or parallel.program) instead of naming one of the table's.
 inline constexpr const char kScheduleFileName[] = "schedule-file";
 
+// parallel.schedule "auto": ppcoord calibrates the placed workers and chooses the schedule, V, M
+// and partition itself (coordinator/plan/calibrated.h).
+inline constexpr const char kAutoSchedule[] = "auto";
+
 // OK when V obeys `rule`'s chunk rule, else InvalidArgument in the planner's words: "zb-v runs
 // exactly 2 chunk(s) per rank, got V=3", "interleaved-1f1b needs V >= 2 chunks per rank (got V=1;
 // with one chunk use 1f1b)", "NAME needs V <= N chunks per rank, got V=...".

@@ -122,9 +122,15 @@ absl::Status CheckScheduleSize(const pp::v1::JobSpec& spec) {
   const pp::v1::ParallelSpec& p = spec.parallel();
   const int64_t M = spec.train().microbatches();
   const std::optional<int64_t> world = CheckedProduct({p.pipeline(), p.tensor(), p.data()});
-  const std::optional<int64_t> per_rank =
+  std::optional<int64_t> per_rank =
       CarriesSchedule(p) ? MaxCarriedActionsPerRank(CarriedScheduleCsv(p))
                          : MaxActionsPerRank(p.schedule(), p.pipeline(), p.chunks(), M);
+  if (IsAutoSchedule(p)) {  // the longest program the search may choose: split backwards
+    const int64_t batch = M * spec.train().microbatch_size();
+    per_rank = MaxActionsPerRank(
+        "zb-h1", p.pipeline(), p.chunks() > 0 ? p.chunks() : p.auto_plan().max_chunks(),
+        std::max<int64_t>(M, std::min<int64_t>(batch, p.auto_plan().max_microbatches())));
+  }
   const std::optional<int64_t> total =
       world && per_rank ? CheckedProduct({*world, *per_rank}) : std::nullopt;
   if (total && *total <= kMaxActionsPerStep) return absl::OkStatus();

@@ -46,6 +46,7 @@ void JobManager::QueueAbort(const std::string& worker, const std::string& addres
 
 void JobManager::StopAttempt(JobRecord& rec, const std::string& reason,
                              const std::string& skip_worker) {
+  ReleaseCalibration(rec);
   const pp::v1::Job& job = rec.job;
   for (const pp::v1::RankPlacement& p : job.placement()) {
     auto held = held_.find(p.worker());
@@ -146,6 +147,10 @@ void JobManager::ProbeAnswered(const Outbound& probe, const grpc::Status& status
 void JobManager::RpcDone(const Outbound& rpc, const grpc::Status& status) {
   if (rpc.kind == Outbound::Kind::kProbe) {
     ProbeAnswered(rpc, status);
+    return;
+  }
+  if (rpc.kind == Outbound::Kind::kCalibrate) {
+    CalibrationAnswered(rpc, status);
     return;
   }
   const Held held{.job_id = rpc.job_id, .attempt = rpc.attempt};

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "common/mesh.h"
 #include "coordinator/list_page.h"
 #include "coordinator/log.h"
@@ -108,6 +109,7 @@ absl::Status JobManager::Reload() {
     rec.schedule = std::move(planned->schedule);
     rec.stage_units = std::move(planned->stage_units);
     rec.rank_bytes = RankBytes(planned->memory);
+    rec.calibrate = common::IsAutoSchedule(rec.job.spec().parallel());
     metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
     // Its workers still run the old attempt; they register again and are told to stop it.
     if (rec.job.state() == pp::v1::RUNNING) {
@@ -183,14 +185,18 @@ void JobManager::PlaceQueued() {
     JobRecord& rec = jobs_.at(id);
     if (rec.job.state() != pp::v1::QUEUED) continue;
     // Its start step is known once VerifyQueued ran; a restart waits out its backoff.
-    if (rec.verify_pending || now < rec.not_before) continue;
+    if (rec.verify_pending || now < rec.not_before || rec.calibrating) continue;
     const std::vector<int> stage_to_rank(rec.schedule.stage_to_rank().begin(),
                                          rec.schedule.stage_to_rank().end());
     const std::vector<pp::v1::WorkerInfo> idle = workers_.Idle();
     absl::StatusOr<std::vector<pp::v1::RankPlacement>> placement =
         PlaceRanks(rec.job.spec(), stage_to_rank, idle, rec.rank_bytes);
     if (placement.ok()) {
-      Start(rec, *std::move(placement));
+      if (rec.calibrate) {
+        BeginCalibration(rec, *std::move(placement));
+      } else {
+        Start(rec, *std::move(placement));
+      }
       continue;
     }
     const int world = common::WorldSize(rec.job.spec());
@@ -287,6 +293,7 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
   rec.schedule = std::move(planned->schedule);
   rec.stage_units = std::move(planned->stage_units);
   rec.rank_bytes = rank_bytes;
+  rec.calibrate = common::IsAutoSchedule(rec.job.spec().parallel());
   order_.push_back(id);
   metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
   Emit(rec, pp::v1::EVENT_QUEUED,
@@ -430,6 +437,7 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
   rec->schedule = std::move(planned.schedule);
   rec->stage_units = std::move(planned.stage_units);
   rec->rank_bytes = RankBytes(planned.memory);
+  rec->calibrate = common::IsAutoSchedule(job.spec().parallel());
   job.set_state(pp::v1::QUEUED);
   job.clear_placement();
   job.set_last_checkpoint_step(from_step);
@@ -448,8 +456,16 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
 std::optional<LiveAttempt> JobManager::LiveAttemptOf(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   const JobRecord* rec = FindLocked(job_id);
-  if (rec == nullptr || rec->job.state() != pp::v1::RUNNING) return std::nullopt;
+  if (rec == nullptr) return std::nullopt;
   LiveAttempt live;
+  if (rec->calibrating) {  // its workers meet under "<job>/<attempt>/calibrate/"
+    live.attempt = rec->calibrating->attempt;
+    for (const pp::v1::RankPlacement& p : rec->calibrating->placement) {
+      live.workers.push_back(p.worker());
+    }
+    return live;
+  }
+  if (rec->job.state() != pp::v1::RUNNING) return std::nullopt;
   live.attempt = rec->job.attempt();
   for (const pp::v1::RankPlacement& p : rec->job.placement()) live.workers.push_back(p.worker());
   return live;

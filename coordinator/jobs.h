@@ -175,6 +175,22 @@ class JobManager {
     int newest_commit_in_flight = 0;
     // Task ends reported while commits were in flight: ApplyTaskEnd once they are applied.
     std::vector<TaskEnd> reports_after_commits;
+    // parallel.schedule "auto" (calibration.cc): calibrate the workers before the next placement
+    // (set at submission, at reload of an undecided job, and by a re-plan).
+    bool calibrate = false;
+    // The calibration in flight: its workers are held BUSY for `attempt` while the job is QUEUED.
+    struct Calibrating {
+      int attempt = 0;
+      std::vector<pp::v1::RankPlacement> placement;  // by pipeline rank
+      std::vector<std::optional<pp::v1::RankCalibration>> answers;
+      absl::Time started;
+      std::string key;  // in calibrations_
+      int64_t serial = 0;  // Outbound::serial of its RPCs
+    };
+    std::optional<Calibrating> calibrating;
+    int calibration_failures = 0;  // in a row
+    // A re-plan after prediction drift: why, once every rank stopped at stop_step.
+    std::optional<std::string> replan;
   };
   // A complete checkpoint, queued under mu_ for the committer thread.
   struct PendingCommit {
@@ -306,6 +322,26 @@ class JobManager {
                    const std::deque<PendingCommit>& commits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // ---- parallel.schedule "auto" (calibration.cc) ----
+  // Whether `held` is the attempt of a QUEUED job whose workers calibrate.
+  bool IsCalibrating(const Held& held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job fits on `placement`: holds those workers and asks each to calibrate, or, with a
+  // calibration of the same model shape on the same workers cached, decides at once.
+  void BeginCalibration(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A Calibrate RPC came back.
+  void CalibrationAnswered(const Outbound& rpc, const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Frees the workers of the calibration in flight, if any.
+  void ReleaseCalibration(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Chooses the plan from `calibration` (plan/calibrated.h), records it in job.plan and starts
+  // the job on `placement`'s workers; a job that fits nowhere FAILS with the planner's reason.
+  void Decide(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement,
+              pp::v1::Calibration calibration) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A step of a decided job: the prediction error, and the re-plan it may call for.
+  void CheckPrediction(JobRecord& rec, int step, double step_seconds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const ManagerOptions options_;
   CoordinatorMetrics* const metrics_;
   RendezvousStore rendezvous_;  // thread-safe on its own
@@ -331,6 +367,10 @@ class JobManager {
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
   WorkerTable workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Held> held_ ABSL_GUARDED_BY(mu_);  // BUSY workers' tasks
+  // Calibrations by (model shape, threads, precision, sizes, workers in rank order): an "auto" job
+  // on the same workers and shape is not calibrated again. A re-plan drops its entry.
+  std::map<std::string, pp::v1::Calibration> calibrations_ ABSL_GUARDED_BY(mu_);
+  int64_t calibration_serial_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread scheduler_;
   std::thread verifier_;  // VerifierLoop: checkpoint hashing never holds up the scheduler

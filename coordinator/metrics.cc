@@ -49,6 +49,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
                             .Name("pp_job_planned_bubble_ratio")
                             .Help("Simulated idle share of the compiled schedule (uniform costs).")
                             .Register(r);
+  m->prediction_error_ =
+      &prometheus::BuildGauge()
+           .Name("pp_job_step_prediction_error_ratio")
+           .Help("schedule auto: |measured - predicted| / predicted seconds of the last step.")
+           .Register(r);
   m->checkpoint_step_ = &prometheus::BuildGauge()
                              .Name("pp_checkpoint_last_step")
                              .Help("Step of the newest committed checkpoint.")
@@ -90,6 +95,10 @@ void CoordinatorMetrics::StepCompleted(const std::string& job_id, double loss,
   loss_->Add({{"job", job_id}}).Set(loss);
   learning_rate_->Add({{"job", job_id}}).Set(learning_rate);
   bubble_->Add({{"job", job_id}}).Set(bubble_ratio);
+}
+
+void CoordinatorMetrics::StepPredicted(const std::string& job_id, double error_ratio) {
+  prediction_error_->Add({{"job", job_id}}).Set(error_ratio);
 }
 
 void CoordinatorMetrics::EvalCompleted(const std::string& job_id, double eval_loss) {

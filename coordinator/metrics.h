@@ -32,6 +32,8 @@ class CoordinatorMetrics {
                      double bubble_ratio);
   // The loss of the job's newest evaluation (spec.eval).
   void EvalCompleted(const std::string& job_id, double eval_loss);
+  // parallel.schedule "auto": a step's |measured - predicted| / predicted step seconds.
+  void StepPredicted(const std::string& job_id, double error_ratio);
   void CheckpointCommitted(const std::string& job_id, int step, double time_unix);
   void CheckpointFailed(const std::string& job_id);
   // A step whose update was skipped (non-finite loss or gradient norm).
@@ -54,6 +56,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>* skipped_ = nullptr;
   prometheus::Family<prometheus::Gauge>* bubble_ = nullptr;
   prometheus::Family<prometheus::Gauge>* planned_bubble_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* prediction_error_ = nullptr;
   prometheus::Family<prometheus::Gauge>* checkpoint_step_ = nullptr;
   prometheus::Family<prometheus::Gauge>* checkpoint_time_ = nullptr;
   prometheus::Family<prometheus::Counter>* checkpoint_failures_ = nullptr;

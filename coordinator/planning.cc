@@ -35,6 +35,12 @@ absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec, const pp::plan::Mem
   if (absl::Status valid = pp::common::ValidateJobSpec(spec); !valid.ok()) {
     return absl::InvalidArgumentError(valid.message());
   }
+  if (pp::common::IsAutoSchedule(spec.parallel())) {
+    absl::StatusOr<PlannedJob> provisional = PlanJobSpec(pp::plan::ProvisionalSpec(spec), nullptr);
+    if (!provisional.ok()) return provisional.status();
+    provisional->spec = std::move(spec);
+    return provisional;
+  }
   const pp::v1::ParallelSpec& p = spec.parallel();
   const std::vector<int> explicit_units(p.stage_layers().begin(), p.stage_layers().end());
   absl::StatusOr<std::vector<int>> units =

@@ -27,7 +27,9 @@ struct PlannedJob {
 // and the recomputation shares of the job (coordinator/plan/recompute.h).
 pp::v1::CostModel PlanningCosts(const pp::plan::RecomputeShares& shares = {});
 
-// ApplyDefaults + ValidateJobSpec (common/job_spec.h) + planner + memory estimate. Every error is
+// ApplyDefaults + ValidateJobSpec (common/job_spec.h) + planner + memory estimate. A spec with
+// parallel.schedule "auto" is planned as plan::ProvisionalSpec (placement and admission need a layout
+// before calibration chooses one) and returned with "auto" kept. Every error is
 // InvalidArgument naming the offending field(s). parallel.recompute "auto" is resolved with
 // `fits` (ChooseRecompute; its refusal is returned as it is); a null `fits` accepts anything, so
 // auto then means none.

@@ -57,7 +57,7 @@ pp::v1::HeartbeatResponse JobManager::Heartbeat(const pp::v1::HeartbeatRequest& 
   // A worker is free once it says it no longer runs what it held, unless that is the live attempt
   // (its RunTask may still be on the way).
   auto held = held_.find(request.name());
-  if (held != held_.end() && !IsLive(held->second) &&
+  if (held != held_.end() && !IsLive(held->second) && !IsCalibrating(held->second) &&
       (held->second.job_id != reported.job_id || held->second.attempt != reported.attempt)) {
     held_.erase(held);
     workers_.SetIdle(request.name());
@@ -106,6 +106,7 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
                                 : 0);
   job.set_updated_unix(NowUnix());
   events_.AddTrace(job.id(), std::move(summary->trace));
+  CheckPrediction(*rec, summary->step, summary->step_seconds);
   StepRecord record{.step = summary->step,
                     .loss = summary->loss,
                     .step_seconds = summary->step_seconds,
@@ -174,16 +175,22 @@ void JobManager::ApplyTaskEnd(JobRecord& rec, const pp::v1::TaskReport& report,
 }
 
 void JobManager::EndAttempt(JobRecord& rec) {
-  if (rec.drained) {
+  if (!rec.drained) {
+    Finish(rec, pp::v1::SUCCEEDED, "");
+    return;
+  }
+  std::vector<std::string> why;
+  if (!rec.leaving_workers.empty()) {
     // The workers that asked to drain are leaving: the next attempt goes elsewhere.
     for (const std::string& w : rec.leaving_workers) workers_.SetDown(w);
-    Requeue(rec,
-            absl::StrCat("worker(s) ", absl::StrJoin(rec.leaving_workers, ", "),
-                         " drained after step ", rec.stop_step),
-            /*automatic=*/false);
-  } else {
-    Finish(rec, pp::v1::SUCCEEDED, "");
+    why.push_back(absl::StrCat("worker(s) ", absl::StrJoin(rec.leaving_workers, ", "),
+                               " drained after step ", rec.stop_step));
   }
+  if (rec.replan) {  // CheckPrediction: calibrate again and choose from the checkpoint
+    why.push_back(*std::exchange(rec.replan, std::nullopt));
+    rec.calibrate = true;
+  }
+  Requeue(rec, absl::StrJoin(why, "; "), /*automatic=*/false);
 }
 
 pp::v1::ReportResponse JobManager::ReportCheckpoint(const pp::v1::CheckpointReport& report) {

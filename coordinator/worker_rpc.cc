@@ -54,8 +54,11 @@ void WorkerRpc::Issue(Outbound rpc) {
   auto call = std::make_shared<Call>();
   call->rpc = std::move(rpc);
   const Outbound::Kind kind = call->rpc.kind;
-  call->context.set_deadline(absl::ToChronoTime(
-      absl::Now() + (kind == Outbound::Kind::kProbe ? probe_deadline_ : rpc_deadline_)));
+  absl::Duration deadline = kind == Outbound::Kind::kProbe ? probe_deadline_ : rpc_deadline_;
+  if (kind == Outbound::Kind::kCalibrate) {
+    deadline += absl::Seconds(call->rpc.calibrate.budget_seconds());
+  }
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   pp::v1::Worker::Stub* stub;
   {
     absl::MutexLock lock(mu_);
@@ -70,6 +73,9 @@ void WorkerRpc::Issue(Outbound rpc) {
     case Outbound::Kind::kProbe:
       stub->async()->GetStatus(&call->context, &call->status_request, &call->status_response, done);
       break;
+    case Outbound::Kind::kCalibrate:
+      stub->async()->Calibrate(&call->context, &call->rpc.calibrate, &call->rpc.answer, done);
+      break;
     case Outbound::Kind::kAbort:
       call->abort.set_job_id(call->rpc.job_id);
       call->abort.set_reason(call->rpc.reason);
@@ -83,9 +89,11 @@ void WorkerRpc::Completed(const Outbound& rpc, const grpc::Status& status) {
   absl::MutexLock lock(mu_);
   --in_flight_;
   if (rpc.kind != Outbound::Kind::kProbe && !status.ok()) {
-    const bool run = rpc.kind == Outbound::Kind::kRun;
-    metrics_->RpcError(run ? "pp.v1.Worker/RunTask" : "pp.v1.Worker/AbortTask");
-    Log(absl::StrCat((run ? "RunTask" : "AbortTask"), " to ", rpc.worker, " at ", rpc.address,
+    const char* method = rpc.kind == Outbound::Kind::kRun         ? "RunTask"
+                         : rpc.kind == Outbound::Kind::kCalibrate ? "Calibrate"
+                                                                  : "AbortTask";
+    metrics_->RpcError(absl::StrCat("pp.v1.Worker/", method));
+    Log(absl::StrCat(method, " to ", rpc.worker, " at ", rpc.address,
                      " failed: ", status.error_message()));
   }
   done_(rpc, status);

@@ -1,4 +1,4 @@
-// ppcoord's calls to its workers (internal): RunTask, AbortTask and the GetStatus probe, queued by
+// ppcoord's calls to its workers (internal): RunTask, AbortTask, Calibrate and the GetStatus probe, queued by
 // the job manager under its lock and issued by the scheduler thread outside it as callback RPCs,
 // so that a slow or dead worker never blocks the scheduler.
 //
@@ -30,20 +30,25 @@ struct Outbound {
     kRun,    // RunTask(plan)
     kAbort,  // AbortTask(job_id, attempt, reason)
     kProbe,  // GetStatus: is the worker of a suspected lost peer alive?
+    kCalibrate,  // Calibrate(calibrate): answer in `answer` when done runs
   };
   Kind kind = Kind::kAbort;
   std::string worker, address, job_id, reason;
   int attempt = 0;
   pp::v1::TaskPlan plan;
+  pp::v1::CalibrateRequest calibrate;
+  pp::v1::RankCalibration answer;
+  int64_t serial = 0;  // kCalibrate: which calibration of the job asked
 };
 
 class WorkerRpc {
  public:
-  // Runs under `mu` when an RPC completed: after a failed RunTask or AbortTask was counted in
+  // Runs under `mu` when an RPC completed: after a failed RunTask, Calibrate or AbortTask was counted in
   // metrics (pp.v1.Worker/RunTask, pp.v1.Worker/AbortTask) and logged; probes are neither.
   using DoneFn = std::function<void(const Outbound& rpc, const grpc::Status& status)>;
 
-  // RunTask and AbortTask carry `rpc_deadline`, probes `probe_deadline`. Workers are dialled
+  // RunTask and AbortTask carry `rpc_deadline`, probes `probe_deadline`, Calibrate its
+  // request's budget plus `rpc_deadline`. Workers are dialled
   // with `credentials` (mutual TLS), or plaintext when it is null.
   WorkerRpc(absl::Mutex* mu, CoordinatorMetrics* metrics,
             std::shared_ptr<grpc::ChannelCredentials> credentials, absl::Duration rpc_deadline,
@@ -62,7 +67,7 @@ class WorkerRpc {
 
  private:
   pp::v1::Worker::Stub* StubFor(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An RPC came back: counts it off, counts and logs a failed RunTask or AbortTask, runs done_.
+  // An RPC came back: counts it off, counts and logs a failed RunTask, Calibrate or AbortTask, runs done_.
   void Completed(const Outbound& rpc, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Mutex* const mu_;

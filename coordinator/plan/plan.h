@@ -7,6 +7,7 @@
 //   render.h     RenderAscii and RenderChrome of a Timeline
 //   convert.h    plain structs <-> pp.v1 protos
 //   auto_plan.h  the auto-planners (schedule, V and M; the DP x PP x TP mesh)
+//   calibrated.h parallel.schedule "auto": the choice from a calibration of the placed workers
 //   memory.h     EstimateMemory: each rank's peak bytes, broken down
 //   recompute.h  what activation recomputation costs, and the choice recompute "auto" makes
 //   torch_csv.h  schedules in and out as torch.distributed.pipelining's CSV
@@ -19,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/plan/auto_plan.h"
+#include "coordinator/plan/calibrated.h"
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/convert.h"
 #include "coordinator/plan/generate.h"

@@ -71,6 +71,27 @@ double PeakBytes(const std::vector<Action>& program, bool trains, double bytes, 
 
 }  // namespace
 
+namespace {
+
+// CostModel.stage_costs, checked, with the recomputed forward added before each B and I.
+absl::StatusOr<std::vector<StageCosts>> OwnStageCosts(const CostModel& costs, int S) {
+  if (static_cast<int>(costs.stage_costs.size()) != S) {
+    return absl::InvalidArgumentError(absl::StrCat("stage_costs has ", costs.stage_costs.size(),
+                                                   " entries but the schedule has ", S, " stages"));
+  }
+  std::vector<StageCosts> stages;
+  for (const StageCosts& c : costs.stage_costs) {
+    for (double value : {c.forward, c.backward, c.backward_input, c.backward_weight}) {
+      if (absl::Status status = CheckCost("stage_costs", value); !status.ok()) return status;
+    }
+    const double again = costs.recompute_forward * c.forward;
+    stages.push_back({c.forward, c.backward + again, c.backward_input + again, c.backward_weight});
+  }
+  return stages;
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int S) {
   const std::pair<const char*, double> named[] = {{"forward", costs.forward},
                                                   {"backward", costs.backward},
@@ -112,6 +133,7 @@ absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int
     return absl::InvalidArgumentError(absl::StrCat(
         "backward_input / backward_weight larger than backward (b=", b, " i=", i, " w=", w, ")"));
   }
+  if (!costs.stage_costs.empty()) return OwnStageCosts(costs, S);
   std::vector<StageCosts> stages(S);
   for (int s = 0; s < S; ++s) {
     const double scale = costs.stage_scale.empty() ? 1.0 : costs.stage_scale[s];

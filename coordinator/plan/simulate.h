@@ -19,6 +19,11 @@
 
 namespace pp::plan {
 
+// The costs of one stage after applying the defaulting rules and stage_scale.
+struct StageCosts {
+  double forward, backward, backward_input, backward_weight;
+};
+
 // Per-stage costs, in any time unit (pp.v1.CostModel in plain form).
 struct CostModel {
   double forward = 1;
@@ -32,6 +37,9 @@ struct CostModel {
   double comm_bandwidth = 0;        // bytes per time unit; 0 = infinite
   double activation_bytes = 0;      // of one stage-microbatch activation (and of its gradient)
   std::vector<double> stage_scale;  // empty, or one multiplier of the compute costs per stage
+  // Empty, or every stage's own compute costs (forward, backward, I, W; none 0), which then
+  // replace forward..backward_weight and stage_scale: what calibration measured per stage.
+  std::vector<StageCosts> stage_costs;
   // Activation recomputation (memory.h RecomputeSharesOf gives a job's): each B, or I when the
   // backward is split, first runs recompute_forward x F again, and between a microbatch's F and
   // that B or I its rank holds (1 - recompute_dropped) x activation_bytes. 0, 0: none.
@@ -39,10 +47,6 @@ struct CostModel {
   double recompute_dropped = 0;  // in [0, 1]
 };
 
-// The costs of one stage after applying the defaulting rules and stage_scale.
-struct StageCosts {
-  double forward, backward, backward_input, backward_weight;
-};
 // InvalidArgument for negative or non-finite costs, or stage_scale without S entries.
 absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int S);
 

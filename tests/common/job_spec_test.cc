@@ -1,5 +1,6 @@
 #include "common/job_spec.h"
 
+#include <cmath>
 #include <filesystem>
 #include <unistd.h>
 
@@ -337,6 +338,48 @@ TEST_F(JobSpecTest, NoJobTrainsWithTheForwardOnlySchedule) {
   ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_schedule("forward-only"); },
                 "parallel.schedule: unknown value \"forward-only\" (one of gpipe, 1f1b, "
                 "interleaved-1f1b, zb-h1, zb-h2, zb-v, v-half, v-min, dualpipe-v)");
+}
+
+// parallel.schedule "auto": chunks 0 stays (V is chosen), the bounds get their defaults, and what
+// ppcoord chooses may not be fixed in the spec.
+TEST_F(JobSpecTest, AutoScheduleLeavesTheChoiceOpen) {
+  pp::v1::JobSpec spec = spec_;
+  pp::v1::ParallelSpec* p = spec.mutable_parallel();
+  p->set_schedule("auto");
+  p->set_chunks(0);
+  p->clear_partition();
+  ApplyDefaults(&spec);
+  EXPECT_TRUE(IsAutoSchedule(spec.parallel()));
+  EXPECT_EQ(spec.parallel().chunks(), 0);
+  EXPECT_EQ(spec.parallel().partition(), "");
+  const pp::v1::AutoPlanSpec& bounds = spec.parallel().auto_plan();
+  EXPECT_EQ(bounds.max_chunks(), 4);
+  EXPECT_EQ(bounds.max_microbatches(), 64);
+  EXPECT_EQ(bounds.calibration_seconds(), 10);
+  EXPECT_EQ(bounds.drift_threshold(), 0.25);
+  EXPECT_EQ(bounds.drift_steps(), 5);
+  EXPECT_EQ(bounds.max_replans(), 1);
+  ASSERT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec_ = spec;
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_tensor(2); },
+                "parallel.schedule: \"auto\" plans pipeline parallelism only");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_partition("uniform"); },
+                "parallel.partition: must be empty with parallel.schedule \"auto\"");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_recompute("full"); },
+                "parallel.recompute: with parallel.schedule \"auto\" only none or auto");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->add_program("0F0"); },
+                "parallel.program: not allowed with parallel.schedule \"auto\"");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->mutable_auto_plan()->set_max_chunks(17); },
+                "parallel.auto_plan.max_chunks: must be in [1, 16], got 17");
+  ExpectInvalid(
+      [](Spec* s) {
+        s->mutable_parallel()->mutable_auto_plan()->set_drift_threshold(std::nan(""));
+      },
+      "parallel.auto_plan.drift_threshold: must be in");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->mutable_auto_plan()->set_max_replans(-2); },
+                "parallel.auto_plan.max_replans: must be in [-1, 100], got -2");
+  ExpectInvalid([](Spec* s) { s->mutable_parallel()->set_pipeline(100); },
+                "parallel.pipeline: pipeline 100 stages but the model has only");
 }
 
 // A schedule carried as torch CSV replaces the named one; its contents are the planner's to check

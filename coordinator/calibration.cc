@@ -1,0 +1,234 @@
+// JobManager's part of parallel.schedule "auto" (jobs.h): calibrating the placed workers,
+// deciding the plan from what they measured, and checking every step against the prediction.
+//
+// A job whose spec says "auto" is placed like any other, on a provisional layout (planning.h
+// ProvisionalSpec), but instead of RunTask its workers get Calibrate, held BUSY for the job's
+// attempt while it stays QUEUED. Once every rank answered, ChooseCalibrated (plan/calibrated.h)
+// writes the choice into the job's spec, and the attempt starts on the same workers. A decided
+// job is an ordinary job: restarts and resumes run its recorded plan. Only a re-plan (prediction
+// drift, CheckPrediction) calibrates it again, from its checkpoint, with M kept.
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "coordinator/jobs.h"
+#include "coordinator/log.h"
+#include "coordinator/plan/plan.h"
+
+namespace pp::coordinator {
+namespace {
+
+// Calibration that failed this many times in a row fails the job.
+constexpr int kMaxCalibrationFailures = 3;
+
+// The search's input: the spec as submitted, or a decided spec opened up again for a re-plan.
+pp::v1::JobSpec AutoSpecOf(const pp::v1::JobSpec& spec) {
+  if (common::IsAutoSchedule(spec.parallel())) return spec;
+  pp::v1::JobSpec open = spec;
+  pp::v1::ParallelSpec* p = open.mutable_parallel();
+  p->set_schedule(common::kAutoSchedule);
+  p->set_chunks(0);
+  p->set_partition("");
+  p->clear_stage_layers();
+  p->set_recompute("none");
+  return open;
+}
+
+std::string CalibrationKey(const pp::v1::JobSpec& spec, const std::vector<int>& sizes,
+                           const std::vector<pp::v1::RankPlacement>& placement) {
+  const pp::v1::ModelSpec& m = spec.model();
+  std::vector<std::string> workers;
+  for (const pp::v1::RankPlacement& p : placement) workers.push_back(p.worker());
+  return absl::StrCat(m.vocab_size(), "/", m.seq_len(), "/", m.d_model(), "/", m.n_heads(), "/",
+                      m.n_layers(), "/", m.tie_embeddings(), "/", spec.train().threads(), "/",
+                      spec.train().precision(), "/", absl::StrJoin(sizes, ","), "/",
+                      absl::StrJoin(workers, ","));
+}
+
+// The placement's ranks with the stages `schedule` gives them (a pipeline-only mesh: global
+// rank = pipeline rank).
+std::vector<pp::v1::RankPlacement> Restage(std::vector<pp::v1::RankPlacement> placement,
+                                           const pp::v1::Schedule& schedule) {
+  for (pp::v1::RankPlacement& p : placement) {
+    p.clear_stages();
+    for (int s = 0; s < schedule.stage_to_rank_size(); ++s) {
+      if (schedule.stage_to_rank(s) == p.pp()) p.add_stages(s);
+    }
+  }
+  return placement;
+}
+
+std::string Ms(double seconds) { return absl::StrFormat("%.1f ms", seconds * 1e3); }
+
+}  // namespace
+
+bool JobManager::IsCalibrating(const Held& held) {
+  JobRecord* rec = FindLocked(held.job_id);
+  return rec != nullptr && rec->calibrating && rec->calibrating->attempt == held.attempt &&
+         rec->job.attempt() == held.attempt;
+}
+
+void JobManager::BeginCalibration(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement) {
+  pp::v1::Job& job = rec.job;
+  const bool replan = !job.plan().chosen().empty();
+  const pp::v1::JobSpec spec = AutoSpecOf(job.spec());
+  const std::vector<int> sizes =
+      pp::plan::CalibrationSequences(spec, replan ? job.spec().train().microbatches() : 0);
+  const std::string key = CalibrationKey(spec, sizes, placement);
+  // A re-plan measures again: the cached figures are what its prediction drifted from.
+  if (auto cached = calibrations_.find(key); cached != calibrations_.end() && !replan) {
+    pp::v1::Calibration calibration = cached->second;
+    calibration.set_cached(true);
+    Decide(rec, std::move(placement), std::move(calibration));
+    return;
+  }
+  const double budget = spec.parallel().auto_plan().calibration_seconds();
+  const int64_t largest = sizes.empty() ? 1 : sizes.back();
+  rec.calibrating = JobRecord::Calibrating{.attempt = job.attempt(),
+                                           .placement = placement,
+                                           .answers = {},
+                                           .started = absl::Now(),
+                                           .key = key,
+                                           .serial = ++calibration_serial_};
+  rec.calibrating->answers.resize(placement.size());
+  std::vector<std::string> names;
+  for (const pp::v1::RankPlacement& p : placement) {
+    workers_.SetBusy(p.worker(), job.id());
+    held_[p.worker()] = Held{.job_id = job.id(), .attempt = job.attempt()};
+    names.push_back(p.worker());
+    Outbound rpc{.kind = Outbound::Kind::kCalibrate,
+                 .worker = p.worker(),
+                 .address = p.address(),
+                 .job_id = job.id(),
+                 .reason = "",
+                 .attempt = job.attempt(),
+                 .plan = {},
+                 .calibrate = {},
+                 .answer = {},
+                 .serial = rec.calibrating->serial};
+    pp::v1::CalibrateRequest& request = rpc.calibrate;
+    request.set_job_id(job.id());
+    request.set_attempt(job.attempt());
+    request.set_rank(p.pp());
+    request.set_world_size(static_cast<int>(placement.size()));
+    *request.mutable_spec() = pp::plan::ProvisionalSpec(spec);
+    request.mutable_sequences()->Assign(sizes.begin(), sizes.end());
+    request.set_rendezvous_prefix(absl::StrCat(job.id(), "/", job.attempt(), "/calibrate/"));
+    request.set_budget_seconds(budget);
+    request.set_message_bytes(largest * spec.model().seq_len() * spec.model().d_model() * 4);
+    rpc_.Queue(std::move(rpc));
+  }
+  NoteWait(rec, absl::StrCat(replan ? "re-planning: " : "", "calibrating ",
+                             absl::StrJoin(names, ", "), " (at most ", budget, " s)"));
+}
+
+void JobManager::ReleaseCalibration(JobRecord& rec) {
+  if (!rec.calibrating) return;
+  for (const pp::v1::RankPlacement& p : rec.calibrating->placement) {
+    Release(p.worker(), Held{.job_id = rec.job.id(), .attempt = rec.calibrating->attempt});
+  }
+  rendezvous_.EraseWithPrefix(
+      absl::StrCat(rec.job.id(), "/", rec.calibrating->attempt, "/calibrate/"));
+  rec.calibrating.reset();
+}
+
+void JobManager::CalibrationAnswered(const Outbound& rpc, const grpc::Status& status) {
+  JobRecord* rec = FindLocked(rpc.job_id);
+  // A calibration released meanwhile (cancelled, failed on another worker): nothing to do.
+  if (rec == nullptr || !rec->calibrating || rec->calibrating->serial != rpc.serial) return;
+  JobRecord::Calibrating& cal = *rec->calibrating;
+  const int rank = rpc.calibrate.rank();
+  if (!status.ok()) {
+    const std::string reason =
+        absl::StrCat("calibration of worker ", rpc.worker, " (rank ", rank, ") failed: ",
+                     status.error_message());
+    ReleaseCalibration(*rec);
+    if (++rec->calibration_failures >= kMaxCalibrationFailures) {
+      Finish(*rec, pp::v1::FAILED,
+             absl::StrCat(reason, " (", rec->calibration_failures, " calibrations failed)"));
+      return;
+    }
+    rec->not_before = absl::Now() + RestartBackoff(rec->calibration_failures,
+                                                   options_.restart_backoff,
+                                                   options_.restart_backoff_cap);
+    NoteWait(*rec, absl::StrCat(reason, "; calibrating again"));
+    return;
+  }
+  cal.answers[rank] = rpc.answer;
+  cal.answers[rank]->set_rank(rank);
+  cal.answers[rank]->set_worker(rpc.worker);
+  for (const auto& answer : cal.answers) {
+    if (!answer) return;
+  }
+  pp::v1::Calibration calibration;
+  for (auto& answer : cal.answers) *calibration.add_ranks() = *std::move(answer);
+  calibration.set_seconds(absl::ToDoubleSeconds(absl::Now() - cal.started));
+  calibrations_[cal.key] = calibration;
+  rec->calibration_failures = 0;
+  Decide(*rec, cal.placement, std::move(calibration));
+}
+
+void JobManager::Decide(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement,
+                        pp::v1::Calibration calibration) {
+  pp::v1::Job& job = rec.job;
+  const bool replan = !job.plan().chosen().empty();
+  absl::StatusOr<pp::plan::CalibratedPlan> plan = pp::plan::ChooseCalibrated(
+      AutoSpecOf(job.spec()), calibration, replan ? job.spec().train().microbatches() : 0);
+  absl::StatusOr<PlannedJob> planned =
+      plan.ok() ? PlanJobSpec(plan->spec) : absl::StatusOr<PlannedJob>(plan.status());
+  if (!planned.ok()) {
+    ReleaseCalibration(rec);
+    Finish(rec, pp::v1::FAILED, absl::StrCat("schedule auto: ", planned.status().message()));
+    return;
+  }
+  rec.calibrating.reset();  // its workers stay held: the attempt starts on them
+  rec.calibrate = false;
+  *job.mutable_spec() = std::move(planned->spec);
+  rec.schedule = std::move(planned->schedule);
+  rec.stage_units = std::move(planned->stage_units);
+  rec.rank_bytes = RankBytes(planned->memory);
+  pp::v1::JobPlan* record = job.mutable_plan();
+  record->set_reason(plan->reason);
+  record->set_chosen(plan->chosen);
+  record->set_predicted_step_seconds(plan->predicted_step_seconds);
+  record->set_runner_up(plan->runner_up);
+  record->set_runner_up_step_seconds(plan->runner_up_step_seconds);
+  record->set_runner_up_reason(plan->runner_up_reason);
+  record->set_candidates(plan->candidates);
+  *record->mutable_calibration() = std::move(calibration);
+  record->set_drift_run(0);
+  if (replan) record->set_replans(record->replans() + 1);
+  Log(absl::StrCat("job ", job.id(), ": ", plan->reason));
+  Start(rec, Restage(std::move(placement), rec.schedule));
+}
+
+void JobManager::CheckPrediction(JobRecord& rec, int step, double step_seconds) {
+  pp::v1::Job& job = rec.job;
+  pp::v1::JobPlan* record = job.mutable_plan();
+  const double predicted = record->predicted_step_seconds();
+  // The first step of an attempt pays for warm-up (allocation, connections, caches).
+  if (predicted <= 0 || step <= job.start_step() + 1) return;
+  const double error = std::abs(step_seconds - predicted) / predicted;
+  record->set_prediction_error_ratio(error);
+  metrics_->StepPredicted(job.id(), error);
+  const pp::v1::AutoPlanSpec& bounds = job.spec().parallel().auto_plan();
+  record->set_drift_run(error > bounds.drift_threshold() ? record->drift_run() + 1 : 0);
+  if (record->drift_run() < bounds.drift_steps() || rec.replan || rec.stop_step > 0 ||
+      bounds.max_replans() < 0 || record->replans() >= bounds.max_replans()) {
+    return;
+  }
+  const int stop = rec.newest_reported_step + 1;
+  if (stop >= job.spec().train().steps()) return;  // it ends before a new plan could pay off
+  rec.stop_step = stop;
+  rec.replan = absl::StrFormat(
+      "prediction drift: step %d took %s against %s predicted (error %.0f%% > %.0f%%, %d steps "
+      "in a row); re-planning from the checkpoint of step %d",
+      step, Ms(step_seconds), Ms(predicted), 100 * error, 100 * bounds.drift_threshold(),
+      record->drift_run(), stop);
+  Log(absl::StrCat("job ", job.id(), ": ", *rec.replan));
+}
+
+}  // namespace pp::coordinator

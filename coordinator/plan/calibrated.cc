@@ -1,0 +1,430 @@
+#include "coordinator/plan/calibrated.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/schedules.h"
+#include "coordinator/plan/plan.h"
+
+namespace pp::plan {
+namespace {
+
+int64_t GlobalBatch(const pp::v1::JobSpec& spec) {
+  return int64_t{spec.train().microbatches()} * spec.train().microbatch_size();
+}
+
+std::vector<int> MicrobatchChoices(const pp::v1::JobSpec& spec, int fixed_microbatches) {
+  if (fixed_microbatches > 0) return {fixed_microbatches};
+  const int64_t batch = GlobalBatch(spec);
+  std::vector<int> choices;
+  for (int m = 1; m <= spec.parallel().auto_plan().max_microbatches() && m <= batch; ++m) {
+    if (batch % m == 0) choices.push_back(m);
+  }
+  return choices;
+}
+
+const char* UnitKind(int unit, int n_layers) {
+  if (unit == 0) return "embedding";
+  return unit == n_layers + 1 ? "head" : "block";
+}
+
+// Calibrated seconds by (rank, unit kind, sequences).
+class UnitTimes {
+ public:
+  static absl::StatusOr<UnitTimes> From(const pp::v1::Calibration& calibration, int D) {
+    UnitTimes times;
+    times.by_rank_.resize(D);
+    for (const pp::v1::RankCalibration& rank : calibration.ranks()) {
+      if (rank.rank() < 0 || rank.rank() >= D) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("calibration of rank ", rank.rank(), " outside 0..", D - 1));
+      }
+      for (const pp::v1::UnitCost& unit : rank.units()) {
+        times.by_rank_[rank.rank()][{unit.unit(), unit.sequences()}] = unit;
+      }
+    }
+    return times;
+  }
+  const pp::v1::UnitCost* Find(int rank, const std::string& kind, int sequences) const {
+    auto it = by_rank_[rank].find({kind, sequences});
+    return it == by_rank_[rank].end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::vector<std::map<std::pair<std::string, int>, pp::v1::UnitCost>> by_rank_;
+};
+
+// The slowest link: the largest latency and the smallest bandwidth of the ranks' next links.
+struct Link {
+  double latency = 0;
+  double bandwidth = 0;  // bytes/s; 0 = infinite
+};
+
+Link SlowestLink(const pp::v1::Calibration& calibration) {
+  Link link;
+  for (const pp::v1::RankCalibration& rank : calibration.ranks()) {
+    if (rank.rank() + 1 >= calibration.ranks_size()) continue;
+    link.latency = std::max(link.latency, rank.link_latency_seconds());
+    const double bw = rank.link_bytes_per_second();
+    if (bw > 0 && (link.bandwidth == 0 || bw < link.bandwidth)) link.bandwidth = bw;
+  }
+  return link;
+}
+
+struct Shape {
+  std::string schedule;
+  int chunks = 1;
+  int microbatches = 1;
+};
+
+// One stage's units: [first, first + count).
+struct StageUnits {
+  int first = 0, count = 0;
+};
+
+std::vector<StageUnits> Spans(const std::vector<int>& units) {
+  std::vector<StageUnits> spans;
+  int first = 0;
+  for (int count : units) {
+    spans.push_back({first, count});
+    first += count;
+  }
+  return spans;
+}
+
+// Everything a candidate's costs are computed from.
+struct Context {
+  const pp::v1::JobSpec& spec;
+  const UnitTimes& times;
+  Link link;
+  int D = 1;
+};
+
+// The stage's calibrated costs on `rank` at `sequences`, or nullopt when a unit was not timed.
+std::optional<StageCosts> StageCost(const Context& ctx, int rank, StageUnits span, int sequences) {
+  StageCosts sum{0, 0, 0, 0};
+  for (int u = span.first; u < span.first + span.count; ++u) {
+    const pp::v1::UnitCost* c =
+        ctx.times.Find(rank, UnitKind(u, ctx.spec.model().n_layers()), sequences);
+    if (c == nullptr) return std::nullopt;
+    sum.forward += c->forward();
+    sum.backward += c->backward();
+    sum.backward_input += c->backward_input();
+    sum.backward_weight += c->backward_weight();
+  }
+  return sum;
+}
+
+// Contiguous split of the units into the schedule's stages minimising the slowest stage, where
+// a stage costs F + B of its units on the worker of its own rank: the linear partition problem
+// with per-part weights, by dynamic programming over (stages, prefix length).
+std::optional<std::vector<int>> MeasuredPartition(const Context& ctx,
+                                                  const std::vector<int>& stage_to_rank,
+                                                  int sequences) {
+  const int U = ctx.spec.model().n_layers() + 2, S = static_cast<int>(stage_to_rank.size());
+  std::vector<std::vector<double>> prefix(ctx.D, std::vector<double>(U + 1, 0));
+  for (int r = 0; r < ctx.D; ++r) {
+    for (int u = 0; u < U; ++u) {
+      std::optional<StageCosts> c = StageCost(ctx, r, {u, 1}, sequences);
+      if (!c) return std::nullopt;
+      prefix[r][u + 1] = prefix[r][u] + c->forward + c->backward;
+    }
+  }
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(S + 1, std::vector<double>(U + 1, kInf));
+  std::vector<std::vector<int>> cut(S + 1, std::vector<int>(U + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= S; ++k) {
+    const std::vector<double>& p = prefix[stage_to_rank[k - 1]];
+    for (int i = k; i <= U - (S - k); ++i) {
+      for (int j = k - 1; j < i; ++j) {
+        const double cost = std::max(best[k - 1][j], p[i] - p[j]);
+        if (cost < best[k][i]) best[k][i] = cost, cut[k][i] = j;
+      }
+    }
+  }
+  std::vector<int> units(S);
+  for (int k = S, i = U; k > 0; i = cut[k][i], --k) units[k - 1] = i - cut[k][i];
+  return units;
+}
+
+// The distinct partitions tried for one layout.
+std::vector<std::vector<int>> Partitions(const Context& ctx, const std::vector<int>& stage_to_rank,
+                                         int sequences) {
+  const int S = static_cast<int>(stage_to_rank.size());
+  std::vector<std::vector<int>> partitions;
+  auto add = [&](const std::vector<int>& units) {
+    if (std::find(partitions.begin(), partitions.end(), units) == partitions.end()) {
+      partitions.push_back(units);
+    }
+  };
+  for (const char* method : {"uniform", "params", "cost"}) {
+    absl::StatusOr<std::vector<int>> units =
+        PartitionUnits(ctx.spec.model(), S, method, {}, UnitCosts(ctx.spec.model()));
+    if (units.ok()) add(*units);
+  }
+  if (std::optional<std::vector<int>> units = MeasuredPartition(ctx, stage_to_rank, sequences)) {
+    add(*units);
+  }
+  return partitions;
+}
+
+pp::v1::JobSpec Resolve(const pp::v1::JobSpec& spec, const Shape& shape,
+                        const std::vector<int>& units, const std::string& recompute) {
+  pp::v1::JobSpec resolved = spec;
+  pp::v1::ParallelSpec* p = resolved.mutable_parallel();
+  p->set_schedule(shape.schedule);
+  p->set_chunks(shape.chunks);
+  p->set_partition("explicit");
+  p->mutable_stage_layers()->Assign(units.begin(), units.end());
+  p->set_recompute(recompute);
+  resolved.mutable_train()->set_microbatches(shape.microbatches);
+  resolved.mutable_train()->set_microbatch_size(
+      static_cast<int>(GlobalBatch(spec) / shape.microbatches));
+  return resolved;
+}
+
+struct Option {
+  Shape shape;
+  std::vector<int> units;
+  std::string recompute;
+  double step = 0;
+  bool fits = false;
+  std::string refusal;  // why it does not fit
+  pp::v1::JobSpec spec;
+};
+
+std::string Label(const Option& c) {
+  return absl::StrCat(c.shape.schedule, " V=", c.shape.chunks, " M=", c.shape.microbatches,
+                      " stages ", absl::StrJoin(c.units, ","), " recompute ", c.recompute);
+}
+
+// The first rank whose estimate exceeds its worker's free memory, as a refusal; empty: fits.
+std::string MemoryRefusal(const std::vector<RankMemory>& memory,
+                          const pp::v1::Calibration& calibration) {
+  for (const RankMemory& rank : memory) {
+    const int64_t free = calibration.ranks(rank.pp).free_memory_bytes();
+    if (free > 0 && rank.bytes.total > free) {
+      return absl::StrCat("rank ", rank.pp, " needs ", FormatBytes(rank.bytes.total), ", its worker has ",
+                          FormatBytes(free), " free");
+    }
+  }
+  return "";
+}
+
+// The predicted step of `c` on `schedule`: the simulated makespan under the stages' calibrated
+// costs, plus the slowest rank's optimizer and the norm's all-gather. nullopt: not costed.
+std::optional<double> PredictStep(const Context& ctx, const Schedule& schedule,
+                                  const Option& c, const RecomputeShares& shares) {
+  const int sequences = static_cast<int>(GlobalBatch(ctx.spec) / c.shape.microbatches);
+  CostModel costs;
+  costs.comm_latency = ctx.link.latency;
+  costs.comm_bandwidth = ctx.link.bandwidth;
+  costs.activation_bytes = 4.0 * sequences * ctx.spec.model().seq_len() * ctx.spec.model().d_model();
+  costs.recompute_forward = shares.forward;
+  costs.recompute_dropped = shares.dropped;
+  std::vector<double> optimizer(ctx.D, 0);
+  const std::vector<StageUnits> spans = Spans(c.units);
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const int rank = schedule.stage_to_rank[s];
+    std::optional<StageCosts> stage = StageCost(ctx, rank, spans[s], sequences);
+    if (!stage) return std::nullopt;
+    costs.stage_costs.push_back(*stage);
+    for (int u = spans[s].first; u < spans[s].first + spans[s].count; ++u) {
+      optimizer[rank] +=
+          ctx.times.Find(rank, UnitKind(u, ctx.spec.model().n_layers()), sequences)->optimizer();
+    }
+  }
+  absl::StatusOr<Simulation> sim = Simulate(schedule, costs);
+  if (!sim.ok()) return std::nullopt;
+  return sim->makespan + *std::max_element(optimizer.begin(), optimizer.end()) +
+         (ctx.D - 1) * ctx.link.latency;
+}
+
+// Costs and checks one (shape, partition): recompute none, else the first mode that fits.
+std::optional<Option> Evaluate(const Context& ctx, const pp::v1::Calibration& calibration,
+                                  const Shape& shape, const Planned& generated,
+                                  const std::vector<int>& units) {
+  const pp::v1::Schedule proto = ScheduleToProto(generated.schedule, nullptr);
+  std::optional<Option> last;
+  for (const char* mode : {"none", "selective", "full"}) {
+    Option c{.shape = shape, .units = units, .recompute = mode};
+    c.spec = Resolve(ctx.spec, shape, units, mode);
+    absl::StatusOr<RecomputeShares> shares = RecomputeSharesOf(c.spec, units);
+    absl::StatusOr<std::vector<RankMemory>> memory = EstimateMemory(c.spec, units, proto);
+    if (!shares.ok() || !memory.ok()) return last;
+    std::optional<double> step = PredictStep(ctx, generated.schedule, c, *shares);
+    if (!step) return last;
+    c.step = *step;
+    c.refusal = MemoryRefusal(*memory, calibration);
+    c.fits = c.refusal.empty();
+    last = std::move(c);
+    if (last->fits) break;
+  }
+  return last;
+}
+
+std::vector<Option> Search(const Context& ctx, const pp::v1::Calibration& calibration,
+                              int fixed_microbatches) {
+  std::vector<Option> out;
+  const pp::v1::ParallelSpec& p = ctx.spec.parallel();
+  const int units = ctx.spec.model().n_layers() + 2;
+  for (const std::string& name : common::TrainingScheduleNames()) {
+    const ScheduleKind* kind = FindSchedule(name);
+    for (int V : ChunkChoices(*kind, p.auto_plan().max_chunks())) {
+      if ((p.chunks() > 0 && V != p.chunks()) || ctx.D * V > units) continue;
+      for (int M : MicrobatchChoices(ctx.spec, fixed_microbatches)) {
+        absl::StatusOr<Planned> generated = Plan(name, ctx.D, V, M, CostModel{});
+        if (!generated.ok()) continue;  // the generator refuses this D, V, M
+        const Shape shape{.schedule = name, .chunks = V, .microbatches = M};
+        const int sequences = static_cast<int>(GlobalBatch(ctx.spec) / M);
+        for (const std::vector<int>& split :
+             Partitions(ctx, generated->schedule.stage_to_rank, sequences)) {
+          if (std::optional<Option> c = Evaluate(ctx, calibration, shape, *generated, split)) {
+            out.push_back(*std::move(c));
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::string Ms(double seconds) { return absl::StrFormat("%.2f ms", seconds * 1e3); }
+
+// What the choice was made on, for the reason line.
+std::string CostsSummary(const Context& ctx, const pp::v1::Calibration& calibration,
+                         int sequences) {
+  std::string block = "?";
+  if (const pp::v1::UnitCost* c = ctx.times.Find(0, "block", sequences)) {
+    block = absl::StrCat(Ms(c->forward()), " forward, ", Ms(c->backward()), " backward");
+  }
+  std::string link = "no link";
+  if (ctx.D > 1) {
+    link = absl::StrCat("slowest link ", Ms(ctx.link.latency), " + ",
+                        ctx.link.bandwidth > 0
+                            ? absl::StrFormat("%.1f MB/s", ctx.link.bandwidth / 1e6)
+                            : std::string("unmeasured bandwidth"));
+  }
+  return absl::StrCat("a block takes ", block, " at ", sequences, " sequences on rank 0; ", link,
+                      "; calibrated in ", absl::StrFormat("%.2f s", calibration.seconds()),
+                      calibration.cached() ? " (cached)" : "");
+}
+
+}  // namespace
+
+pp::v1::JobSpec ProvisionalSpec(pp::v1::JobSpec spec) {
+  pp::v1::ParallelSpec* p = spec.mutable_parallel();
+  p->set_schedule("1f1b");
+  p->set_chunks(1);
+  p->set_partition("cost");
+  if (p->recompute() == "auto") p->set_recompute("none");
+  return spec;
+}
+
+std::vector<int> CalibrationSequences(const pp::v1::JobSpec& spec, int fixed_microbatches) {
+  std::set<int> sizes;
+  for (int M : MicrobatchChoices(spec, fixed_microbatches)) {
+    sizes.insert(static_cast<int>(GlobalBatch(spec) / M));
+  }
+  return {sizes.begin(), sizes.end()};
+}
+
+absl::StatusOr<double> PredictStepSeconds(const pp::v1::JobSpec& resolved,
+                                          const pp::v1::Calibration& calibration) {
+  const pp::v1::ParallelSpec& p = resolved.parallel();
+  const int D = p.pipeline();
+  if (calibration.ranks_size() != D) {
+    return absl::InvalidArgumentError(absl::StrCat("calibration has ", calibration.ranks_size(),
+                                                   " ranks, the job ", D));
+  }
+  absl::StatusOr<UnitTimes> times = UnitTimes::From(calibration, D);
+  if (!times.ok()) return times.status();
+  // Sizes are looked up by the resolved microbatch: its global batch is that times M.
+  const Context ctx{.spec = resolved, .times = *times, .link = SlowestLink(calibration), .D = D};
+  absl::StatusOr<Planned> generated =
+      Plan(p.schedule(), D, p.chunks(), resolved.train().microbatches(), CostModel{});
+  if (!generated.ok()) return generated.status();
+  Option option{.shape = {.schedule = p.schedule(),
+                          .chunks = p.chunks(),
+                          .microbatches = resolved.train().microbatches()},
+                .units = {p.stage_layers().begin(), p.stage_layers().end()},
+                .recompute = p.recompute()};
+  if (static_cast<int>(option.units.size()) != generated->schedule.stages()) {
+    return absl::InvalidArgumentError("parallel.stage_layers must give every stage its units");
+  }
+  absl::StatusOr<RecomputeShares> shares = RecomputeSharesOf(resolved, option.units);
+  if (!shares.ok()) return shares.status();
+  std::optional<double> step = PredictStep(ctx, generated->schedule, option, *shares);
+  if (!step) return absl::InvalidArgumentError("the calibration does not cover this layout");
+  return *step;
+}
+
+absl::StatusOr<CalibratedPlan> ChooseCalibrated(const pp::v1::JobSpec& spec,
+                                                const pp::v1::Calibration& calibration,
+                                                int fixed_microbatches) {
+  const int D = spec.parallel().pipeline();
+  if (calibration.ranks_size() != D) {
+    return absl::InvalidArgumentError(absl::StrCat("calibration has ", calibration.ranks_size(),
+                                                   " ranks, the job ", D));
+  }
+  absl::StatusOr<UnitTimes> times = UnitTimes::From(calibration, D);
+  if (!times.ok()) return times.status();
+  const Context ctx{.spec = spec, .times = *times, .link = SlowestLink(calibration), .D = D};
+  std::vector<Option> candidates = Search(ctx, calibration, fixed_microbatches);
+  if (candidates.empty()) {
+    return absl::InvalidArgumentError(
+        "no candidate could be costed: the calibration misses a unit or a microbatch size");
+  }
+  const Option* best = nullptr;
+  int fitting = 0;
+  for (const Option& c : candidates) {
+    if (!c.fits) continue;
+    ++fitting;
+    if (best == nullptr || c.step < best->step) best = &c;
+  }
+  if (best == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("schedule auto: none of ", candidates.size(),
+                     " plans fits the workers' memory; the first: ", Label(candidates[0]), ": ",
+                     candidates[0].refusal));
+  }
+  CalibratedPlan plan;
+  plan.spec = best->spec;
+  plan.chosen = Label(*best);
+  plan.predicted_step_seconds = best->step;
+  plan.candidates = static_cast<int>(candidates.size());
+  const Option* second = nullptr;
+  for (const Option& c : candidates) {
+    if (c.shape.schedule == best->shape.schedule && c.shape.chunks == best->shape.chunks) continue;
+    if (second == nullptr || (c.fits && !second->fits) ||
+        (c.fits == second->fits && c.step < second->step)) {
+      second = &c;
+    }
+  }
+  if (second != nullptr) {
+    plan.runner_up = Label(*second);
+    plan.runner_up_step_seconds = second->step;
+    plan.runner_up_reason =
+        second->fits ? absl::StrFormat("predicted %s, %.1f%% slower", Ms(second->step),
+                                       100 * (second->step / best->step - 1))
+                     : absl::StrCat("does not fit: ", second->refusal);
+  }
+  const int sequences = best->spec.train().microbatch_size();
+  plan.reason = absl::StrCat("schedule auto chose ", plan.chosen, ": predicted ",
+                             Ms(best->step), " per step, the shortest of ", fitting,
+                             " plans that fit (", candidates.size(), " simulated); ",
+                             CostsSummary(ctx, calibration, sequences));
+  return plan;
+}
+
+}  // namespace pp::plan

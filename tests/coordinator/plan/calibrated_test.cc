@@ -1,0 +1,171 @@
+#include "coordinator/plan/calibrated.h"
+
+#include <numeric>
+#include <string>
+
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace pp::plan {
+namespace {
+
+// `layers` blocks of C=128 over D=4 ranks, `batch` sequences a step (8 blocks and 16 unless
+// given).
+pp::v1::JobSpec AutoSpec(int layers = 8, int batch = 16) {
+  pp::v1::JobSpec spec;
+  pp::v1::ModelSpec* m = spec.mutable_model();
+  m->set_vocab_size(256);
+  m->set_seq_len(64);
+  m->set_d_model(128);
+  m->set_n_heads(4);
+  m->set_n_layers(layers);
+  spec.mutable_parallel()->set_pipeline(4);
+  spec.mutable_parallel()->set_schedule("auto");
+  spec.mutable_train()->set_steps(10);
+  spec.mutable_train()->set_microbatches(batch / 2);
+  spec.mutable_train()->set_microbatch_size(2);
+  spec.mutable_train()->set_lr(1e-3);
+  common::ApplyDefaults(&spec);
+  return spec;
+}
+
+struct Speeds {
+  double per_sequence = 1e-3;  // a block's forward per sequence, seconds
+  double per_action = 2e-4;    // fixed cost of any action
+};
+
+// Backward = 2 x forward, split evenly into I and W; the head costs 1.5 blocks, the embedding
+// 0.1 of one; each unit's optimizer 0.1 ms.
+pp::v1::RankCalibration Rank(int rank, const std::vector<int>& sizes, Speeds speeds) {
+  pp::v1::RankCalibration out;
+  out.set_rank(rank);
+  for (const auto& [kind, weight] :
+       {std::pair<const char*, double>{"embedding", 0.1}, {"block", 1}, {"head", 1.5}}) {
+    for (int n : sizes) {
+      pp::v1::UnitCost* c = out.add_units();
+      c->set_unit(kind);
+      c->set_sequences(n);
+      const double f = speeds.per_action + weight * n * speeds.per_sequence;
+      c->set_forward(f);
+      c->set_backward(2 * f);
+      c->set_backward_input(f);
+      c->set_backward_weight(f);
+      c->set_optimizer(1e-4);
+    }
+  }
+  return out;
+}
+
+pp::v1::Calibration Calibrate(const pp::v1::JobSpec& spec, double latency, double bandwidth,
+                              std::vector<Speeds> speeds = {}) {
+  speeds.resize(spec.parallel().pipeline());
+  pp::v1::Calibration calibration;
+  const std::vector<int> sizes = CalibrationSequences(spec);
+  for (int r = 0; r < spec.parallel().pipeline(); ++r) {
+    pp::v1::RankCalibration* rank = calibration.add_ranks();
+    *rank = Rank(r, sizes, speeds[r]);
+    rank->set_link_latency_seconds(latency);
+    rank->set_link_bytes_per_second(bandwidth);
+  }
+  return calibration;
+}
+
+TEST(CalibratedTest, SizesAreTheGlobalBatchOverEveryDivisor) {
+  EXPECT_EQ(CalibrationSequences(AutoSpec()), (std::vector<int>{1, 2, 4, 8, 16}));
+  EXPECT_EQ(CalibrationSequences(AutoSpec(), 4), (std::vector<int>{4}));
+}
+
+TEST(CalibratedTest, RecordsTheChoiceInTheSpec) {
+  const pp::v1::JobSpec spec = AutoSpec();
+  const pp::v1::Calibration calibration = Calibrate(spec, 1e-5, 1e10);
+  absl::StatusOr<CalibratedPlan> plan = ChooseCalibrated(spec, calibration);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const pp::v1::JobSpec& chosen = plan->spec;
+  absl::StatusOr<double> again = PredictStepSeconds(chosen, calibration);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, plan->predicted_step_seconds);
+  EXPECT_NE(chosen.parallel().schedule(), "auto");
+  EXPECT_EQ(chosen.parallel().partition(), "explicit");
+  EXPECT_EQ(chosen.parallel().stage_layers_size(),
+            chosen.parallel().pipeline() * chosen.parallel().chunks());
+  EXPECT_EQ(std::accumulate(chosen.parallel().stage_layers().begin(),
+                            chosen.parallel().stage_layers().end(), 0),
+            10);
+  EXPECT_EQ(chosen.train().microbatches() * chosen.train().microbatch_size(), 16);
+  EXPECT_EQ(plan->chosen.rfind(chosen.parallel().schedule() + " V=", 0), 0u) << plan->chosen;
+  EXPECT_GT(plan->predicted_step_seconds, 0);
+  EXPECT_GT(plan->candidates, 50);
+  ASSERT_FALSE(plan->runner_up.empty());
+  EXPECT_GE(plan->runner_up_step_seconds, plan->predicted_step_seconds);
+  EXPECT_NE(plan->runner_up_reason.find("slower"), std::string::npos) << plan->runner_up_reason;
+  EXPECT_EQ(plan->reason.rfind("schedule auto chose " + plan->chosen, 0), 0u) << plan->reason;
+}
+
+// The seed's advice, reproduced from measurements: plenty of bandwidth -> more chunks; little
+// bandwidth -> fewer chunks or no interleaving (each extra chunk adds D boundary transfers).
+// A deep model and a small batch (M <= D: a large 1F1B bubble) make chunks worth having.
+TEST(CalibratedTest, ASlowLinkChoosesFewerChunksThanAFastOne) {
+  const pp::v1::JobSpec spec = AutoSpec(/*layers=*/14, /*batch=*/4);
+  const Speeds speeds{.per_sequence = 1e-3, .per_action = 2e-5};
+  absl::StatusOr<CalibratedPlan> fast =
+      ChooseCalibrated(spec, Calibrate(spec, 2e-5, 5e9, {speeds, speeds, speeds, speeds}));
+  absl::StatusOr<CalibratedPlan> slow = ChooseCalibrated(
+      spec, Calibrate(spec, 2e-3, 50e6 / 8, {speeds, speeds, speeds, speeds}));
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  ASSERT_TRUE(slow.ok()) << slow.status();
+  EXPECT_GT(fast->spec.parallel().chunks(), 1) << fast->chosen;
+  EXPECT_LT(slow->spec.parallel().chunks(), fast->spec.parallel().chunks())
+      << "fast: " << fast->chosen << "\nslow: " << slow->chosen;
+  EXPECT_GT(slow->predicted_step_seconds, fast->predicted_step_seconds);
+}
+
+// A worker three times slower holds fewer units.
+TEST(CalibratedTest, ASlowRankGetsLessOfTheModel) {
+  pp::v1::JobSpec spec = AutoSpec();
+  spec.mutable_parallel()->set_chunks(1);  // V fixed: one stage a rank
+  absl::StatusOr<CalibratedPlan> plan = ChooseCalibrated(
+      spec, Calibrate(spec, 1e-5, 1e10, {{}, {.per_sequence = 3e-3, .per_action = 6e-4}}));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const auto& layers = plan->spec.parallel().stage_layers();
+  ASSERT_EQ(layers.size(), 4);
+  EXPECT_EQ(plan->spec.parallel().chunks(), 1);
+  for (int s : {0, 2, 3}) EXPECT_LT(layers[1], layers[s]) << plan->chosen;
+}
+
+TEST(CalibratedTest, ARePlanKeepsItsMicrobatches) {
+  const pp::v1::JobSpec spec = AutoSpec();
+  pp::v1::Calibration calibration = Calibrate(spec, 1e-5, 1e10);
+  absl::StatusOr<CalibratedPlan> plan = ChooseCalibrated(spec, calibration, 4);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->spec.train().microbatches(), 4);
+  EXPECT_EQ(plan->spec.train().microbatch_size(), 4);
+}
+
+TEST(CalibratedTest, TightMemoryRecomputesOrRefuses) {
+  const pp::v1::JobSpec spec = AutoSpec();
+  pp::v1::Calibration roomy = Calibrate(spec, 1e-5, 1e10);
+  for (pp::v1::RankCalibration& r : *roomy.mutable_ranks()) r.set_free_memory_bytes(1LL << 40);
+  absl::StatusOr<CalibratedPlan> fits = ChooseCalibrated(spec, roomy);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  EXPECT_EQ(fits->spec.parallel().recompute(), "none");
+  pp::v1::Calibration tiny = roomy;
+  for (pp::v1::RankCalibration& r : *tiny.mutable_ranks()) r.set_free_memory_bytes(1000);
+  absl::StatusOr<CalibratedPlan> refused = ChooseCalibrated(spec, tiny);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("its worker has"), std::string::npos)
+      << refused.status();
+}
+
+TEST(CalibratedTest, RefusesACalibrationThatDoesNotCoverTheJob) {
+  const pp::v1::JobSpec spec = AutoSpec();
+  pp::v1::Calibration calibration = Calibrate(spec, 1e-5, 1e10);
+  calibration.mutable_ranks()->RemoveLast();
+  EXPECT_EQ(ChooseCalibrated(spec, calibration).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  pp::v1::Calibration empty = Calibrate(spec, 1e-5, 1e10);
+  for (pp::v1::RankCalibration& r : *empty.mutable_ranks()) r.clear_units();
+  EXPECT_EQ(ChooseCalibrated(spec, empty).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pp::plan

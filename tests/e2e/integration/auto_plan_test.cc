@@ -1,0 +1,125 @@
+// parallel.schedule "auto" on the CPU cluster: ppcoord calibrates the placed workers, records
+// its choice in the job, and the job trains the reference trainer's bits for the chosen layout; a
+// second job of the same shape on the same workers reuses the calibration; a worker slowed by the
+// test hook (ppworker --test_slow_after_steps, --test_slow_factor) makes the prediction drift,
+// and the job re-plans from a checkpoint, once, onto a layout that gives that worker less.
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/integration/fixture.h"
+#include "tests/support/cluster.h"
+
+namespace pp::integration {
+namespace {
+
+using ::pp::testing_support::GetJob;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class AutoPlanTest : public IntegrationTest {
+ protected:
+  pp::v1::JobSpec AutoSpec(int steps) const {
+    pp::v1::JobSpec spec = TinySpec("auto", 0, steps);
+    spec.mutable_parallel()->set_chunks(0);
+    spec.mutable_parallel()->clear_partition();
+    spec.mutable_parallel()->mutable_auto_plan()->set_calibration_seconds(2);
+    return spec;
+  }
+
+  pp::v1::Job Finished(const std::string& id) {
+    absl::StatusOr<pp::v1::Job> job = GetJob(cluster_->stub(), id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : pp::v1::Job{};
+  }
+};
+
+// Units held by each pipeline rank under the job's layout.
+std::map<int, int> UnitsPerRank(const pp::v1::Job& job) {
+  std::map<int, int> units;
+  for (const pp::v1::RankPlacement& p : job.placement()) {
+    for (int s : p.stages()) units[p.pp()] += job.spec().parallel().stage_layers(s);
+  }
+  return units;
+}
+
+TEST_F(AutoPlanTest, ChoosesRecordsAndTrainsTheReferenceBits) {
+  StartCluster(4);
+  const std::string id = Run(AutoSpec(4));
+  ASSERT_FALSE(id.empty()) << cluster_->Logs();
+  const pp::v1::Job job = Finished(id);
+  const pp::v1::JobPlan& plan = job.plan();
+  EXPECT_THAT(plan.reason(), StartsWith("schedule auto chose " + plan.chosen()));
+  EXPECT_THAT(plan.chosen(), StartsWith(job.spec().parallel().schedule() + " V="));
+  EXPECT_NE(job.spec().parallel().schedule(), "auto");
+  EXPECT_EQ(job.spec().parallel().partition(), "explicit");
+  EXPECT_EQ(job.spec().train().microbatches() * job.spec().train().microbatch_size(), 16);
+  EXPECT_GT(plan.predicted_step_seconds(), 0);
+  EXPECT_GT(plan.candidates(), 10);
+  EXPECT_FALSE(plan.runner_up().empty());
+  EXPECT_FALSE(plan.runner_up_reason().empty());
+  // Calibration: every rank, every unit kind at every size, a link on all but the last rank,
+  // within its bound.
+  const pp::v1::Calibration& calibration = plan.calibration();
+  ASSERT_EQ(calibration.ranks_size(), 4);
+  EXPECT_FALSE(calibration.cached());
+  EXPECT_GT(calibration.seconds(), 0);
+  EXPECT_LT(calibration.seconds(), job.spec().parallel().auto_plan().calibration_seconds() + 5);
+  for (const pp::v1::RankCalibration& rank : calibration.ranks()) {
+    EXPECT_EQ(rank.worker(), job.placement(rank.rank()).worker());
+    EXPECT_EQ(rank.units_size(), 3 * 5) << rank.ShortDebugString();  // sizes 1, 2, 4, 8, 16
+    for (const pp::v1::UnitCost& unit : rank.units()) EXPECT_GT(unit.forward(), 0);
+    if (rank.rank() < 3) {
+      EXPECT_GT(rank.link_latency_seconds(), 0);
+      EXPECT_GT(rank.link_bytes_per_second(), 0);
+    }
+  }
+  ExpectMatchesReference(job.spec(), id, testing_support::Match::kBitwise);
+
+  // The same shape on the same workers: no calibration, the same choice.
+  const std::string again = Run(AutoSpec(4));
+  ASSERT_FALSE(again.empty()) << cluster_->Logs();
+  const pp::v1::Job second = Finished(again);
+  EXPECT_TRUE(second.plan().calibration().cached());
+  EXPECT_EQ(second.plan().chosen(), plan.chosen());
+}
+
+TEST_F(AutoPlanTest, DriftRePlansOnceAwayFromASlowedWorker) {
+  StartCluster(3);
+  ASSERT_TRUE(cluster_
+                  ->StartWorker("w3", {.flags = {"--test_slow_after_steps=1",
+                                                 "--test_slow_factor=10"}})
+                  .ok())
+      << cluster_->Logs();
+  pp::v1::JobSpec spec = AutoSpec(16);
+  pp::v1::AutoPlanSpec* bounds = spec.mutable_parallel()->mutable_auto_plan();
+  bounds->set_max_chunks(1);  // one stage a rank: units per rank show the re-plan
+  bounds->set_drift_steps(2);
+  bounds->set_drift_threshold(0.5);
+  const std::string id = Run(spec);
+  ASSERT_FALSE(id.empty()) << cluster_->Logs();
+  const pp::v1::Job job = Finished(id);
+  EXPECT_EQ(job.plan().replans(), 1) << job.ShortDebugString();
+  int drift_restarts = 0;
+  for (const pp::v1::JobRestart& restart : job.restart_log()) {
+    if (restart.reason().find("prediction drift") != std::string::npos) ++drift_restarts;
+  }
+  EXPECT_EQ(drift_restarts, 1) << job.ShortDebugString();
+  EXPECT_EQ(job.restarts(), 0);  // a re-plan is not a failure
+  // The second calibration saw w3 slow, and w3 now holds the fewest units.
+  int slow_rank = -1;
+  for (const pp::v1::RankPlacement& p : job.placement()) {
+    if (p.worker() == "w3") slow_rank = p.pp();
+  }
+  ASSERT_GE(slow_rank, 0);
+  const std::map<int, int> units = UnitsPerRank(job);
+  for (const auto& [rank, count] : units) {
+    if (rank != slow_rank) EXPECT_LT(units.at(slow_rank), count) << job.plan().chosen();
+  }
+  ExpectMatchesReference(job.spec(), id, testing_support::Match::kBitwise);
+}
+
+}  // namespace
+}  // namespace pp::integration
