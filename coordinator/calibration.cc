@@ -10,6 +10,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -144,7 +145,8 @@ void JobManager::CalibrationAnswered(const Outbound& rpc, const grpc::Status& st
   if (!status.ok()) {
     const std::string reason =
         absl::StrCat("calibration of worker ", rpc.worker, " (rank ", rank, ") failed: ",
-                     status.error_message());
+                     absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
+                     status.error_message().empty() ? "" : ": ", status.error_message());
     ReleaseCalibration(*rec);
     if (++rec->calibration_failures >= kMaxCalibrationFailures) {
       Finish(*rec, pp::v1::FAILED,

@@ -1,6 +1,7 @@
 #include "coordinator/plan/calibrated.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -37,9 +38,12 @@ const char* UnitKind(int unit, int n_layers) {
   return unit == n_layers + 1 ? "head" : "block";
 }
 
+bool Sane(double value) { return std::isfinite(value) && value >= 0; }
+
 // Calibrated seconds by (rank, unit kind, sequences).
 class UnitTimes {
  public:
+  // A worker's answer is checked like any input: every time finite and >= 0.
   static absl::StatusOr<UnitTimes> From(const pp::v1::Calibration& calibration, int D) {
     UnitTimes times;
     times.by_rank_.resize(D);
@@ -48,7 +52,18 @@ class UnitTimes {
         return absl::InvalidArgumentError(
             absl::StrCat("calibration of rank ", rank.rank(), " outside 0..", D - 1));
       }
+      if (!Sane(rank.link_latency_seconds()) || !Sane(rank.link_bytes_per_second())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("calibration of rank ", rank.rank(), ": bad link figures"));
+      }
       for (const pp::v1::UnitCost& unit : rank.units()) {
+        for (double t : {unit.forward(), unit.backward(), unit.backward_input(),
+                         unit.backward_weight(), unit.optimizer()}) {
+          if (!Sane(t)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "calibration of rank ", rank.rank(), ": bad time ", t, " for ", unit.unit()));
+          }
+        }
         times.by_rank_[rank.rank()][{unit.unit(), unit.sequences()}] = unit;
       }
     }

@@ -1,5 +1,6 @@
 #include "coordinator/plan/calibrated.h"
 
+#include <cmath>
 #include <numeric>
 #include <string>
 
@@ -162,6 +163,11 @@ TEST(CalibratedTest, RefusesACalibrationThatDoesNotCoverTheJob) {
   calibration.mutable_ranks()->RemoveLast();
   EXPECT_EQ(ChooseCalibrated(spec, calibration).status().code(),
             absl::StatusCode::kInvalidArgument);
+  pp::v1::Calibration nan = Calibrate(spec, 1e-5, 1e10);
+  nan.mutable_ranks(2)->mutable_units(3)->set_backward(std::nan(""));
+  EXPECT_EQ(ChooseCalibrated(spec, nan).status().code(), absl::StatusCode::kInvalidArgument);
+  pp::v1::Calibration negative = Calibrate(spec, -1, 1e10);
+  EXPECT_EQ(ChooseCalibrated(spec, negative).status().code(), absl::StatusCode::kInvalidArgument);
   pp::v1::Calibration empty = Calibrate(spec, 1e-5, 1e10);
   for (pp::v1::RankCalibration& r : *empty.mutable_ranks()) r.clear_units();
   EXPECT_EQ(ChooseCalibrated(spec, empty).status().code(), absl::StatusCode::kInvalidArgument);

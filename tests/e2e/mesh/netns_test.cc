@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/substitute.h"
+#include "common/step_math.h"
 #include "gtest/gtest.h"
 #include "tests/support/cluster.h"
 #include "tests/support/fixture.h"
@@ -150,6 +151,51 @@ TEST_F(NetnsTest, ShapedLinkBoundsTheStep) {
             << " (bound " << bound << ")\n";
   EXPECT_GE(shaped, 0.9 * bound);
   EXPECT_LT(unshaped, 0.5 * bound);
+}
+
+// parallel.schedule "auto" on four emulated hosts, once with free links and once with every link
+// shaped to 50 Mbit/s (netem's delay is not in every kernel; tbf is): calibration measures the
+// shaped bandwidth, and the planner reproduces the seed's advice from it, choosing fewer chunks
+// when bandwidth is scarce. A fresh bed and ppcoord for each, so nothing is cached across them.
+TEST_F(NetnsTest, AutoChoosesFewerChunksOnASlowLink) {
+  constexpr int64_t kRate = 50'000'000;
+  pp::v1::JobSpec spec = SpecFrom(R"pb(
+    name: "auto" model { seq_len: 128 d_model: 128 n_heads: 4 n_layers: 14 }
+    parallel { pipeline: 4 schedule: "auto" auto_plan { calibration_seconds: 5 max_replans: -1 } }
+    train { steps: 3 microbatches: 4 microbatch_size: 1 seed: 5 })pb");
+  spec.mutable_parallel()->set_chunks(0);  // chosen
+  std::map<bool, pp::v1::Job> jobs;
+  for (const bool shaped : {false, true}) {
+    cluster_.reset();
+    bed_.reset();
+    ASSERT_NO_FATAL_FAILURE(StartBed(/*hosts=*/4, /*per_host=*/1));
+    if (bed_ == nullptr) return;
+    for (int h = 0; shaped && h < 4; ++h) {
+      ASSERT_TRUE(bed_->Shape(h, LinkShape{kRate, absl::ZeroDuration()}).ok());
+    }
+    const std::string id = Run(spec);
+    ASSERT_FALSE(id.empty()) << cluster_->Logs();
+    absl::StatusOr<pp::v1::Job> job = GetJob(cluster_->stub(), id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    jobs[shaped] = *job;
+    const pp::v1::JobPlan& plan = job->plan();
+    const double measured =
+        static_cast<double>(common::GlobalTokensPerStep(job->spec())) / job->tokens_per_second();
+    std::cout << (shaped ? "50 Mbit/s: " : "unshaped:  ") << plan.chosen() << ", predicted "
+              << plan.predicted_step_seconds() << " s, measured " << measured << " s (last step)"
+              << "; link 0->1 " << plan.calibration().ranks(0).link_bytes_per_second() / 1e6
+              << " MB/s, " << plan.calibration().ranks(0).link_latency_seconds() * 1e3
+              << " ms\n";
+    if (shaped) {  // the measured bandwidth is the shaped rate's, give or take the framing
+      for (int r = 0; r < 3; ++r) {
+        const double bw = plan.calibration().ranks(r).link_bytes_per_second();
+        EXPECT_GT(bw, 0.5 * kRate / 8) << r;
+        EXPECT_LT(bw, 1.5 * kRate / 8) << r;
+      }
+    }
+  }
+  EXPECT_LT(jobs[true].spec().parallel().chunks(), jobs[false].spec().parallel().chunks())
+      << "unshaped: " << jobs[false].plan().chosen() << "\n50 Mbit/s: " << jobs[true].plan().chosen();
 }
 
 }  // namespace
