@@ -21,14 +21,20 @@ absl::Status CheckCallerIs(const grpc::ServerContext& context, const std::string
       ") may call this; the caller is ", names.empty() ? "anonymous" : absl::StrJoin(names, ", ")));
 }
 
+absl::Status CheckSpecPaths(const pp::v1::JobSpec& spec,
+                            const std::vector<std::string>& data_roots, absl::string_view what) {
+  for (const auto& [field, path] : common::SpecInputPaths(spec)) {
+    absl::Status s =
+        common::CheckUnderRoots(absl::StrCat(what, " ", field), path, data_roots, "data_root");
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckPlanPaths(const pp::v1::TaskPlan& plan,
                             const std::vector<std::string>& data_roots,
                             const std::vector<std::string>& checkpoint_roots) {
-  for (const auto& [field, path] : common::SpecInputPaths(plan.spec())) {
-    absl::Status s =
-        common::CheckUnderRoots(absl::StrCat("task plan ", field), path, data_roots, "data_root");
-    if (!s.ok()) return s;
-  }
+  if (absl::Status s = CheckSpecPaths(plan.spec(), data_roots, "task plan"); !s.ok()) return s;
   if (absl::Status s = common::CheckUnderRoots("task plan checkpoint_dir", plan.checkpoint_dir(),
                                                checkpoint_roots, "checkpoint_root");
       !s.ok()) {

@@ -7,6 +7,9 @@
 // - CheckPlanPaths: the plan's data.path under one of `data_roots`, its checkpoint_dir and
 //   resume_from under one of `checkpoint_roots` (common/path_roots.h); INVALID_ARGUMENT naming
 //   the field, the path and the roots otherwise. Empty roots allow anything.
+// - CheckSpecPaths: the spec's input files (data.path, eval.data.path, model.init_from) under one
+//   of `data_roots`, as CheckPlanPaths checks a plan's; `what` starts the error ("calibrate
+//   request").
 // Thread-safe: pure functions.
 #ifndef PP_WORKER_DAEMON_ACCESS_H_
 #define PP_WORKER_DAEMON_ACCESS_H_
@@ -23,6 +26,9 @@ namespace pp::daemon {
 
 absl::Status CheckCallerIs(const grpc::ServerContext& context, const std::string& coordinator,
                            absl::string_view method);
+
+absl::Status CheckSpecPaths(const pp::v1::JobSpec& spec,
+                            const std::vector<std::string>& data_roots, absl::string_view what);
 
 absl::Status CheckPlanPaths(const pp::v1::TaskPlan& plan,
                             const std::vector<std::string>& data_roots,

@@ -22,6 +22,7 @@
 #include "pp/v1/coordinator.grpc.pb.h"
 #include "pp/v1/worker.grpc.pb.h"
 #include "prometheus/registry.h"
+#include "worker/calibrate/calibrate.h"
 #include "worker/daemon/access.h"
 #include "worker/daemon/metrics.h"
 #include "worker/daemon/report.h"
@@ -44,7 +45,10 @@ int64_t HostMemoryBytes() {
 
 class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
  public:
-  explicit Daemon(const DaemonOptions& options) : options_(options), metrics_(*registry_) {}
+  explicit Daemon(const DaemonOptions& options)
+      : options_(options),
+        metrics_(*registry_),
+        slowdown_(options.test_slow_after_steps, options.test_slow_factor) {}
 
   ~Daemon() override { Shutdown(); }
 
@@ -93,6 +97,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       if (shutdown_) return;
       shutdown_ = true;
       task = task_;
+      if (calibration_ != nullptr) calibration_->Abort("the worker is shutting down");
       if (heartbeat_call_ != nullptr) heartbeat_call_->TryCancel();
     }
     if (task != nullptr) task->Abort("the worker is shutting down");
@@ -152,6 +157,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     env.async_checkpoints = options_.async_checkpoints;
     env.pause_shard_step = options_.pause_shard_step;
     env.pause_shard_for = options_.pause_shard_for;
+    env.slowdown = &slowdown_;
     task_ = std::make_shared<Task>(*plan, env);
     busy_ = true;
     metrics_.StartTask(plan->job_id(), plan->rank());
@@ -177,6 +183,43 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     if (task != nullptr) {
       task->Abort(request->reason().empty() ? "aborted by the coordinator" : request->reason());
     }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Calibrate(grpc::ServerContext* context, const pp::v1::CalibrateRequest* request,
+                         pp::v1::RankCalibration* answer) override {
+    if (absl::Status from = CheckCoordinator(*context, "Calibrate"); !from.ok()) {
+      return ToGrpc(from);
+    }
+    if (absl::Status s = CheckSpecPaths(request->spec(), options_.data_roots, "calibrate request");
+        !s.ok()) {
+      return ToGrpc(s);
+    }
+    if (absl::Status s = calibrate::CheckRequest(*request); !s.ok()) return ToGrpc(s);
+    std::shared_ptr<calibrate::Calibration> calibration;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutdown_ || draining_) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            absl::StrCat("worker ", name_, " is shutting down"));
+      }
+      if (busy_ || calibration_ != nullptr) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat("worker ", name_, " is busy ",
+                                         busy_ ? "with a task" : "calibrating"));
+      }
+      calibration_ = std::make_shared<calibrate::Calibration>(
+          *request, calibrate::CalibrateEnv{kv_.get(), options_.device, advertise_host_, name_,
+                                            MemoryBytes(), &slowdown_});
+      calibration = calibration_;
+    }
+    absl::StatusOr<pp::v1::RankCalibration> result = calibration->Run();
+    {
+      absl::MutexLock lock(&mu_);
+      calibration_ = nullptr;
+    }
+    if (!result.ok()) return ToGrpc(result.status());
+    *answer = *std::move(result);
     return grpc::Status::OK;
   }
 
@@ -272,6 +315,13 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     --task_threads_;  // the last touch of `this` by this thread
   }
 
+  // What this worker announces (and calibration reports) as its memory; 0: unknown.
+  int64_t MemoryBytes() const {
+    return options_.memory_bytes >= 0 ? options_.memory_bytes
+           : options_.device == "cpu"  ? HostMemoryBytes()
+                                       : 0;
+  }
+
   std::string name() {
     absl::MutexLock lock(&mu_);
     return name_;
@@ -340,9 +390,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     info->set_name(name());
     info->set_address(grpc_address_);
     info->set_device(options_.device);
-    info->set_memory_bytes(options_.memory_bytes >= 0 ? options_.memory_bytes
-                           : options_.device == "cpu" ? HostMemoryBytes()
-                                                      : 0);
+    info->set_memory_bytes(MemoryBytes());
     info->set_host(advertise_host_);
     {
       // A coordinator that restarted learns what this worker still runs.
@@ -448,6 +496,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   std::string metrics_address_;
   std::thread heartbeat_thread_;
   std::optional<common::TlsConfig> tls_;  // set by Init, then read only
+  executor::Slowdown slowdown_;           // test hook, shared by every task and calibration
 
   absl::Mutex mu_;
   std::string name_ ABSL_GUARDED_BY(mu_);
@@ -459,6 +508,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   int task_threads_ ABSL_GUARDED_BY(mu_) = 0;  // detached task threads still running
   std::shared_ptr<Task> task_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<calibrate::Calibration> calibration_ ABSL_GUARDED_BY(mu_);  // while one runs
   grpc::ClientContext* heartbeat_call_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 

@@ -10,6 +10,10 @@
 // - RunTask starts the task on a thread and returns at once; a second task while busy gets
 //   FAILED_PRECONDITION. Each step goes to ReportStep, the end to ReportTask (ok or the error),
 //   after which the worker is free again.
+// - Calibrate (worker/calibrate/calibrate.h) answers on the calling thread within the request's
+//   budget, under the same caller and data_roots rules as RunTask. While a task runs, or another
+//   calibration does, it is FAILED_PRECONDITION (a busy machine would be measured); a RunTask
+//   during a calibration is accepted (ppcoord calibrates before it places). Shutdown aborts it.
 // - Shutdown aborts a running task (reported as failed) and stops everything, in bounded time.
 // - Drain (SIGTERM, e.g. a Kubernetes node drain) refuses new tasks and stops registering again;
 //   a running task asks the coordinator for a common stop step, checkpoints there and ends
@@ -43,6 +47,11 @@ struct DaemonOptions {
   bool async_checkpoints = true;     // TaskEnv::async_checkpoints
   int pause_shard_step = 0;          // test hook, TaskEnv::pause_shard_step
   absl::Duration pause_shard_for;
+  // Test hook (--test_slow_after_steps, --test_slow_factor; worker/executor/slowdown.h): after
+  // this many training steps every compute action and calibration timing takes factor times as
+  // long. Negative: off.
+  int test_slow_after_steps = -1;
+  double test_slow_factor = 1;
   // Security (docs/security.md). With tls, pp.v1.Worker takes only mutual-TLS callers with a
   // certificate of tls.ca, RunTask and AbortTask only from coordinator_identity (empty: the
   // common name of the certificate ppcoord presented at registration), the coordinator is dialled

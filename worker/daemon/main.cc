@@ -45,6 +45,10 @@ ABSL_FLAG(std::vector<std::string>, data_root, {},
           "and ..); empty: anywhere");
 ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
           "comma-separated folders a task's checkpoint folder must lie in; empty: anywhere");
+ABSL_FLAG(int, test_slow_after_steps, -1,
+          "test only: once this process has completed this many training steps, every compute "
+          "action and calibration timing takes --test_slow_factor times as long; negative: off");
+ABSL_FLAG(double, test_slow_factor, 1, "test only: see --test_slow_after_steps; 1 to 100");
 
 namespace {
 
@@ -80,6 +84,11 @@ absl::StatusOr<pp::daemon::DaemonOptions> OptionsFromFlags() {
   options.coordinator_identity = absl::GetFlag(FLAGS_coordinator_identity);
   options.data_roots = absl::GetFlag(FLAGS_data_root);
   options.checkpoint_roots = absl::GetFlag(FLAGS_checkpoint_root);
+  options.test_slow_after_steps = absl::GetFlag(FLAGS_test_slow_after_steps);
+  options.test_slow_factor = absl::GetFlag(FLAGS_test_slow_factor);
+  if (!(options.test_slow_factor >= 1 && options.test_slow_factor <= 100)) {
+    return absl::InvalidArgumentError("--test_slow_factor must be in [1, 100]");
+  }
   if (options.comm_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--comm_timeout must be positive");
   }

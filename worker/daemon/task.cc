@@ -264,6 +264,7 @@ absl::Status Task::SetUp(Running& running) {
   options.rank = plan_.rank();
   options.microbatches = plan_.spec().train().microbatches();
   options.stage_to_rank.assign(plan_.stage_to_rank().begin(), plan_.stage_to_rank().end());
+  options.slowdown = env_.slowdown;
   absl::StatusOr<std::unique_ptr<executor::Executor>> executor = executor::Executor::Create(
       options, plan_.program(), running.compute.get(), running.transport.get());
   if (!executor.ok()) return executor.status();

@@ -71,6 +71,8 @@ struct TaskEnv {
   // before writing the shard of this step, so a test can kill a worker mid-checkpoint.
   int pause_shard_step = 0;
   absl::Duration pause_shard_for;
+  // Test hook (--test_slow_after_steps, executor/slowdown.h); null: off. Outlives the task.
+  executor::Slowdown* slowdown = nullptr;
 };
 
 class Task {

@@ -418,6 +418,7 @@ absl::StatusOr<StepResult> Executor::RunStep(int step) {
   }
   if (status.ok() && !options_.forward_only) status = UpdateWeights(step, start, result);
   if (!status.ok()) return Fail(buffers, status);
+  if (!options_.forward_only && options_.slowdown != nullptr) options_.slowdown->CountStep();
   if (options_.forward_only) result.step_seconds = SecondsSince(start);
   return result;
 }
@@ -444,8 +445,12 @@ absl::Status Executor::RunProgram(int step, Clock::time_point start, Buffers& bu
     if (absl::Status s = PostReceivesUpTo(horizon, buffers); !s.ok()) return s;
     const double t0 = SecondsSince(start);
     absl::Status status = Execute(i, buffers, result);
-    const double t1 = SecondsSince(start);
+    double t1 = SecondsSince(start);
     if (!status.ok()) return status;
+    if (options_.slowdown != nullptr && !IsComm(ops_[i].action.kind()) &&
+        options_.slowdown->Stretch(t1 - t0) > 0) {
+      t1 = SecondsSince(start);
+    }
     RecordAction(ops_[i].action, t0, t1, result);
     if (first_start < 0) first_start = t0;
     last_end = t1;

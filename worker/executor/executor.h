@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "pp/v1/schedule.pb.h"
 #include "worker/comm/transport.h"
+#include "worker/executor/slowdown.h"
 #include "worker/executor/sum_squares.h"
 
 namespace pp::executor {
@@ -83,6 +84,8 @@ struct ExecutorOptions {
   std::vector<int> stage_to_rank;   // S entries
   int recv_lookahead = -1;          // actions; negative: post every receive at step start
   bool forward_only = false;        // an evaluation program (see the contract above)
+  // Test hook (slowdown.h): stretches every compute action, counts training steps. Null: none.
+  Slowdown* slowdown = nullptr;
 };
 
 // Phases of pp_busy_seconds_total.

@@ -1,0 +1,190 @@
+// Calibration::MeasureLinks: ping-pong with the neighbouring pipeline ranks over the job's
+// transport. The pinger leads: before each round it sends a 1-float control message saying
+// what comes (kSmall: the control message itself is the ping and comes back; kLarge: a
+// message_bytes message follows and comes back; kStop: the link is done), so the ponger needs no
+// agreed count and the pinger may stop whenever its share of the budget is spent.
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/device.h"
+#include "kernels/ops.h"
+#include "worker/calibrate/calibrate.h"
+
+namespace pp::calibrate {
+namespace {
+
+constexpr uint64_t kControlTag = 1, kEchoTag = 2, kLargeTag = 3, kLargeEchoTag = 4;
+constexpr float kStop = 0, kSmall = 1, kLarge = 2;
+// Round trips wanted of each size; fewer when the link's share of the budget runs out.
+constexpr int kSmallRounds = 10, kLargeRounds = 5;
+
+absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(comm::KvStore& kv,
+                                                         comm::TransportOptions options,
+                                                         const std::string& device) {
+  absl::StatusOr<common::Device> parsed = common::ParseDevice(device);
+  if (!parsed.ok()) return parsed.status();
+  if (!parsed->cuda) return comm::ConnectGloo(kv, options);
+  options.cuda_device = parsed->cuda_index;
+  return comm::ConnectNccl(kv, options);
+}
+
+// Transport buffers (backend memory: device memory under NCCL) and the round trips over them.
+class PingPong {
+ public:
+  PingPong(comm::Transport& transport, kernels::Ops& ops, size_t large_floats)
+      : transport_(transport), ops_(ops), n_(large_floats) {
+    control_ = ops_.Alloc(1);
+    echo_ = ops_.Alloc(1);
+    large_ = ops_.Alloc(n_);
+    large_echo_ = ops_.Alloc(n_);
+  }
+  ~PingPong() {
+    for (float* b : {control_, echo_, large_, large_echo_}) ops_.Free(b);
+  }
+
+  // Answers `peer`'s rounds until its kStop.
+  absl::Status Answer(int peer) {
+    while (true) {
+      if (absl::Status s = Receive(peer, kControlTag, control_, 1); !s.ok()) return s;
+      float what = kStop;
+      ops_.CopyToHost(&what, control_, 1);
+      if (what == kSmall) {
+        if (absl::Status s = Send(peer, kEchoTag, control_, 1); !s.ok()) return s;
+      } else if (what == kLarge) {
+        if (absl::Status s = Receive(peer, kLargeTag, large_, n_); !s.ok()) return s;
+        if (absl::Status s = Send(peer, kLargeEchoTag, large_, n_); !s.ok()) return s;
+      } else {
+        return absl::OkStatus();
+      }
+    }
+  }
+
+  // One round of `what` with `peer`; its round trip in seconds.
+  absl::StatusOr<double> Round(int peer, float what) {
+    ops_.CopyToDevice(control_, &what, 1);
+    if (what != kSmall) {
+      if (absl::Status s = Send(peer, kControlTag, control_, 1); !s.ok()) return s;
+      if (what == kStop) return 0.0;
+    }
+    const bool small = what == kSmall;
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<comm::Handle> back =
+        small ? transport_.Irecv(peer, kEchoTag, echo_, 1)
+              : transport_.Irecv(peer, kLargeEchoTag, large_echo_, n_);
+    if (!back.ok()) return back.status();
+    absl::Status sent = small ? Send(peer, kControlTag, control_, 1)
+                              : Send(peer, kLargeTag, large_, n_);
+    if (!sent.ok()) return sent;
+    if (absl::Status s = transport_.Wait(*back); !s.ok()) return s;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+ private:
+  absl::Status Send(int peer, uint64_t tag, const float* data, size_t n) {
+    absl::StatusOr<comm::Handle> h = transport_.Isend(peer, tag, data, n);
+    return h.ok() ? transport_.Wait(*h) : h.status();
+  }
+  absl::Status Receive(int peer, uint64_t tag, float* data, size_t n) {
+    absl::StatusOr<comm::Handle> h = transport_.Irecv(peer, tag, data, n);
+    return h.ok() ? transport_.Wait(*h) : h.status();
+  }
+
+  comm::Transport& transport_;
+  kernels::Ops& ops_;
+  const size_t n_;
+  float* control_ = nullptr;
+  float* echo_ = nullptr;
+  float* large_ = nullptr;
+  float* large_echo_ = nullptr;
+};
+
+// Rank r's link to r+1, measured until `until` (at least one round trip of each size).
+absl::StatusOr<Link> Ping(Calibration& calibration, PingPong& pings, int peer,
+                                 absl::Time until, int64_t bytes) {
+  std::vector<double> small, large;
+  // The first round trips pay for connection warm-up: not counted.
+  for (float what : {kSmall, kLarge}) {
+    if (absl::Status s = calibration.Check(); !s.ok()) return s;
+    if (absl::StatusOr<double> rtt = pings.Round(peer, what); !rtt.ok()) return rtt.status();
+  }
+  while (small.empty() || large.empty() ||
+         (absl::Now() < until && (small.size() < kSmallRounds || large.size() < kLargeRounds))) {
+    for (auto [what, into, want] : {std::tuple{kSmall, &small, kSmallRounds},
+                                    std::tuple{kLarge, &large, kLargeRounds}}) {
+      if (static_cast<int>(into->size()) >= want && !into->empty()) continue;
+      if (absl::Status s = calibration.Check(); !s.ok()) return s;
+      absl::StatusOr<double> rtt = pings.Round(peer, what);
+      if (!rtt.ok()) return rtt.status();
+      into->push_back(*rtt);
+    }
+  }
+  if (absl::StatusOr<double> stop = pings.Round(peer, kStop); !stop.ok()) return stop.status();
+  return LinkFromRoundTrips(small, large, bytes);
+}
+
+}  // namespace
+
+absl::Status Calibration::MeasureLinks(pp::v1::RankCalibration& out) {
+  const int rank = request_.rank(), world = request_.world_size();
+  if (world == 1) return absl::OkStatus();
+  const bool has_link = rank + 1 < world;
+  const auto failed = [&](absl::string_view what, const absl::Status& s) {
+    // The transport's own timeout is the deadline too: a wait that gave up at about the
+    // deadline ran out of budget, whatever code the transport chose.
+    const bool late = absl::Now() + absl::Milliseconds(100) >= deadline_;
+    const absl::Status aborted = Check();
+    const absl::StatusCode code = aborted.code() == absl::StatusCode::kAborted ? aborted.code()
+                                  : late ? absl::StatusCode::kDeadlineExceeded
+                                         : s.code();
+    return absl::Status(code, absl::StrCat("calibration of rank ", rank, ": ", what, ": ",
+                                           s.message()));
+  };
+  if (absl::Status s = Check(); !s.ok()) {
+    return has_link ? failed("the link to the next rank", s) : absl::OkStatus();
+  }
+  comm::TransportOptions options;
+  options.rank = rank;
+  options.size = world;
+  options.prefix = request_.rendezvous_prefix();
+  options.hostname = env_.hostname;
+  options.timeout = std::max(deadline_ - absl::Now(), absl::Milliseconds(1));
+  absl::StatusOr<std::unique_ptr<comm::Transport>> transport =
+      Connect(*env_.kv, options, env_.device);
+  if (!transport.ok()) {
+    return has_link ? failed("connecting to the other ranks", transport.status())
+                    : absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<kernels::Ops>> ops = kernels::MakeOps(env_.device);
+  if (!ops.ok()) return ops.status();
+  SetTransport(transport->get());
+  absl::Status status;
+  {
+    const int64_t floats = (MessageBytes(request_) + 3) / 4;  // what is sent: whole floats
+    PingPong pings(**transport, **ops, static_cast<size_t>(floats));
+    if (rank > 0) status = pings.Answer(rank - 1);
+    if (status.ok() && has_link) {
+      const absl::Time now = absl::Now();
+      // What is left is shared by this link and the ones after it, measured one after another.
+      const absl::Time until = now + (deadline_ - now) / (world - 1 - rank);
+      absl::StatusOr<Link> link =
+          Ping(*this, pings, rank + 1, until, floats * static_cast<int64_t>(sizeof(float)));
+      if (link.ok()) {
+        out.set_link_latency_seconds(link->latency_seconds);
+        out.set_link_bytes_per_second(link->bytes_per_second);
+      }
+      status = link.status();
+    }
+    // Nobody leaves the mesh while a neighbour may still use it; the deadline bounds the wait.
+    if (status.ok()) (void)(*transport)->Barrier();
+  }
+  SetTransport(nullptr);
+  if (!status.ok() && has_link) return failed("the link to the next rank", status);
+  return absl::OkStatus();
+}
+
+}  // namespace pp::calibrate
