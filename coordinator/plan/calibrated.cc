@@ -23,12 +23,21 @@ int64_t GlobalBatch(const pp::v1::JobSpec& spec) {
   return int64_t{spec.train().microbatches()} * spec.train().microbatch_size();
 }
 
+// M among the divisors of the global batch: at least D (or the batch, when smaller: fewer leave
+// ranks idle most of the step), at most auto_plan.max_microbatches, and no more than
+// kMaxCalibratedSizes of them (every k-th when there are more), one microbatch size each.
 std::vector<int> MicrobatchChoices(const pp::v1::JobSpec& spec, int fixed_microbatches) {
   if (fixed_microbatches > 0) return {fixed_microbatches};
   const int64_t batch = GlobalBatch(spec);
-  std::vector<int> choices;
+  const int least = static_cast<int>(std::min<int64_t>(spec.parallel().pipeline(), batch));
+  std::vector<int> divisors;
   for (int m = 1; m <= spec.parallel().auto_plan().max_microbatches() && m <= batch; ++m) {
-    if (batch % m == 0) choices.push_back(m);
+    if (batch % m == 0 && m >= least) divisors.push_back(m);
+  }
+  const size_t step = (divisors.size() + kMaxCalibratedSizes - 1) / kMaxCalibratedSizes;
+  std::vector<int> choices;
+  for (size_t i = 0; i < divisors.size(); i += std::max<size_t>(step, 1)) {
+    choices.push_back(divisors[i]);
   }
   return choices;
 }

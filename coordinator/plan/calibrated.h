@@ -5,8 +5,9 @@
 // The search, at a fixed global batch B = train.microbatches x train.microbatch_size sequences:
 //   schedule   every one that trains (common/schedules.h)
 //   V          ChunkChoices up to auto_plan.max_chunks, or parallel.chunks alone when set
-//   M          every divisor of B up to auto_plan.max_microbatches (microbatch size B / M), or the
-//              one `fixed_microbatches` (a re-plan keeps M: the same microbatches, the same bits)
+//   M          the divisors of B from min(D, B) up to auto_plan.max_microbatches,
+//              thinned to kMaxCalibratedSizes (microbatch size B / M), or the one
+//              `fixed_microbatches` (a re-plan keeps M: the same microbatches, the same bits)
 //   partition  uniform, params, cost (the FLOP estimate) and measured: the min-max split of the
 //              units under the calibrated times of each stage's own rank
 //   recompute  none; when a rank's estimate (memory.h) exceeds its worker's free memory, the
@@ -29,6 +30,9 @@
 #include "pp/v1/job.pb.h"
 
 namespace pp::plan {
+
+// The most microbatch sizes one calibration times (the worker's bound too).
+inline constexpr int kMaxCalibratedSizes = 16;
 
 struct CalibratedPlan {
   // The job's spec with the choice written in: parallel.schedule, chunks, partition "explicit"

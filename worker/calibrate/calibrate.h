@@ -16,8 +16,12 @@
 //   spec's train.threads and train.precision, with train.microbatch_size = that size and the
 //   spec's recompute mode ("auto" times "none"): forward, full backward, backward_input and
 //   backward_weight. One warm-up pass, then passes until the compute share of the budget is
-//   spent (at least one); each cost is the median. Tensor parallelism is not calibrated: units
-//   are timed whole.
+//   spent (at least one); each cost is the mean. Not the median: every placed worker times at
+//   once, and where workers share cores, the scheduler's time slices stall a few calls for a
+//   whole slice; the step pays for those stalls, and the median would hide them (bench/NOTES.md
+//   "Planner"). The AdamW step of the three units is timed too (at the first size) and shared
+//   out by their parameter counts (UnitCost.optimizer). Tensor parallelism is not calibrated:
+//   units are timed whole.
 // - Then the links: the ranks connect over the job's transport (Gloo on cpu, NCCL on cuda:N)
 //   through env.kv under rendezvous_prefix; rank r first answers r-1's pings, then pings r+1, so
 //   links are measured one at a time, each with a share of what is left of the budget. Latency is
@@ -66,6 +70,8 @@ int64_t MessageBytes(const pp::v1::CalibrateRequest& request);
 
 // The median of `samples` (the mean of the middle two for an even count). REQUIRES non-empty.
 double Median(std::vector<double> samples);
+// Their mean. REQUIRES non-empty.
+double Mean(const std::vector<double>& samples);
 
 struct Link {
   double latency_seconds = 0;

@@ -1,4 +1,5 @@
-// The pure parts of calibrate.h: request checks, the timing spec, medians and link arithmetic.
+// The pure parts of calibrate.h: request checks, the timing spec, medians, means and link
+// arithmetic.
 #include <algorithm>
 #include <cmath>
 
@@ -18,11 +19,12 @@ absl::Status Bad(absl::string_view field, absl::string_view why) {
 // checks the rest of the spec against the fixed schedule of the same chunk count.
 pp::v1::JobSpec SpecToValidate(const pp::v1::JobSpec& spec) {
   pp::v1::JobSpec fixed = spec;
-  common::ApplyDefaults(&fixed);
   pp::v1::ParallelSpec& parallel = *fixed.mutable_parallel();
   parallel.clear_schedule_file();
   parallel.clear_program();
+  parallel.set_chunks(std::max(1, parallel.chunks()));  // "auto" may leave it 0: chosen
   parallel.set_schedule(parallel.chunks() > 1 ? "interleaved-1f1b" : "1f1b");
+  common::ApplyDefaults(&fixed);
   return fixed;
 }
 
@@ -110,6 +112,12 @@ double Median(std::vector<double> samples) {
   const double upper = samples[mid];
   const double lower = *std::max_element(samples.begin(), samples.begin() + mid);
   return (lower + upper) / 2;
+}
+
+double Mean(const std::vector<double>& samples) {
+  double sum = 0;
+  for (double s : samples) sum += s;
+  return sum / static_cast<double>(samples.size());
 }
 
 Link LinkFromRoundTrips(const std::vector<double>& small, const std::vector<double>& large,

@@ -113,9 +113,19 @@ class UnitPass {
   float* buffers_[4] = {};
 };
 
-// Passes at one microbatch size until `until` (at least one timed pass, deadline permitting).
+// Parameters of one unit of each kind (embedding wte + wpe; a block's 12C^2 + 13C; the head's
+// final LayerNorm and, untied, lm_head): the optimizer's time is shared out by them.
+double KindParams(const pp::v1::ModelSpec& m, int kind) {
+  const double C = m.d_model(), vocab = m.vocab_size(), T = m.seq_len();
+  if (kind == 0) return vocab * C + T * C;
+  if (kind == 1) return 12 * C * C + 13 * C;
+  return 2 * C + (m.tie_embeddings() ? 0 : vocab * C);
+}
+
+// Passes at one microbatch size until `until` (at least one timed pass, deadline permitting). With `optimizer`, also the AdamW step of the three units, per parameter.
 absl::Status TimeSize(Calibration& calibration, const pp::v1::JobSpec& spec,
-                      const std::string& device, absl::Time until, Samples& samples) {
+                      const std::string& device, absl::Time until, Samples& samples,
+                      std::vector<double>* optimizer) {
   absl::StatusOr<std::unique_ptr<compute::ModelCompute>> compute =
       compute::ModelCompute::Create(TimingPlan(spec), device);
   if (!compute.ok()) return compute.status();
@@ -124,6 +134,16 @@ absl::Status TimeSize(Calibration& calibration, const pp::v1::JobSpec& spec,
   do {
     if (absl::Status s = pass.Run(&samples); !s.ok()) return s;
   } while (absl::Now() < until);
+  double params = 0;
+  for (int k = 0; k < kKinds; ++k) params += KindParams(spec.model(), k);
+  for (int i = 0; optimizer != nullptr && i < 3 && calibration.Check().ok(); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    if (absl::Status s = (*compute)->OptimizerStep(1, 1.0f); !s.ok()) return s;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (calibration.slowdown() != nullptr) calibration.slowdown()->Stretch(seconds);
+    optimizer->push_back(seconds / params);
+  }
   return absl::OkStatus();
 }
 
@@ -135,23 +155,28 @@ absl::Status Calibration::TimeUnits(pp::v1::RankCalibration& out) {
   const int sizes = request_.sequences_size();
   absl::Status status;
   std::vector<std::string> missing;
+  std::vector<double> per_param;  // the optimizer's seconds per parameter, timed at the first size
   for (int i = 0; i < sizes; ++i) {
     const int s = request_.sequences(i);
     Samples samples;
     // Each size gets an equal share of what is left of the compute share.
     const absl::Time until = absl::Now() + (compute_end - absl::Now()) / (sizes - i);
     if (status.ok()) {
-      status = TimeSize(*this, TimingSpec(request_.spec(), s), env_.device, until, samples);
+      status = TimeSize(*this, TimingSpec(request_.spec(), s), env_.device, until, samples,
+                        i == 0 ? &per_param : nullptr);
     }
     for (int k = 0; k < kKinds; ++k) {
       pp::v1::UnitCost* cost = out.add_units();
       cost->set_unit(kKindNames[k]);
       cost->set_sequences(s);
+      if (!per_param.empty()) {
+        cost->set_optimizer(Median(per_param) * KindParams(request_.spec().model(), k));
+      }
       const auto set = [&](Cost c, void (pp::v1::UnitCost::*setter)(double)) {
         if (samples[k][c].empty()) {
           missing.push_back(absl::StrCat(kKindNames[k], " at ", s, " sequences"));
         } else {
-          (cost->*setter)(Median(samples[k][c]));
+          (cost->*setter)(Mean(samples[k][c]));
         }
       };
       set(kForward, &pp::v1::UnitCost::set_forward);

@@ -16,6 +16,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// Compute costs are means: a stall (a time slice lost to another process on the core) counts.
+TEST(MeanTest, CountsTheOutlier) {
+  EXPECT_EQ(Mean({3.0}), 3.0);
+  EXPECT_EQ(Mean({4.0, 1.0, 100.0, 3.0}), 27.0);
+}
+
 TEST(MedianTest, OddEvenAndOne) {
   EXPECT_EQ(Median({3.0}), 3.0);
   EXPECT_EQ(Median({5.0, 1.0, 3.0}), 3.0);
