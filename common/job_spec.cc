@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <tuple>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/auto_plan_spec.h"
 #include "common/file_io.h"
 #include "common/hf_gpt2.h"
 #include "common/proto_io.h"
@@ -26,9 +26,6 @@ namespace pp::common {
 namespace {
 
 constexpr const char* kPartitions[] = {"uniform", "params", "cost", "explicit"};
-// parallel.schedule "auto": the largest V and M its search may be asked for.
-constexpr int kMaxAutoChunks = 16;
-constexpr int kMaxAutoMicrobatches = 1024;
 constexpr const char* kFormats[] = {"bytes", "uint16", "generated"};
 constexpr const char* kDecayKinds[] = {"constant", "cosine", "linear"};
 constexpr int64_t kDefaultGeneratedTokens = int64_t{1} << 20;
@@ -121,49 +118,6 @@ absl::Status ValidateScheduleChoice(const pp::v1::ParallelSpec& parallel) {
   const std::string& schedule = parallel.schedule();
   if (absl::Status s = Choice("parallel.schedule", schedule, TrainingScheduleNames()); !s.ok()) return s;
   return ValidateChunks(*FindScheduleRule(schedule), parallel.chunks());
-}
-
-// parallel.schedule "auto": what ppcoord chooses must be left open, and the search bounded.
-absl::Status ValidateAutoParallel(const pp::v1::JobSpec& spec) {
-  const pp::v1::ParallelSpec& parallel = spec.parallel();
-  if (absl::Status s = Positive("parallel.pipeline", parallel.pipeline()); !s.ok()) return s;
-  if (parallel.tensor() != 1 || parallel.data() != 1) {
-    return Field("parallel.schedule", "\"auto\" plans pipeline parallelism only: set "
-                                      "parallel.tensor and parallel.data to 1");
-  }
-  if (CarriesSchedule(parallel)) {
-    return Field(CarriedScheduleField(parallel), "not allowed with parallel.schedule \"auto\"");
-  }
-  if (!parallel.partition().empty() || !parallel.stage_layers().empty()) {
-    return Field("parallel.partition",
-                 "must be empty with parallel.schedule \"auto\": the partition is chosen");
-  }
-  if (parallel.recompute() != "none" && parallel.recompute() != "auto") {
-    return Field("parallel.recompute",
-                 "with parallel.schedule \"auto\" only none or auto (the search adds it)");
-  }
-  const pp::v1::AutoPlanSpec& bounds = parallel.auto_plan();
-  for (auto [field, value, low, high] :
-       {std::tuple<const char*, double, double, double>{"parallel.chunks", parallel.chunks(), 0,
-                                                        kMaxAutoChunks},
-        {"parallel.auto_plan.max_chunks", bounds.max_chunks(), 1, kMaxAutoChunks},
-        {"parallel.auto_plan.max_microbatches", bounds.max_microbatches(), 1,
-         kMaxAutoMicrobatches},
-        {"parallel.auto_plan.calibration_seconds", bounds.calibration_seconds(), 0.1, 600},
-        {"parallel.auto_plan.drift_threshold", bounds.drift_threshold(), 0.01, 100},
-        {"parallel.auto_plan.drift_steps", bounds.drift_steps(), 1, 1e6},
-        {"parallel.auto_plan.max_replans", bounds.max_replans(), -1, 100}}) {
-    if (!(value >= low && value <= high)) {  // NaN fails too
-      return Field(field, absl::StrCat("must be in [", low, ", ", high, "], got ", value));
-    }
-  }
-  const int64_t units = int64_t{spec.model().n_layers()} + 2;
-  if (units < parallel.pipeline()) {
-    return Field("parallel.pipeline",
-                 absl::StrCat("pipeline ", parallel.pipeline(), " stages but the model has only ",
-                              units, " partition units (model.n_layers + 2)"));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status ValidateParallel(const pp::v1::JobSpec& spec) {
@@ -436,23 +390,11 @@ bool IsAutoSchedule(const pp::v1::ParallelSpec& parallel) {
   return parallel.schedule() == kAutoSchedule;
 }
 
-namespace {
-
-void ApplyAutoDefaults(pp::v1::AutoPlanSpec* bounds) {
-  if (bounds->max_chunks() == 0) bounds->set_max_chunks(4);
-  if (bounds->max_microbatches() == 0) bounds->set_max_microbatches(64);
-  if (bounds->calibration_seconds() == 0) bounds->set_calibration_seconds(10);
-  if (bounds->drift_threshold() == 0) bounds->set_drift_threshold(0.25);
-  if (bounds->drift_steps() == 0) bounds->set_drift_steps(5);
-  if (bounds->max_replans() == 0) bounds->set_max_replans(1);
-}
-
-}  // namespace
 
 void ApplyDefaults(pp::v1::JobSpec* spec) {
   pp::v1::ParallelSpec* parallel = spec->mutable_parallel();
   const bool auto_schedule = IsAutoSchedule(*parallel);
-  if (auto_schedule) ApplyAutoDefaults(parallel->mutable_auto_plan());
+  if (auto_schedule) ApplyAutoPlanDefaults(parallel->mutable_auto_plan());
   // 1 for every schedule. The table's default_chunks agrees for the one-chunk schedules; for zb-v
   // (2) a spec without chunks is refused ("needs 2 chunks, got 1"), not given a layout it did not
   // ask for, as callers and the tests rely on, and interleaved-1f1b is refused the same way.

@@ -344,6 +344,27 @@ std::string CostsSummary(const Context& ctx, const pp::v1::Calibration& calibrat
                       calibration.cached() ? " (cached)" : "");
 }
 
+// The best candidate of another schedule or V (one that fits before one that does not), and why
+// it lost to `best`.
+void NoteRunnerUp(const std::vector<Option>& candidates, const Option& best,
+                  CalibratedPlan* plan) {
+  const Option* second = nullptr;
+  for (const Option& c : candidates) {
+    if (c.shape.schedule == best.shape.schedule && c.shape.chunks == best.shape.chunks) continue;
+    if (second == nullptr || (c.fits && !second->fits) ||
+        (c.fits == second->fits && c.step < second->step)) {
+      second = &c;
+    }
+  }
+  if (second == nullptr) return;
+  plan->runner_up = Label(*second);
+  plan->runner_up_step_seconds = second->step;
+  plan->runner_up_reason =
+      second->fits ? absl::StrFormat("predicted %s, %.1f%% slower", Ms(second->step),
+                                     100 * (second->step / best.step - 1))
+                   : absl::StrCat("does not fit: ", second->refusal);
+}
+
 }  // namespace
 
 pp::v1::JobSpec ProvisionalSpec(pp::v1::JobSpec spec) {
@@ -427,22 +448,7 @@ absl::StatusOr<CalibratedPlan> ChooseCalibrated(const pp::v1::JobSpec& spec,
   plan.chosen = Label(*best);
   plan.predicted_step_seconds = best->step;
   plan.candidates = static_cast<int>(candidates.size());
-  const Option* second = nullptr;
-  for (const Option& c : candidates) {
-    if (c.shape.schedule == best->shape.schedule && c.shape.chunks == best->shape.chunks) continue;
-    if (second == nullptr || (c.fits && !second->fits) ||
-        (c.fits == second->fits && c.step < second->step)) {
-      second = &c;
-    }
-  }
-  if (second != nullptr) {
-    plan.runner_up = Label(*second);
-    plan.runner_up_step_seconds = second->step;
-    plan.runner_up_reason =
-        second->fits ? absl::StrFormat("predicted %s, %.1f%% slower", Ms(second->step),
-                                       100 * (second->step / best->step - 1))
-                     : absl::StrCat("does not fit: ", second->refusal);
-  }
+  NoteRunnerUp(candidates, *best, &plan);
   const int sequences = best->spec.train().microbatch_size();
   plan.reason = absl::StrCat("schedule auto chose ", plan.chosen, ": predicted ",
                              Ms(best->step), " per step, the shortest of ", fitting,
