@@ -52,8 +52,12 @@ bool Sane(double value) { return std::isfinite(value) && value >= 0; }
 // Calibrated seconds by (rank, unit kind, sequences).
 class UnitTimes {
  public:
-  // A worker's answer is checked like any input: every time finite and >= 0.
+  // A worker's answer is checked like any input: one per rank, every time finite and >= 0.
   static absl::StatusOr<UnitTimes> From(const pp::v1::Calibration& calibration, int D) {
+    if (calibration.ranks_size() != D) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "calibration has ", calibration.ranks_size(), " ranks, the job ", D));
+    }
     UnitTimes times;
     times.by_rank_.resize(D);
     for (const pp::v1::RankCalibration& rank : calibration.ranks()) {
@@ -388,10 +392,6 @@ absl::StatusOr<double> PredictStepSeconds(const pp::v1::JobSpec& resolved,
                                           const pp::v1::Calibration& calibration) {
   const pp::v1::ParallelSpec& p = resolved.parallel();
   const int D = p.pipeline();
-  if (calibration.ranks_size() != D) {
-    return absl::InvalidArgumentError(absl::StrCat("calibration has ", calibration.ranks_size(),
-                                                   " ranks, the job ", D));
-  }
   absl::StatusOr<UnitTimes> times = UnitTimes::From(calibration, D);
   if (!times.ok()) return times.status();
   // Sizes are looked up by the resolved microbatch: its global batch is that times M.
@@ -418,10 +418,6 @@ absl::StatusOr<CalibratedPlan> ChooseCalibrated(const pp::v1::JobSpec& spec,
                                                 const pp::v1::Calibration& calibration,
                                                 int fixed_microbatches) {
   const int D = spec.parallel().pipeline();
-  if (calibration.ranks_size() != D) {
-    return absl::InvalidArgumentError(absl::StrCat("calibration has ", calibration.ranks_size(),
-                                                   " ranks, the job ", D));
-  }
   absl::StatusOr<UnitTimes> times = UnitTimes::From(calibration, D);
   if (!times.ok()) return times.status();
   const Context ctx{.spec = spec, .times = *times, .link = SlowestLink(calibration), .D = D};
