@@ -16,8 +16,10 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common/job_spec.h"
+#include "coordinator/plan/plan.h"
 #include "coordinator/planning.h"
 
 namespace {
@@ -50,10 +52,49 @@ bool Unbounded() {
 int64_t PlanWork(pp::v1::JobSpec spec) {
   pp::common::ApplyDefaults(&spec);
   const pp::v1::ParallelSpec& p = spec.parallel();
+  if (pp::common::IsAutoSchedule(p)) {  // the search plans up to max_chunks and 16 values of M
+    const int64_t stages = int64_t{p.pipeline()} * std::max(p.chunks(), p.auto_plan().max_chunks());
+    const int64_t batch = int64_t{spec.train().microbatches()} * spec.train().microbatch_size();
+    const int64_t M = std::min<int64_t>(batch, p.auto_plan().max_microbatches());
+    return std::max(stages * M * 16, int64_t{spec.model().n_layers()} * stages);
+  }
   const int64_t stages = int64_t{p.pipeline()} * p.chunks();
   const int64_t actions = stages * spec.train().microbatches();
   const int64_t units = int64_t{spec.model().n_layers()} * (p.partition() == "params" ? stages : 1);
   return std::max({actions, units, stages});
+}
+
+// "auto": the choice from a uniform calibration (every unit 1 ms a sequence, 1 GB/s links) is a
+// spec ppcoord can plan, with the global batch kept. A refusal is fine; a crash or a choice that
+// does not plan is a finding.
+void CheckAutoChoice(const pp::v1::JobSpec& spec) {
+  pp::v1::Calibration calibration;
+  const std::vector<int> sizes = pp::plan::CalibrationSequences(spec);
+  for (int r = 0; r < spec.parallel().pipeline(); ++r) {
+    pp::v1::RankCalibration* rank = calibration.add_ranks();
+    rank->set_rank(r);
+    rank->set_link_latency_seconds(1e-4);
+    rank->set_link_bytes_per_second(1e9);
+    for (const char* kind : {"embedding", "block", "head"}) {
+      for (int n : sizes) {
+        pp::v1::UnitCost* c = rank->add_units();
+        c->set_unit(kind);
+        c->set_sequences(n);
+        c->set_forward(1e-3 * n);
+        c->set_backward(2e-3 * n);
+        c->set_backward_input(1e-3 * n);
+        c->set_backward_weight(1e-3 * n);
+      }
+    }
+  }
+  absl::StatusOr<pp::plan::CalibratedPlan> choice = pp::plan::ChooseCalibrated(spec, calibration);
+  if (!choice.ok()) return;
+  const pp::v1::TrainSpec& chosen = choice->spec.train();
+  if (int64_t{chosen.microbatches()} * chosen.microbatch_size() !=
+          int64_t{spec.train().microbatches()} * spec.train().microbatch_size() ||
+      !pp::coordinator::PlanJobSpec(choice->spec).ok()) {
+    std::abort();
+  }
 }
 
 }  // namespace
@@ -77,11 +118,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fprintf(stderr, "plan: %s\n", planned.status().ToString().c_str());
   }
   if (!planned.ok()) return 0;
-  // What the coordinator relies on next: one program per pipeline rank, units per stage.
-  const pp::v1::ParallelSpec& p = planned->spec.parallel();
+  // What the coordinator relies on next: one program per pipeline rank, units per stage (of the
+  // provisional layout an "auto" spec is placed with).
+  const bool auto_schedule = pp::common::IsAutoSchedule(planned->spec.parallel());
+  const pp::v1::JobSpec laid_out =
+      auto_schedule ? pp::plan::ProvisionalSpec(planned->spec) : planned->spec;
+  const pp::v1::ParallelSpec& p = laid_out.parallel();
   if (planned->schedule.ranks_size() != p.pipeline() ||
       static_cast<int64_t>(planned->stage_units.size()) != int64_t{p.pipeline()} * p.chunks()) {
     std::abort();
   }
+  if (auto_schedule) CheckAutoChoice(planned->spec);
   return 0;
 }
