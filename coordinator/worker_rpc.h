@@ -36,8 +36,8 @@ struct Outbound {
   std::string worker, address, job_id, reason;
   int attempt = 0;
   pp::v1::TaskPlan plan;
-  pp::v1::CalibrateRequest calibrate;
-  pp::v1::RankCalibration answer;
+  pp::v1::CalibrateRequest calibrate = {};
+  pp::v1::RankCalibration answer = {};
   int64_t serial = 0;  // kCalibrate: which calibration of the job asked
 };
 

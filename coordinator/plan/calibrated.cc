@@ -227,8 +227,8 @@ struct Option {
   std::string recompute;
   double step = 0;
   bool fits = false;
-  std::string refusal;  // why it does not fit
-  pp::v1::JobSpec spec;
+  std::string refusal = "";  // why it does not fit
+  pp::v1::JobSpec spec = {};
 };
 
 std::string Label(const Option& c) {

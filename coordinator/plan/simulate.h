@@ -39,7 +39,7 @@ struct CostModel {
   std::vector<double> stage_scale;  // empty, or one multiplier of the compute costs per stage
   // Empty, or every stage's own compute costs (forward, backward, I, W; none 0), which then
   // replace forward..backward_weight and stage_scale: what calibration measured per stage.
-  std::vector<StageCosts> stage_costs;
+  std::vector<StageCosts> stage_costs = {};
   // Activation recomputation (memory.h RecomputeSharesOf gives a job's): each B, or I when the
   // backward is split, first runs recompute_forward x F again, and between a microbatch's F and
   // that B or I its rank holds (1 - recompute_dropped) x activation_bytes. 0, 0: none.

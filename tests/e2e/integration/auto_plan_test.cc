@@ -19,7 +19,7 @@ using ::pp::testing_support::GetJob;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-class AutoPlanTest : public IntegrationTest {
+class AutoScheduleTest : public IntegrationTest {
  protected:
   pp::v1::JobSpec AutoSpec(int steps) const {
     pp::v1::JobSpec spec = TinySpec("auto", 0, steps);
@@ -45,7 +45,7 @@ std::map<int, int> UnitsPerRank(const pp::v1::Job& job) {
   return units;
 }
 
-TEST_F(AutoPlanTest, ChoosesRecordsAndTrainsTheReferenceBits) {
+TEST_F(AutoScheduleTest, ChoosesRecordsAndTrainsTheReferenceBits) {
   StartCluster(4);
   const std::string id = Run(AutoSpec(4));
   ASSERT_FALSE(id.empty()) << cluster_->Logs();
@@ -86,13 +86,11 @@ TEST_F(AutoPlanTest, ChoosesRecordsAndTrainsTheReferenceBits) {
   EXPECT_EQ(second.plan().chosen(), plan.chosen());
 }
 
-TEST_F(AutoPlanTest, DriftRePlansOnceAwayFromASlowedWorker) {
+TEST_F(AutoScheduleTest, DriftRePlansOnceAwayFromASlowedWorker) {
   StartCluster(3);
-  ASSERT_TRUE(cluster_
-                  ->StartWorker("w3", {.flags = {"--test_slow_after_steps=1",
-                                                 "--test_slow_factor=10"}})
-                  .ok())
-      << cluster_->Logs();
+  testing_support::WorkerOptions slowed;
+  slowed.flags = {"--test_slow_after_steps=1", "--test_slow_factor=10"};
+  ASSERT_TRUE(cluster_->StartWorker("w3", slowed).ok()) << cluster_->Logs();
   pp::v1::JobSpec spec = AutoSpec(16);
   pp::v1::AutoPlanSpec* bounds = spec.mutable_parallel()->mutable_auto_plan();
   bounds->set_max_chunks(1);  // one stage a rank: units per rank show the re-plan
@@ -116,7 +114,9 @@ TEST_F(AutoPlanTest, DriftRePlansOnceAwayFromASlowedWorker) {
   ASSERT_GE(slow_rank, 0);
   const std::map<int, int> units = UnitsPerRank(job);
   for (const auto& [rank, count] : units) {
-    if (rank != slow_rank) EXPECT_LT(units.at(slow_rank), count) << job.plan().chosen();
+    if (rank != slow_rank) {
+      EXPECT_LT(units.at(slow_rank), count) << job.plan().chosen();
+    }
   }
   ExpectMatchesReference(job.spec(), id, testing_support::Match::kBitwise);
 }
