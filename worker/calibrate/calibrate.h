@@ -27,7 +27,8 @@
 //   links are measured one at a time, each with a share of what is left of the budget. Latency is
 //   half the median round trip of a 1-float message; bandwidth is message_bytes over (half the
 //   median round trip of message_bytes - latency), or over the whole half round trip when that
-//   difference is not positive (a lower bound). Set on every rank but the last.
+//   difference is under half of it (noise under load; a lower bound). Set on every rank but
+//   the last.
 // - The whole call ends by budget_seconds after it started: a watchdog aborts the transport at
 //   the deadline. Every field with at least one sample by then: OK with what was measured (the
 //   costs of fewer passes). Else DeadlineExceeded naming what is missing. Transport failures

@@ -126,9 +126,11 @@ Link LinkFromRoundTrips(const std::vector<double>& small, const std::vector<doub
   link.latency_seconds = Median(small) / 2;
   const double one_way = Median(large) / 2;
   const double transfer = one_way - link.latency_seconds;
-  // On loopback a large message may not take measurably longer than a small one; the whole
-  // one-way time then bounds the bandwidth from below. A zero time would give infinity.
-  const double seconds = transfer > 0 ? transfer : one_way;
+  // On loopback a large message may not take measurably longer than a small one, and under
+  // load the small round trips swing: a difference under half the one-way time is noise, and
+  // the whole one-way time then bounds the bandwidth from below. A zero time would give
+  // infinity.
+  const double seconds = transfer > 0.5 * one_way ? transfer : one_way;
   link.bytes_per_second = seconds > 0 ? static_cast<double>(bytes) / seconds : 0;
   return link;
 }
