@@ -106,17 +106,17 @@ TEST_F(AutoScheduleTest, DriftRePlansOnceAwayFromASlowedWorker) {
   }
   EXPECT_EQ(drift_restarts, 1) << job.ShortDebugString();
   EXPECT_EQ(job.restarts(), 0);  // a re-plan is not a failure
-  // The second calibration saw w3 slow, and w3 now holds the fewest units.
+  // The second calibration saw w3 slow: w3 now holds less than an even share of the 8 units, and
+  // no rank holds fewer (another may hold as few: gpipe 3,1,3,1 was one choice).
   int slow_rank = -1;
   for (const pp::v1::RankPlacement& p : job.placement()) {
     if (p.worker() == "w3") slow_rank = p.pp();
   }
   ASSERT_GE(slow_rank, 0);
   const std::map<int, int> units = UnitsPerRank(job);
+  EXPECT_LT(units.at(slow_rank), 8 / 4) << job.plan().chosen();
   for (const auto& [rank, count] : units) {
-    if (rank != slow_rank) {
-      EXPECT_LT(units.at(slow_rank), count) << job.plan().chosen();
-    }
+    EXPECT_LE(units.at(slow_rank), count) << job.plan().chosen();
   }
   ExpectMatchesReference(job.spec(), id, testing_support::Match::kBitwise);
 }
