@@ -193,6 +193,14 @@ std::optional<int64_t> CheckedProduct(std::initializer_list<int64_t> factors) {
   return product;
 }
 
+std::vector<double> UnitParameters(const pp::v1::ModelSpec& model) {
+  const double C = model.d_model(), vocab = model.vocab_size(), T = model.seq_len();
+  std::vector<double> params(model.n_layers() + 2, 12 * C * C + 13 * C);
+  params.front() = vocab * C + T * C;
+  params.back() = 2 * C + (model.tie_embeddings() ? 0 : vocab * C);
+  return params;
+}
+
 std::optional<int64_t> MaxActionsPerRank(const std::string& schedule, int64_t D, int64_t V,
                                          int64_t M) {
   // The zero-bubble schedules split each backward into I and W (docs/planner.md); dualpipe-v some

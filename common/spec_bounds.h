@@ -17,6 +17,7 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "pp/v1/job.pb.h"
@@ -74,6 +75,11 @@ int64_t MaxCarriedActionsPerRank(absl::string_view csv);
 
 // Every bound above, in the order of docs/jobs.md "Limits".
 absl::Status CheckSpecBounds(const pp::v1::JobSpec& spec);
+
+// Parameters of each partition unit (n_layers + 2 entries) of the GPT: the embedding wte + wpe;
+// a block's ln_1, qkv, proj, ln_2, fc and mlp proj, 12C^2 + 13C; the head's ln_f and an untied
+// lm_head. What partition "params" balances and calibration shares the optimizer's time by.
+std::vector<double> UnitParameters(const pp::v1::ModelSpec& model);
 
 }  // namespace pp::common
 

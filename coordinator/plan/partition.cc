@@ -6,21 +6,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/spec_bounds.h"
 #include "coordinator/plan/plan.h"
 
 namespace pp::plan {
 namespace {
-
-// Parameters of each partition unit of a GPT-2 block stack:
-// embedding wte + wpe; block ln_1, qkv, proj, ln_2, fc, mlp proj = 12C^2 + 13C; head ln_f and an
-// untied lm_head.
-std::vector<double> UnitParams(const pp::v1::ModelSpec& model) {
-  const double C = model.d_model(), vocab = model.vocab_size(), T = model.seq_len();
-  std::vector<double> params(model.n_layers() + 2, 12 * C * C + 13 * C);
-  params.front() = vocab * C + T * C;
-  params.back() = 2 * C + (model.tie_embeddings() ? 0 : vocab * C);
-  return params;
-}
 
 // Contiguous split of `weights` into S non-empty parts minimising the heaviest part: the linear
 // partition problem, solved exactly by dynamic programming over (parts, prefix length).
@@ -117,7 +107,7 @@ absl::StatusOr<std::vector<int>> PartitionUnits(const pp::v1::ModelSpec& model, 
       return absl::InvalidArgumentError(
           "partition by params needs model.d_model, vocab_size and seq_len >= 1");
     }
-    return MinMaxPartition(UnitParams(model), S);
+    return MinMaxPartition(common::UnitParameters(model), S);
   }
   if (method == "cost") return ByCost(unit_costs, S, U, units);
   if (method == "explicit") return Explicit(explicit_units, S, U, units);

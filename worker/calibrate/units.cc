@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/spec_bounds.h"
 #include "worker/calibrate/calibrate.h"
 #include "worker/compute/model_compute.h"
 
@@ -113,13 +114,11 @@ class UnitPass {
   float* buffers_[4] = {};
 };
 
-// Parameters of one unit of each kind (embedding wte + wpe; a block's 12C^2 + 13C; the head's
-// final LayerNorm and, untied, lm_head): the optimizer's time is shared out by them.
+// Parameters of one unit of each kind (common::UnitParameters): the optimizer's time is shared
+// out by them.
 double KindParams(const pp::v1::ModelSpec& m, int kind) {
-  const double C = m.d_model(), vocab = m.vocab_size(), T = m.seq_len();
-  if (kind == 0) return vocab * C + T * C;
-  if (kind == 1) return 12 * C * C + 13 * C;
-  return 2 * C + (m.tie_embeddings() ? 0 : vocab * C);
+  const std::vector<double> units = common::UnitParameters(m);
+  return kind == 0 ? units.front() : kind == 1 ? units[1] : units.back();
 }
 
 // Passes at one microbatch size until `until` (at least one timed pass, deadline permitting). With `optimizer`, also the AdamW step of the three units, per parameter.
