@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -52,9 +53,41 @@ void PrintLossAndSpeed(const UpRun& run) {
   }
 }
 
-// `plan` and `trace` are null when ppcoord did not give them.
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// The kept traced steps (ppcoord keeps the newest few) from step 2 on, each as measured and as
+// re-simulated under its own measured costs (plan.h CompareTraceWithSimulation): medians, so one
+// step the machine slowed does not decide the figure.
+void PrintTracedBubbles(const pp::v1::Schedule& schedule,
+                        const std::vector<pp::v1::StepTrace>& traces) {
+  std::vector<double> measured, simulated, send, latency;
+  int first = 0, last = 0;
+  for (const pp::v1::StepTrace& trace : traces) {
+    absl::StatusOr<pp::plan::TracedBubble> compared =
+        pp::plan::CompareTraceWithSimulation(schedule, trace);
+    if (!compared.ok()) continue;
+    if (first == 0) first = trace.step();
+    last = trace.step();
+    measured.push_back(compared->measured), simulated.push_back(compared->simulated);
+    send.push_back(compared->costs.send_overhead), latency.push_back(compared->costs.comm_latency);
+  }
+  if (measured.empty()) return;
+  std::cout << absl::StrFormat("              traced     %5.1f%% (median of steps %d-%d, from their "
+                               "traces)\n",
+                               100 * Median(measured), first, last);
+  std::cout << absl::StrFormat(
+      "              simulated  %5.1f%% (median of the same steps, each under its own measured "
+      "costs: per-stage F, B, I, W, %.2f ms per send, %.2f ms latency)\n",
+      100 * Median(simulated), 1e3 * Median(send), 1e3 * Median(latency));
+}
+
+// `plan` is null when ppcoord did not give it.
 void PrintBubbles(const UpRun& run, const pp::v1::PlanJobResponse* plan,
-                  const pp::v1::StepTrace* trace) {
+                  const std::vector<pp::v1::StepTrace>& traces) {
   std::cout << "  bubble      idle share of all ranks' time, first action to last\n";
   if (run.bubble_steps > 0) {
     std::cout << absl::StrFormat("              measured   %5.1f%% (mean of steps 2-%d)\n",
@@ -65,14 +98,7 @@ void PrintBubbles(const UpRun& run, const pp::v1::PlanJobResponse* plan,
       "              simulated  %5.1f%% (%s D=%d M=%d, F=1 B=2, free communication)\n",
       100 * plan->schedule().simulation().bubble_fraction(), plan->schedule().name(),
       plan->schedule().pipeline(), plan->schedule().microbatches());
-  if (trace == nullptr) return;
-  absl::StatusOr<double> measured_costs = pp::plan::BubbleWithMeasuredCosts(plan->schedule(), *trace);
-  if (measured_costs.ok()) {
-    std::cout << absl::StrFormat(
-        "              simulated  %5.1f%% (measured per-stage F and B of step %d, free "
-        "communication)\n",
-        100 * *measured_costs, trace->step());
-  }
+  PrintTracedBubbles(plan->schedule(), traces);
 }
 
 absl::Status PrintTimeline(const UpRun& run, const pp::v1::StepTrace& trace, const WorkDir& dir,
@@ -123,6 +149,12 @@ absl::Status PrintSummary(pp::v1::Coordinator::Stub& stub, const UpRun& run, con
   trace_request.set_job_id(run.job_id);
   pp::v1::StepTrace trace;
   const grpc::Status traced = stub.GetTrace(TenSeconds().get(), trace_request, &trace);
+  std::vector<pp::v1::StepTrace> kept;  // steps 2.. of the newest ppcoord keeps
+  for (int step = std::max(2, trace.step() - 7); traced.ok() && step <= trace.step(); ++step) {
+    trace_request.set_step(step);
+    if (stub.GetTrace(TenSeconds().get(), trace_request, &kept.emplace_back()).ok()) continue;
+    kept.pop_back();
+  }
   // The job's own spec: with schedule "auto" it holds what ppcoord chose.
   pp::v1::GetJobRequest job_request;
   job_request.set_job_id(run.job_id);
@@ -135,7 +167,7 @@ absl::Status PrintSummary(pp::v1::Coordinator::Stub& stub, const UpRun& run, con
 
   PrintLossAndSpeed(run);
   if (got.ok()) PrintAutoPlan(job);
-  PrintBubbles(run, planned.ok() ? &plan : nullptr, traced.ok() ? &trace : nullptr);
+  PrintBubbles(run, planned.ok() ? &plan : nullptr, kept);
   if (!dir.temporary()) {
     std::cout << "  checkpoints " << dir.path() << "/checkpoints/" << run.job_id << "/\n";
   }

@@ -3,10 +3,12 @@
 # are present. Runs as root (CI, containers) or through sudo.
 set -euo pipefail
 PACKAGES=(
+  # ocl-icd-opencl-dev: only Recommended by libdnnl-dev, but dnnl-config.cmake requires OpenCL, so
+  # without it (--no-install-recommends) configuring fails on a fresh machine.
   cmake ninja-build pkg-config g++
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libabsl-dev prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libgloo-dev libopenblas-dev libdnnl-dev libsqlite3-dev
+  libgloo-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libsqlite3-dev
   libssl-dev openssl prometheus python3-venv iproute2
   clang libclang-rt-14-dev
 )

@@ -1,9 +1,13 @@
-// Cost fitting: a measured step's compute times as the simulator's cost model (plan.h).
+// Cost fitting: a measured step's compute and communication times as the simulator's cost model
+// (plan.h).
+#include <algorithm>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "coordinator/plan/plan.h"
+#include "coordinator/plan/timeline.h"
 
 namespace pp::plan {
 namespace {
@@ -31,43 +35,114 @@ class MeanTimes {
   std::map<std::pair<int, Kind>, std::pair<double, int>> sums_;  // total seconds, count
 };
 
+// What messages cost as measured: the mean time a SEND action kept its rank (handing the
+// message to the transport), and the mean delivery latency, from the end of a SEND to the end of
+// its RECV, over the messages whose receiver was already waiting when the SEND ended (the others
+// only show that the message was early). A message is named by the stage at the receiving end:
+// SEND_ACTIVATION of s is RECV_ACTIVATION of s+1, SEND_GRAD of s is RECV_GRAD of s-1. Every
+// rank's times count from its own step start, and ranks start a step together (after the
+// previous step's collectives), so their clocks agree to within that collective's skew.
+struct MessageCosts {
+  double send_overhead = 0, latency = 0;
+};
+
+MessageCosts MessageCostsOf(const pp::v1::StepTrace& trace) {
+  using Key = std::tuple<bool, int, int>;  // gradient, receiving stage, microbatch
+  std::map<Key, const pp::v1::TimedAction*> sends, recvs;
+  double send_seconds = 0;
+  for (const pp::v1::RankTrace& rank : trace.ranks()) {
+    for (const pp::v1::TimedAction& t : rank.actions()) {
+      const pp::v1::Action& a = t.action();
+      switch (a.kind()) {
+        case pp::v1::SEND_ACTIVATION: sends[{false, a.stage() + 1, a.microbatch()}] = &t; break;
+        case pp::v1::SEND_GRAD: sends[{true, a.stage() - 1, a.microbatch()}] = &t; break;
+        case pp::v1::RECV_ACTIVATION: recvs[{false, a.stage(), a.microbatch()}] = &t; break;
+        case pp::v1::RECV_GRAD: recvs[{true, a.stage(), a.microbatch()}] = &t; break;
+        default: continue;
+      }
+      if (a.kind() == pp::v1::SEND_ACTIVATION || a.kind() == pp::v1::SEND_GRAD) {
+        send_seconds += t.end() - t.start();
+      }
+    }
+  }
+  MessageCosts costs;
+  if (sends.empty()) return costs;
+  costs.send_overhead = send_seconds / static_cast<double>(sends.size());
+  double waited = 0;
+  int count = 0;
+  for (const auto& [key, send] : sends) {
+    auto it = recvs.find(key);
+    if (it == recvs.end() || it->second->start() > send->end()) continue;
+    waited += std::max(0.0, it->second->end() - send->end());
+    ++count;
+  }
+  if (count > 0) costs.latency = waited / count;
+  return costs;
+}
+
 }  // namespace
 
 absl::StatusOr<CostModel> CostsFromTrace(const Schedule& schedule,
                                          const pp::v1::StepTrace& trace) {
   const int S = static_cast<int>(schedule.stage_to_rank.size());
   const MeanTimes times(trace, S);
-  std::vector<double> forward(S), backward(S);
-  double f = 0, b = 0, i = 0, w = 0;
-  for (int s = 0; s < S; ++s) {
-    forward[s] = times.Mean(s, Kind::kForward);
-    const double input = times.Mean(s, Kind::kBackwardInput);
-    const double weight = times.Mean(s, Kind::kBackwardWeight);
-    backward[s] = times.Mean(s, Kind::kBackward) + input + weight;
-    f += forward[s] / S;
-    b += backward[s] / S;
-    i += input / S;
-    w += weight / S;
-  }
-  if (f <= 0 || b <= 0) return absl::NotFoundError("the trace has no forward or backward times");
   CostModel costs;
-  costs.forward = f;
-  costs.backward = b;
-  costs.backward_input = i;
-  costs.backward_weight = w;
-  for (int s = 0; s < S; ++s) costs.stage_scale.push_back((forward[s] + backward[s]) / (f + b));
+  costs.forward = costs.backward = 0;  // sums from here (the struct's defaults are 1 and 2)
+  for (int s = 0; s < S; ++s) {
+    StageCosts c{times.Mean(s, Kind::kForward), times.Mean(s, Kind::kBackward),
+                 times.Mean(s, Kind::kBackwardInput), times.Mean(s, Kind::kBackwardWeight)};
+    if (c.backward == 0) c.backward = c.backward_input + c.backward_weight;
+    if (c.backward_input == 0 && c.backward_weight == 0) {
+      c.backward_input = c.backward_weight = c.backward / 2;
+    }
+    if (c.forward <= 0 || c.backward <= 0) {
+      return absl::NotFoundError(
+          absl::StrCat("the trace has no forward or backward times of stage ", s));
+    }
+    costs.stage_costs.push_back(c);
+    costs.forward += c.forward / S;
+    costs.backward += c.backward / S;
+    costs.backward_input += c.backward_input / S;
+    costs.backward_weight += c.backward_weight / S;
+  }
+  for (const StageCosts& c : costs.stage_costs) {
+    costs.stage_scale.push_back((c.forward + c.backward) / (costs.forward + costs.backward));
+  }
+  const MessageCosts messages = MessageCostsOf(trace);
+  costs.send_overhead = messages.send_overhead;
+  costs.comm_latency = messages.latency;
   return costs;
 }
 
-absl::StatusOr<double> BubbleWithMeasuredCosts(const pp::v1::Schedule& schedule,
-                                               const pp::v1::StepTrace& trace) {
+absl::StatusOr<TracedBubble> CompareTraceWithSimulation(const pp::v1::Schedule& schedule,
+                                                        const pp::v1::StepTrace& trace) {
   absl::StatusOr<Schedule> plain = ScheduleFromProto(schedule);
   if (!plain.ok()) return plain.status();
   absl::StatusOr<CostModel> costs = CostsFromTrace(*plain, trace);
   if (!costs.ok()) return costs.status();
   absl::StatusOr<Simulation> simulation = Simulate(*plain, *costs);
   if (!simulation.ok()) return simulation.status();
-  return simulation->bubble_fraction;
+  std::vector<double> busy;
+  double first = 0, last = 0;
+  bool any = false;
+  for (const pp::v1::RankTrace& rank : trace.ranks()) {
+    double compute = 0;
+    for (const pp::v1::TimedAction& t : rank.actions()) {
+      if (!IsComm(ActionFromProto(t.action()).kind)) compute += t.end() - t.start();
+      first = any ? std::min(first, t.start()) : t.start();
+      last = any ? std::max(last, t.end()) : t.end();
+      any = true;
+    }
+    busy.push_back(compute);
+  }
+  return TracedBubble{IdleFraction(busy, last - first), simulation->bubble_fraction, *costs};
+}
+
+absl::StatusOr<double> BubbleWithMeasuredCosts(const pp::v1::Schedule& schedule,
+                                               const pp::v1::StepTrace& trace) {
+  absl::StatusOr<TracedBubble> compared = CompareTraceWithSimulation(schedule, trace);
+  if (!compared.ok()) return compared.status();
+  return compared->simulated;
 }
 
 }  // namespace pp::plan

@@ -71,17 +71,31 @@ absl::StatusOr<std::vector<int>> PartitionUnits(const pp::v1::ModelSpec& model, 
                                                 const std::vector<int>& explicit_units,
                                                 const std::vector<double>& unit_costs);
 
-// The compute costs measured in one step, as a cost model for `schedule` (S stages): the mean F
-// and B (B = I + W when the backward is split) over stages, each stage scaled by its share of
-// F + B, I and W as measured; communication free. Actions outside 0..S-1 are ignored. NotFound
-// when the trace has no forward or backward time.
+// The costs measured in one step, as a cost model for `schedule` (S stages): every stage's own
+// mean F, B, I and W (stage_costs; B = I + W when the backward is split, I = W = B / 2 when not),
+// their means over stages in forward..backward_weight with stage_scale (for display), the mean
+// time a SEND kept its rank (send_overhead) and the mean delivery latency of the messages whose
+// receiver was already waiting (comm_latency). Actions outside 0..S-1 are ignored. NotFound when
+// a stage has no forward or backward time.
 absl::StatusOr<CostModel> CostsFromTrace(const Schedule& schedule,
                                          const pp::v1::StepTrace& trace);
 
 // The bubble `schedule` has when re-simulated under CostsFromTrace(trace): what the measured
-// compute alone would leave idle. InvalidArgument for a schedule that does not convert or run.
+// compute and messages would leave idle if every action took its mean. InvalidArgument for a
+// schedule that does not convert or run.
 absl::StatusOr<double> BubbleWithMeasuredCosts(const pp::v1::Schedule& schedule,
                                                const pp::v1::StepTrace& trace);
+
+// One traced step's bubble (kBubbleDefinition over its actions: the ranks' compute against the
+// span from the first action to the last) beside the bubble of `schedule` re-simulated under
+// that step's CostsFromTrace: how far the run's idle time is from what its own measured costs
+// predict. Errors as BubbleWithMeasuredCosts.
+struct TracedBubble {
+  double measured = 0, simulated = 0;
+  CostModel costs;
+};
+absl::StatusOr<TracedBubble> CompareTraceWithSimulation(const pp::v1::Schedule& schedule,
+                                                        const pp::v1::StepTrace& trace);
 
 }  // namespace pp::plan
 

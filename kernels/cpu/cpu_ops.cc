@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/cpu/thread_pool.h"
@@ -355,8 +356,20 @@ absl::StatusOr<std::unique_ptr<Ops>> MakeCpuOpsWith(int threads, CpuMatmul matmu
       std::make_unique<CpuOps>(std::max(1, threads), matmul, std::move(dnnl), std::move(path)));
 }
 
+// fp32 products run on oneDNN where its f32 matmul is an AVX-512 brgemm: on such CPUs it is
+// 1.5-1.9x OpenBLAS 0.3.21 on a step's shapes (bench/NOTES.md "Speed"), and the choice depends
+// only on the CPU, so every process of a machine computes the same bits.
+std::unique_ptr<Ops> MakeFp32CpuOps(int threads) {
+  if (const char* force = std::getenv(kForceFp32OpenBlasEnv);
+      force == nullptr || std::string(force) != "1") {
+    absl::StatusOr<std::unique_ptr<Ops>> dnnl = MakeCpuOpsWith(threads, CpuMatmul::kDnnlF32);
+    if (dnnl.ok() && absl::StrContains((*dnnl)->MatmulPath(), "avx512")) return std::move(*dnnl);
+  }
+  return *MakeCpuOpsWith(threads, CpuMatmul::kSgemm);
+}
+
 std::unique_ptr<Ops> MakeCpuOps(int threads, common::Precision precision) {
-  if (precision == common::Precision::kFp32) return *MakeCpuOpsWith(threads, CpuMatmul::kSgemm);
+  if (precision == common::Precision::kFp32) return MakeFp32CpuOps(threads);
   std::string why;
   if (const char* force = std::getenv(kForceBf16FallbackEnv);
       force != nullptr && std::string(force) == "1") {

@@ -1,5 +1,6 @@
-// The CPU backend of Ops: OpenBLAS sgemm (single-threaded) for matmuls, own vector loops in a
-// fixed order elsewhere (vec_kernels.h), parallelised over its own pool (thread_pool.h). In bf16
+// The CPU backend of Ops: oneDNN's f32 matmul (AVX-512 CPUs) or OpenBLAS sgemm for matmuls, each
+// called single-threaded, own vector loops in a fixed order elsewhere (vec_kernels.h), all
+// parallelised over its own pool (thread_pool.h). In bf16
 // (common/precision.h) only the three Matmul ops change, on one of two paths:
 // - fast: operands converted to bf16 (round to nearest even), oneDNN's bf16 x bf16 -> f32 matmul
 //   (dnnl_gemm.h), where this CPU's oneDNN can create one (avx512_core_bf16 or AMX);
@@ -21,16 +22,21 @@ namespace pp::kernels {
 enum class CpuMatmul {
   kSgemm,      // fp32: OpenBLAS sgemm
   kSgemmBf16,  // bf16 fallback: bf16-rounded operands, sgemm
-  kDnnlF32,    // fp32 on oneDNN: the fast path's plumbing in f32, for tests
+  kDnnlF32,    // fp32 on oneDNN (the default where it is an AVX-512 kernel)
   kDnnlBf16,   // bf16 fast path
 };
+
+// Setting this environment variable to 1 makes fp32 take OpenBLAS even where oneDNN's f32 matmul
+// is an AVX-512 kernel (for comparisons: bench/trainer).
+inline constexpr char kForceFp32OpenBlasEnv[] = "PP_FP32_OPENBLAS";
 
 // Setting this environment variable to 1 makes bf16 take the fallback even where oneDNN could
 // run bf16 (documented in docs/jobs.md "Precision").
 inline constexpr char kForceBf16FallbackEnv[] = "PP_BF16_FALLBACK";
 
 // threads: threads of the pool, the caller's included (one worker process per core wants 1, which
-// starts no thread). Results are bitwise the same for every thread count. fp32 is kSgemm; bf16 is
+// starts no thread). Results are bitwise the same for every thread count. fp32 is kDnnlF32 where
+// oneDNN's f32 matmul on this CPU is an AVX-512 kernel and PP_FP32_OPENBLAS is not 1, else kSgemm; bf16 is
 // kDnnlBf16 when oneDNN can create it and PP_BF16_FALLBACK is not 1, else kSgemmBf16, and
 // Ops::MatmulPath says which and why.
 std::unique_ptr<Ops> MakeCpuOps(int threads, common::Precision precision = common::Precision::kFp32);

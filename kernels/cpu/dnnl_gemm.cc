@@ -39,11 +39,21 @@ class DnnlGemmImpl final : public DnnlGemm {
   void Run(bool ta, bool tb, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
            bool accumulate, float* c, int ldc) override {
     if (m == 0 || n == 0) return;
-    const ShapeKey key{ta, tb, m, n, k, lda, ldb, ldc, accumulate};
     try {
-      const Entry& e = Get(key);
       omp_set_num_threads(1);  // this thread's OpenMP teams; the pool does the parallelism
       dnnl::stream stream(engine_);
+      // oneDNN 2.6 picks its implementation for a transposed A by shape: brgemm for some m,
+      // gemm:jit for others, and the two sum in different orders, so a product split into row
+      // blocks would not give the bits of one call. A copied into (m,k) rows first takes the
+      // same brgemm kernel at every m (kernels/cpu/cpu_ops.cc splits products by rows).
+      if (ta) {
+        thread_local std::vector<char> rows;
+        const size_t bytes = size_t(m) * size_t(k) * ElementBytes();
+        if (rows.size() < bytes) rows.resize(bytes);
+        Transpose(stream, m, k, a, lda, rows.data());
+        a = rows.data(), lda = k, ta = false;
+      }
+      const Entry& e = Get(ShapeKey{ta, tb, m, n, k, lda, ldb, ldc, accumulate});
       thread_local std::vector<char> scratch;
       const size_t scratch_bytes = e.pd.scratchpad_desc().get_size();
       if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
@@ -90,6 +100,33 @@ class DnnlGemmImpl final : public DnnlGemm {
     dnnl::matmul prim(pd);
     return cache_.emplace(key, Entry{pd, prim}).first->second;
   }
+
+  size_t ElementBytes() const { return type_ == dt::bf16 ? 2 : 4; }
+
+  // dst (m,k), rows k apart = op(A) for a transposed A stored (k,m) with rows lda apart: one
+  // oneDNN reorder (a copy, exact), cached per shape like the products.
+  void Transpose(dnnl::stream& stream, int m, int k, const void* a, int lda, void* dst) {
+    dnnl::reorder* r;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const TransposeKey key{m, k, lda};
+      auto it = transposes_.find(key);
+      if (it == transposes_.end()) {
+        const dnnl::memory::desc from(dims{m, k}, type_, dims{1, lda});
+        const dnnl::memory::desc to(dims{m, k}, type_, dims{k, 1});
+        it = transposes_.emplace(key, dnnl::reorder(dnnl::reorder::primitive_desc(
+                                          engine_, from, engine_, to))).first;
+      }
+      r = &it->second;
+    }
+    dnnl::memory from(dnnl::memory::desc(dims{m, k}, type_, dims{1, lda}), engine_,
+                      const_cast<void*>(a));
+    dnnl::memory to(dnnl::memory::desc(dims{m, k}, type_, dims{k, 1}), engine_, dst);
+    r->execute(stream, from, to);
+  }
+
+  using TransposeKey = std::tuple<int, int, int>;  // m, k, lda
+  std::map<TransposeKey, dnnl::reorder> transposes_;
 
   const dt type_;
   dnnl::engine engine_;

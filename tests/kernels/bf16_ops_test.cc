@@ -127,7 +127,7 @@ TEST(Bf16Test, FallbackIsSgemmOnRoundedOperandsForEveryThreadCount) {
     SCOPED_TRACE(threads);
     absl::StatusOr<std::unique_ptr<Ops>> bf16 = MakeCpuOpsWith(threads, CpuMatmul::kSgemmBf16);
     ASSERT_TRUE(bf16.ok()) << bf16.status();
-    std::unique_ptr<Ops> fp32 = MakeCpuOps(threads);
+    std::unique_ptr<Ops> fp32 = *MakeCpuOpsWith(threads, CpuMatmul::kSgemm);
     const Results got = RunMatmuls(**bf16, x);
     const Results want = RunMatmuls(*fp32, rounded);
     ExpectBitwise(got.out, want.out, "MatmulForward");
@@ -151,7 +151,7 @@ TEST(Bf16Test, OneDnnPlumbingInF32MatchesOpenBlas) {
   if (!one.ok()) GTEST_SKIP() << "no oneDNN f32 matmul: " << one.status();
   std::cout << "oneDNN f32 path: " << (*one)->MatmulPath() << "\n";
   const Operands x;
-  const Results sgemm = RunMatmuls(*MakeCpuOps(1), x);
+  const Results sgemm = RunMatmuls(**MakeCpuOpsWith(1, CpuMatmul::kSgemm), x);
   const Results got = RunMatmuls(**one, x);
   ExpectNear(got.out, sgemm.out, 1e-5, "MatmulForward");
   ExpectNear(got.out_nobias, sgemm.out_nobias, 1e-5, "MatmulForward without bias");
@@ -211,12 +211,20 @@ TEST(Bf16Test, MakeOpsPicksAndLogsThePathAndTheVariableForcesTheFallback) {
   const Results want = RunMatmuls(**MakeCpuOpsWith(2, CpuMatmul::kSgemmBf16), x);
   ExpectBitwise(RunMatmuls(**forced, x).dweight, want.dweight, "forced fallback");
 
-  // fp32 logs nothing and says so.
+  // fp32 logs nothing; its path is oneDNN where that is an AVX-512 kernel, else OpenBLAS, and
+  // PP_FP32_OPENBLAS=1 forces OpenBLAS.
+  absl::StatusOr<std::unique_ptr<Ops>> dnnl = MakeCpuOpsWith(1, CpuMatmul::kDnnlF32);
+  const bool avx512 = dnnl.ok() && (*dnnl)->MatmulPath().find("avx512") != std::string::npos;
   ::testing::internal::CaptureStderr();
   absl::StatusOr<std::unique_ptr<Ops>> fp32 = MakeOps("cpu", 1);
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
   ASSERT_TRUE(fp32.ok());
-  EXPECT_EQ((*fp32)->MatmulPath(), "fp32: OpenBLAS sgemm");
+  EXPECT_EQ((*fp32)->MatmulPath(), avx512 ? (*dnnl)->MatmulPath() : "fp32: OpenBLAS sgemm");
+  setenv(kForceFp32OpenBlasEnv, "1", 1);
+  absl::StatusOr<std::unique_ptr<Ops>> openblas = MakeOps("cpu", 2);
+  unsetenv(kForceFp32OpenBlasEnv);
+  ASSERT_TRUE(openblas.ok());
+  EXPECT_EQ((*openblas)->MatmulPath(), "fp32: OpenBLAS sgemm");
 }
 
 }  // namespace

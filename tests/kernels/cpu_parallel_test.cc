@@ -249,5 +249,44 @@ TEST(CpuThreadsTest, EveryOpGivesTheSameBitsOnOneTwoAndThreeThreads) {
   }
 }
 
+
+// The three products at a real block's shapes (B=8, T=128, C=256), in fp32 and bf16, on the path
+// MakeOps takes on this CPU. oneDNN chooses its kernel by shape (a transposed A once took brgemm
+// at m=768 and gemm:jit at m=384, summing in another order): the row blocks of two and three
+// threads must still give the bits of one call.
+std::vector<float> RunBlockProducts(int threads, common::Precision precision) {
+  auto made = MakeOps("cpu", threads, precision);
+  EXPECT_TRUE(made.ok());
+  Ops& ops = **made;
+  constexpr int N = 8 * 128, C = 256;
+  std::vector<float> all;
+  for (auto [ic, oc] : {std::pair{C, 3 * C}, {C, 4 * C}, {4 * C, C}}) {
+    const std::vector<float> inp = Random(size_t(N) * ic, 1), w = Random(size_t(oc) * ic, 2, 0.1f),
+                             bias = Random(oc, 3), dout = Random(size_t(N) * oc, 4);
+    std::vector<float> out(size_t(N) * oc), dinp = Random(size_t(N) * ic, 5),
+                                            dw = Random(size_t(oc) * ic, 6), db(oc);
+    ops.MatmulForward(out.data(), inp.data(), w.data(), bias.data(), N, ic, oc);
+    ops.MatmulBackwardInput(dinp.data(), dout.data(), w.data(), N, ic, oc);
+    ops.MatmulBackwardWeight(dw.data(), db.data(), dout.data(), inp.data(), N, ic, oc);
+    for (const std::vector<float>* v : {&out, &dinp, &dw, &db}) {
+      all.insert(all.end(), v->begin(), v->end());
+    }
+  }
+  return all;
+}
+
+TEST(CpuThreadsTest, BlockProductsGiveTheSameBitsOnOneTwoAndThreeThreads) {
+  for (common::Precision precision : {common::Precision::kFp32, common::Precision::kBf16}) {
+    const std::vector<float> one = RunBlockProducts(1, precision);
+    for (int threads : {2, 3}) {
+      const std::vector<float> more = RunBlockProducts(threads, precision);
+      ASSERT_EQ(one.size(), more.size());
+      size_t differ = 0;
+      for (size_t i = 0; i < one.size(); ++i) differ += std::memcmp(&one[i], &more[i], 4) != 0;
+      EXPECT_EQ(differ, 0u) << threads << " threads, " << common::PrecisionName(precision);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pp::kernels

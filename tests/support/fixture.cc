@@ -53,16 +53,22 @@ bool SameTensor(const std::string& name, const std::vector<float>& got,
   if (match == Match::kBitwise) {
     return std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0;
   }
-  // The key biases' gradient is exactly zero; AdamW turns its rounding noise, which differs
-  // between summation orders, into updates of up to lr per step (tests/worker/parallel/training_test.cc).
+  // AdamW moves an element by about lr a step whatever its gradient's size, so an element whose
+  // gradient is rounding noise (it sums to nearly zero) can end up to 2 lr a step away under
+  // another summation order (tests/worker/parallel/training_test.cc). The key biases' gradient
+  // is exactly zero: all of them are such. Elsewhere a few elements are: at most 1% may use that
+  // bound, the others keep within 1e-4 of the tensor's largest value.
   const bool noise = name.find("attn.qkv.bias") != std::string::npos;
-  const double tolerance = noise ? 2 * spec.train().lr() * spec.train().steps() : 1e-4;
-  double diff = 0, scale = noise ? 1 : 1e-30;
+  const double adamw_noise = 2 * spec.train().lr() * spec.train().steps();
+  double scale = 1e-30;
+  for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
+  size_t noisy = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
-    if (!noise) scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (diff > adamw_noise) return false;
+    noisy += diff > 1e-4 * scale;
   }
-  return diff / scale <= tolerance;
+  return noise || noisy <= want.size() / 100;
 }
 
 }  // namespace

@@ -84,6 +84,14 @@ TEST(CostsFromTraceTest, MeasuredTimesBecomeTheCostModel) {
   EXPECT_DOUBLE_EQ(fitted->backward, 0.03);
   ASSERT_EQ(fitted->stage_scale.size(), 3u);
   for (double scale : fitted->stage_scale) EXPECT_DOUBLE_EQ(scale, 1);
+  ASSERT_EQ(fitted->stage_costs.size(), 3u);
+  for (const StageCosts& c : fitted->stage_costs) {
+    EXPECT_DOUBLE_EQ(c.forward, 0.01);
+    EXPECT_DOUBLE_EQ(c.backward, 0.03);
+    EXPECT_DOUBLE_EQ(c.backward_input, 0.015);
+  }
+  EXPECT_EQ(fitted->send_overhead, 0);
+  EXPECT_EQ(fitted->comm_latency, 0);
   // Re-simulated under what was measured, the schedule has the bubble it was planned with.
   absl::StatusOr<double> bubble =
       BubbleWithMeasuredCosts(ScheduleToProto(planned.schedule, nullptr), trace);
@@ -91,6 +99,34 @@ TEST(CostsFromTraceTest, MeasuredTimesBecomeTheCostModel) {
   EXPECT_NEAR(*bubble, planned.simulation.bubble_fraction, 1e-12);
   EXPECT_EQ(CostsFromTrace(planned.schedule, pp::v1::StepTrace()).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Stages of their own costs, split backwards, and messages that cost their sender and take
+// time to arrive: the fit gives them back, and the re-simulation the bubble planned with them.
+TEST(CostsFromTraceTest, PerStageCostsSendOverheadAndLatencyComeBack) {
+  CostModel costs;
+  costs.stage_costs = {{1, 3, 2, 1}, {2, 4, 1, 3}, {1.5, 2, 1, 1}, {1, 2.5, 1.5, 1}};
+  costs.send_overhead = 0.2;
+  costs.comm_latency = 0.5;
+  const Planned planned = MustPlan("zb-v", 2, 2, 6, costs);
+  const pp::v1::StepTrace trace = TraceOf(planned, 0.001);
+  absl::StatusOr<CostModel> fitted = CostsFromTrace(planned.schedule, trace);
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  ASSERT_EQ(fitted->stage_costs.size(), 4u);
+  for (size_t s = 0; s < 4; ++s) {
+    SCOPED_TRACE(s);
+    EXPECT_NEAR(fitted->stage_costs[s].forward, 0.001 * costs.stage_costs[s].forward, 1e-12);
+    EXPECT_NEAR(fitted->stage_costs[s].backward_input,
+                0.001 * costs.stage_costs[s].backward_input, 1e-12);
+    EXPECT_NEAR(fitted->stage_costs[s].backward_weight,
+                0.001 * costs.stage_costs[s].backward_weight, 1e-12);
+  }
+  EXPECT_NEAR(fitted->send_overhead, 0.0002, 1e-12);
+  EXPECT_NEAR(fitted->comm_latency, 0.0005, 1e-12);
+  absl::StatusOr<double> bubble =
+      BubbleWithMeasuredCosts(ScheduleToProto(planned.schedule, nullptr), trace);
+  ASSERT_TRUE(bubble.ok()) << bubble.status();
+  EXPECT_NEAR(*bubble, planned.simulation.bubble_fraction, 1e-9);
 }
 
 }  // namespace
