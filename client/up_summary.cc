@@ -90,7 +90,8 @@ void PrintBubbles(const UpRun& run, const pp::v1::PlanJobResponse* plan,
                   const std::vector<pp::v1::StepTrace>& traces) {
   std::cout << "  bubble      idle share of all ranks' time, first action to last\n";
   if (run.bubble_steps > 0) {
-    std::cout << absl::StrFormat("              measured   %5.1f%% (mean of steps 2-%d)\n",
+    std::cout << absl::StrFormat("              measured   %5.1f%% (mean of steps 2-%d, whole steps: "
+                                 "the optimizer busy, the step's collectives idle)\n",
                                  100 * run.bubble_sum / run.bubble_steps, run.last_event.step());
   }
   if (plan == nullptr) return;

@@ -45,6 +45,9 @@ class Ops {
 
   // ---- memory -------------------------------------------------------------------------------
   virtual float* Alloc(size_t n) = 0;  // n floats, zero-filled
+  // n floats, contents undefined: for the output of an op that overwrites it whole (a forward
+  // op), so no pass writes zeros the op then writes over.
+  virtual float* AllocUninitialized(size_t n) = 0;
   virtual int32_t* AllocInt(size_t n) = 0;
   virtual void Free(void* p) = 0;
   virtual void CopyToDevice(float* dst, const float* host_src, size_t n) = 0;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/schedules.h"
+#include "coordinator/plan/calibrated_hosts.h"
 #include "coordinator/plan/plan.h"
 
 namespace pp::plan {
@@ -134,10 +135,13 @@ struct Context {
   const pp::v1::JobSpec& spec;
   const UnitTimes& times;
   Link link;
+  const CalibratedHosts& hosts;
   int D = 1;
 };
 
-// The stage's calibrated costs on `rank` at `sequences`, or nullopt when a unit was not timed.
+// The stage's calibrated costs on `rank` at `sequences`, as if the rank computed alone (its times
+// scaled by its rate while every rank calibrated at once: calibrated_hosts.h), or nullopt when a
+// unit was not timed.
 std::optional<StageCosts> StageCost(const Context& ctx, int rank, StageUnits span, int sequences) {
   StageCosts sum{0, 0, 0, 0};
   for (int u = span.first; u < span.first + span.count; ++u) {
@@ -149,7 +153,9 @@ std::optional<StageCosts> StageCost(const Context& ctx, int rank, StageUnits spa
     sum.backward_input += c->backward_input();
     sum.backward_weight += c->backward_weight();
   }
-  return sum;
+  const double rate = ctx.hosts.calibration_rate[rank];
+  return StageCosts{sum.forward * rate, sum.backward * rate, sum.backward_input * rate,
+                    sum.backward_weight * rate};
 }
 
 // Contiguous split of the units into the schedule's stages minimising the slowest stage, where
@@ -260,6 +266,8 @@ std::optional<double> PredictStep(const Context& ctx, const Schedule& schedule,
   costs.activation_bytes = 4.0 * sequences * ctx.spec.model().seq_len() * ctx.spec.model().d_model();
   costs.recompute_forward = shares.forward;
   costs.recompute_dropped = shares.dropped;
+  costs.rank_host = ctx.hosts.rank_host;  // ranks on one machine share its cores
+  costs.host_cores = ctx.hosts.host_cores;
   std::vector<double> optimizer(ctx.D, 0);
   const std::vector<StageUnits> spans = Spans(c.units);
   for (size_t s = 0; s < spans.size(); ++s) {
@@ -343,8 +351,15 @@ std::string CostsSummary(const Context& ctx, const pp::v1::Calibration& calibrat
                             ? absl::StrFormat("%.1f MB/s", ctx.link.bandwidth / 1e6)
                             : std::string("unmeasured bandwidth"));
   }
+  std::string sharing;
+  if (!ctx.hosts.summary.empty()) {
+    sharing = absl::StrCat("; ", ctx.hosts.summary,
+                           ": simulated sharing the cores, from compute times scaled to a rank "
+                           "alone (the ranks calibrated at once)");
+  }
   return absl::StrCat("a block takes ", block, " at ", sequences, " sequences on rank 0; ", link,
-                      "; calibrated in ", absl::StrFormat("%.2f s", calibration.seconds()),
+                      sharing, "; calibrated in ",
+                      absl::StrFormat("%.2f s", calibration.seconds()),
                       calibration.cached() ? " (cached)" : "");
 }
 
@@ -395,7 +410,12 @@ absl::StatusOr<double> PredictStepSeconds(const pp::v1::JobSpec& resolved,
   absl::StatusOr<UnitTimes> times = UnitTimes::From(calibration, D);
   if (!times.ok()) return times.status();
   // Sizes are looked up by the resolved microbatch: its global batch is that times M.
-  const Context ctx{.spec = resolved, .times = *times, .link = SlowestLink(calibration), .D = D};
+  const CalibratedHosts hosts = HostsOf(calibration, D, resolved.train().threads());
+  const Context ctx{.spec = resolved,
+                    .times = *times,
+                    .link = SlowestLink(calibration),
+                    .hosts = hosts,
+                    .D = D};
   absl::StatusOr<Planned> generated =
       Plan(p.schedule(), D, p.chunks(), resolved.train().microbatches(), CostModel{});
   if (!generated.ok()) return generated.status();
@@ -420,7 +440,9 @@ absl::StatusOr<CalibratedPlan> ChooseCalibrated(const pp::v1::JobSpec& spec,
   const int D = spec.parallel().pipeline();
   absl::StatusOr<UnitTimes> times = UnitTimes::From(calibration, D);
   if (!times.ok()) return times.status();
-  const Context ctx{.spec = spec, .times = *times, .link = SlowestLink(calibration), .D = D};
+  const CalibratedHosts hosts = HostsOf(calibration, D, spec.train().threads());
+  const Context ctx{
+      .spec = spec, .times = *times, .link = SlowestLink(calibration), .hosts = hosts, .D = D};
   std::vector<Option> candidates = Search(ctx, calibration, fixed_microbatches);
   if (candidates.empty()) {
     return absl::InvalidArgumentError(

@@ -16,8 +16,11 @@
 // calibrated times at that microbatch size on the worker of its rank; the boundary transfer
 // costs the slowest link's latency plus (B / M) x T x C x 4 bytes over its bandwidth. The
 // predicted step is the makespan plus the slowest rank's optimizer time plus the gradient norm's
-// all-gather ((D - 1) link latencies). The shortest predicted step that fits wins; ties keep the
-// first in the order above (fewer chunks, fewer microbatches).
+// all-gather ((D - 1) link latencies). Ranks whose workers report one machine share its cores
+// (calibrated_hosts.h): their compute times are scaled back to a rank alone and the step is
+// simulated with processor sharing (simulate.h), and the reason says so ("4 ranks on 2 cores").
+// The shortest predicted step that fits wins; ties keep the first in the order above (fewer
+// chunks, fewer microbatches).
 //
 // Pure: no locks, no RPC, no clock.
 #ifndef PP_COORDINATOR_PLAN_CALIBRATED_H_

@@ -95,6 +95,8 @@ CostModel CostsFromProto(const pp::v1::CostModel& proto) {
   costs.stage_scale.assign(proto.stage_scale().begin(), proto.stage_scale().end());
   costs.recompute_forward = proto.recompute_forward();
   costs.recompute_dropped = proto.recompute_dropped();
+  costs.rank_host.assign(proto.rank_host().begin(), proto.rank_host().end());
+  costs.host_cores.assign(proto.host_cores().begin(), proto.host_cores().end());
   return costs;
 }
 

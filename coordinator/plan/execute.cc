@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace pp::plan::internal {
-namespace {
 
 int ComputeIndex(Kind kind) {
   switch (kind) {
@@ -24,8 +23,6 @@ int ComputeIndex(Kind kind) {
       return -1;
   }
 }
-
-}  // namespace
 
 Event Produces(Kind kind) {
   switch (kind) {

@@ -38,6 +38,9 @@ struct Deps {
 };
 Deps DepsOf(const Action& action, const Schedule& schedule);
 
+// k of Durations.compute for a compute kind (F 0, B 1, I 2, W 3); -1 for a comm.
+int ComputeIndex(Kind kind);
+
 struct Durations {
   // Compute time of kind k (F, B, I, W) at stage s: compute[k * S + s].
   std::vector<double> compute;

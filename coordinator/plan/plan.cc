@@ -28,7 +28,7 @@ absl::StatusOr<Simulation> ValidateAndSimulate(const Schedule& schedule, const C
       /*record_times=*/durations.ok());
   if (absl::Status status = internal::CheckDeadlock(schedule, exec); !status.ok()) return status;
   if (!durations.ok()) return durations.status();
-  return internal::Summarize(schedule, costs, std::move(exec));
+  return internal::Conclude(schedule, costs, *durations, std::move(exec));
 }
 
 absl::StatusOr<Planned> Plan(const std::string& name, int D, int V, int M, const CostModel& costs) {

@@ -199,7 +199,7 @@ absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& c
   if (exec.deadlocked) {
     return absl::InvalidArgumentError("schedule deadlocks; run the validator for details");
   }
-  return internal::Summarize(schedule, costs, std::move(exec));
+  return internal::Conclude(schedule, costs, *durations, std::move(exec));
 }
 
 Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation) {

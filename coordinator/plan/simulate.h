@@ -7,6 +7,18 @@
 // the start of its F to the end of its B (or of its W when the backward is split: W still needs
 // the layer inputs). With recomputation (CostModel.recompute_*) the held bytes of a microbatch
 // fall to the undropped share after its F; its B or I brings the activation back whole first.
+//
+// Shared processors (CostModel.rank_host, host_cores; simulate_shared.cc): by default every rank
+// has a processor of its own. When ranks share a host's cores, the step is a fluid simulation: at
+// any instant, on a host of c cores where k of its ranks run a compute or a SEND's send_overhead,
+// each of those k progresses at rate min(1, c / k) (the host's cores shared evenly, as a
+// time-slicing scheduler shares them over a slice); a rank waiting at a receive, or done, uses
+// no core. An action's remaining work shrinks at its rank's current rate, and rates change
+// whenever an action starts or ends on that host. Messages still take comm_latency + bytes /
+// bandwidth after their SEND ends. A rank's busy stays the nominal cost of its compute actions
+// (what they take alone), so the bubble 1 - sum(busy) / (D x makespan) also counts the time lost
+// to sharing. When no host has more ranks than cores nobody ever slows down, and the per-rank
+// path runs: the same results, bit for bit, as without rank_host.
 #ifndef PP_COORDINATOR_PLAN_SIMULATE_H_
 #define PP_COORDINATOR_PLAN_SIMULATE_H_
 
@@ -45,13 +57,18 @@ struct CostModel {
   // that B or I its rank holds (1 - recompute_dropped) x activation_bytes. 0, 0: none.
   double recompute_forward = 0;  // in [0, 1]
   double recompute_dropped = 0;  // in [0, 1]
+  // Shared processors (see the top of this file). Empty: every rank on a processor of its own.
+  // Else one entry per rank (D): the index of the host it runs on, into host_cores, which holds
+  // each host's cores (>= 1). host_cores without rank_host is refused.
+  std::vector<int> rank_host = {};
+  std::vector<int> host_cores = {};
 };
 
 // InvalidArgument for negative or non-finite costs, or stage_scale without S entries.
 absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int S);
 
 struct RankStats {
-  double busy = 0;    // compute time
+  double busy = 0;    // compute time: the compute actions' nominal costs (alone on a processor)
   double idle = 0;    // makespan - busy
   int peak_live = 0;  // stage-microbatch activations in flight (F run, B or W not yet)
   double peak_bytes = 0;  // their bytes at the highest point, recomputation included
@@ -67,8 +84,8 @@ struct Simulation {
   std::vector<std::vector<double>> end;
 };
 
-// InvalidArgument for bad costs (including costs whose sum overflows), a malformed schedule or one
-// that deadlocks.
+// InvalidArgument for bad costs (including costs whose sum overflows, and rank_host / host_cores
+// that break their contract), a malformed schedule or one that deadlocks.
 absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& costs);
 
 // The simulated step as a timeline (TimelineFromEnds of simulation.end).
@@ -83,6 +100,23 @@ absl::StatusOr<Durations> DurationsOf(const CostModel& costs, int S);
 // did not deadlock. InvalidArgument when the step does not end in finite time.
 absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& costs,
                                      Execution exec);
+
+// OK when rank_host and host_cores keep their contract for a schedule of D ranks; else
+// InvalidArgument naming the field and entry.
+absl::Status CheckSharing(const CostModel& costs, int D);
+// Whether some host has more ranks than cores, so that the processor-sharing run is needed.
+// REQUIRES: CheckSharing ok.
+bool Oversubscribed(const CostModel& costs);
+// The processor-sharing run (simulate_shared.cc), whatever the hosts' load: on hosts with enough
+// cores it gives Summarize's figures up to rounding. REQUIRES: CheckIndices and CheckSharing ok,
+// `durations` = DurationsOf(costs). InvalidArgument when the programs deadlock or the step does
+// not end in finite time.
+absl::StatusOr<Simulation> SimulateShared(const Schedule& schedule, const CostModel& costs,
+                                          const Durations& durations);
+// Summarize(exec), or SimulateShared when the costs oversubscribe a host: what Simulate and
+// ValidateAndSimulate return after their execution. InvalidArgument as CheckSharing.
+absl::StatusOr<Simulation> Conclude(const Schedule& schedule, const CostModel& costs,
+                                    const Durations& durations, Execution exec);
 
 }  // namespace internal
 

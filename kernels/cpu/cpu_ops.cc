@@ -47,11 +47,16 @@ inline void Part(int64_t total, int64_t parts, int64_t i, int64_t align, int64_t
   *end = std::min(total, blocks * (i + 1) / parts * align);
 }
 
-void* AlignedZeroed(size_t bytes) {
+void* Aligned(size_t bytes) {
   size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded);
   if (p == nullptr) std::abort();  // out of host memory: nothing sensible to return
-  std::memset(p, 0, rounded);
+  return p;
+}
+
+void* AlignedZeroed(size_t bytes) {
+  void* p = Aligned(bytes);
+  std::memset(p, 0, bytes);
   return p;
 }
 
@@ -69,6 +74,9 @@ class CpuOps final : public Ops {
   std::string MatmulPath() const override { return path_; }
 
   float* Alloc(size_t n) override { return static_cast<float*>(AlignedZeroed(n * sizeof(float))); }
+  float* AllocUninitialized(size_t n) override {
+    return static_cast<float*>(Aligned(n * sizeof(float)));
+  }
   int32_t* AllocInt(size_t n) override {
     return static_cast<int32_t*>(AlignedZeroed(n * sizeof(int32_t)));
   }

@@ -53,6 +53,9 @@ class CudaOps final : public Ops {
   }
 
   float* Alloc(size_t n) override { return static_cast<float*>(AllocZeroed(n * sizeof(float))); }
+  float* AllocUninitialized(size_t n) override {
+    return static_cast<float*>(AllocRaw(n * sizeof(float)));
+  }
   int32_t* AllocInt(size_t n) override {
     return static_cast<int32_t*>(AllocZeroed(n * sizeof(int32_t)));
   }
@@ -276,7 +279,7 @@ class CudaOps final : public Ops {
   // Launch errors (bad configuration, missing kernel image) surface here, without a sync.
   void Launched(const char* op) const { Check(cudaGetLastError(), op); }
 
-  void* AllocZeroed(size_t bytes) {
+  void* AllocRaw(size_t bytes) {
     Use();
     void* p = nullptr;
     const cudaError_t err = cudaMalloc(&p, bytes);
@@ -285,6 +288,10 @@ class CudaOps final : public Ops {
                    bytes, device_, cudaGetErrorString(err));
       std::abort();
     }
+    return p;
+  }
+  void* AllocZeroed(size_t bytes) {
+    void* p = AllocRaw(bytes);
     Check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync after cudaMalloc");
     return p;
   }

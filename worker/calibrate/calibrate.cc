@@ -53,6 +53,8 @@ absl::StatusOr<pp::v1::RankCalibration> Calibration::Run() {
   out.set_rank(request_.rank());
   out.set_worker(env_.worker);
   out.set_free_memory_bytes(env_.free_memory_bytes);
+  out.set_machine(MachineIdentity());
+  out.set_cores(UsableCores());
   absl::Status status = TimeUnits(out);
   if (status.ok()) status = MeasureLinks(out);
   {

@@ -34,6 +34,8 @@
 //   costs of fewer passes). Else DeadlineExceeded naming what is missing. Transport failures
 //   before the deadline on a rank with a link to measure: that error, naming the rank.
 // - Every timing is stretched by env.slowdown (executor/slowdown.h) as the executor's are.
+// - The answer names the worker's machine and its usable cores (MachineIdentity, UsableCores), so
+//   that the coordinator knows which ranks share cores.
 // Threading: Run blocks; Abort may be called from any thread and makes Run return Aborted soon.
 #ifndef PP_WORKER_CALIBRATE_CALIBRATE_H_
 #define PP_WORKER_CALIBRATE_CALIBRATE_H_
@@ -82,6 +84,14 @@ struct Link {
 // non-empty, as the contract above says.
 Link LinkFromRoundTrips(const std::vector<double>& small, const std::vector<double>& large,
                         int64_t bytes);
+
+// This machine, the same in every process on it, whatever its network namespace or container:
+// "boot:" + /proc/sys/kernel/random/boot_id (which no namespace changes), else "host:" + the
+// hostname, else "" (unknown).
+std::string MachineIdentity();
+// The cores this process may run on: the size of its CPU affinity mask (sched_getaffinity), else
+// std::thread::hardware_concurrency; at least 1.
+int UsableCores();
 
 struct CalibrateEnv {
   comm::KvStore* kv = nullptr;         // rendezvous (the coordinator's KV in ppworker)

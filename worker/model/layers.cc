@@ -31,22 +31,22 @@ const float* StageModel::Impl::RowBias(const ModelTensor& bias) const {
 absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const float* x,
                                          float* y) {
   const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
-  s.ln1 = NewF(N_ * C), s.mean1 = NewF(N_), s.rstd1 = NewF(N_);
+  s.ln1 = NewOut(N_ * C), s.mean1 = NewOut(N_), s.rstd1 = NewOut(N_);
   ops_->LayerNormForward(s.ln1.get(), s.mean1.get(), s.rstd1.get(), x, w[kLn1W].value,
                          w[kLn1B].value, N, C);
-  s.qkv = NewF(N_ * 3 * Cl);  // (N,3Cl)
+  s.qkv = NewOut(N_ * 3 * Cl);  // (N,3Cl)
   ops_->MatmulForward(s.qkv.get(), s.ln1.get(), w[kQkvW].value, w[kQkvB].value, N, C, 3 * Cl);
-  s.atty = NewF(N_ * Cl), s.att = NewF(static_cast<size_t>(B_) * NH * T_ * T_);
+  s.atty = NewOut(N_ * Cl), s.att = NewOut(static_cast<size_t>(B_) * NH * T_ * T_);
   ops_->AttentionForward(s.atty.get(), s.att.get(), s.qkv.get(), B_, T_, Cl, NH);
   if (opt_.recompute == Recompute::kSelective) s.att.Release();  // back before the backward
   ops_->MatmulForward(tmp_c_, s.atty.get(), w[kProjW].value, RowBias(w[kProjB]), N, Cl, C);
   if (absl::Status st = AllReduce(tmp_c_); !st.ok()) return st;
-  s.res2 = NewF(N_ * C);
+  s.res2 = NewOut(N_ * C);
   ops_->ResidualForward(s.res2.get(), x, tmp_c_, N_ * C);
-  s.ln2 = NewF(N_ * C), s.mean2 = NewF(N_), s.rstd2 = NewF(N_);
+  s.ln2 = NewOut(N_ * C), s.mean2 = NewOut(N_), s.rstd2 = NewOut(N_);
   ops_->LayerNormForward(s.ln2.get(), s.mean2.get(), s.rstd2.get(), s.res2.get(), w[kLn2W].value,
                          w[kLn2B].value, N, C);
-  s.fch = NewF(N_ * 4 * Cl), s.fch_gelu = NewF(N_ * 4 * Cl);  // (N,4Cl)
+  s.fch = NewOut(N_ * 4 * Cl), s.fch_gelu = NewOut(N_ * 4 * Cl);  // (N,4Cl)
   ops_->MatmulForward(s.fch.get(), s.ln2.get(), w[kFcW].value, w[kFcB].value, N, C, 4 * Cl);
   ops_->GeluForward(s.fch_gelu.get(), s.fch.get(), N_ * 4 * Cl);
   ops_->MatmulForward(tmp_c_, s.fch_gelu.get(), w[kFc2W].value, RowBias(w[kFc2B]), N, 4 * Cl, C);
@@ -60,7 +60,7 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
                                                FBuf dy, float* dx) {
   const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
   if (s.att.get() == nullptr) {  // selective recomputation: the probabilities, from qkv again
-    s.att = NewF(static_cast<size_t>(B_) * NH * T_ * T_);
+    s.att = NewOut(static_cast<size_t>(B_) * NH * T_ * T_);
     ops_->AttentionForward(tmp_c_, s.att.get(), s.qkv.get(), B_, T_, Cl, NH);  // output unused
   }
   s.dy = std::move(dy);
@@ -71,7 +71,7 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
   s.dln2 = NewF(N_ * C);
   ops_->MatmulBackwardInput(s.dln2.get(), s.dfch.get(), w[kFcW].value, N, C, 4 * Cl);
   if (absl::Status st = AllReduce(s.dln2.get()); !st.ok()) return st;
-  s.dres2 = NewF(N_ * C);
+  s.dres2 = NewOut(N_ * C);
   ops_->Copy(s.dres2.get(), s.dy.get(), N_ * C);
   ops_->LayerNormBackwardInput(s.dres2.get(), s.dln2.get(), s.res2.get(), w[kLn2W].value,
                                s.mean2.get(), s.rstd2.get(), N, C);
@@ -107,11 +107,11 @@ void StageModel::Impl::BlockBackwardWeight(ModelTensor* w, BlockSaved& s, const 
 // x (N,C) -> logits (N,V) -> mean token loss, against s.targets (N) (LoadInputs put them there).
 double StageModel::Impl::HeadForward(HeadSaved& s, const float* x) {
   const int C = C_, V = cfg_.vocab_size, N = static_cast<int>(N_);
-  s.lnf = NewF(N_ * C), s.mean = NewF(N_), s.rstd = NewF(N_);
+  s.lnf = NewOut(N_ * C), s.mean = NewOut(N_), s.rstd = NewOut(N_);
   ops_->LayerNormForward(s.lnf.get(), s.mean.get(), s.rstd.get(), x, head_[0].value,
                          head_[1].value, N, C);
   ops_->MatmulForward(logits_, s.lnf.get(), head_weight_->value, nullptr, N, C, V);
-  s.probs = NewF(N_ * V);
+  s.probs = NewOut(N_ * V);
   ops_->CrossEntropyForward(losses_, s.probs.get(), logits_, s.targets.get(), N, V);
   return ops_->Sum(losses_, N_) / static_cast<double>(N_);
 }

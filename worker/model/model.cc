@@ -135,7 +135,7 @@ absl::Status StageModel::Impl::LoadInputs(MbState& st, const StageInput& in) {
     st.embed.tokens = NewI(N_);
     ops_->CopyIntToDevice(st.embed.tokens.get(), in.tokens, N_);
   } else {
-    st.resid[0] = NewF(N_ * C_);
+    st.resid[0] = NewOut(N_ * C_);
     ops_->Copy(st.resid[0].get(), in.activations, N_ * C_);
   }
   if (has_head()) {
@@ -152,12 +152,12 @@ absl::StatusOr<double> StageModel::Impl::ComputeForward(MbState& st, float* out)
   const size_t nb = blocks_.size();
   const bool embed_only = nb == 0 && !has_head();
   if (has_embedding()) {
-    float* dst = embed_only ? out : (st.resid[0] = NewF(N_ * C_)).get();
+    float* dst = embed_only ? out : (st.resid[0] = NewOut(N_ * C_)).get();
     ops_->EncoderForward(dst, st.embed.tokens.get(), embed_[0].value, embed_[1].value, B_, T_,
                          C_);
   }
   for (size_t i = 0; i < nb; ++i) {
-    float* y = (i + 1 == nb && !has_head()) ? out : (st.resid[i + 1] = NewF(N_ * C_)).get();
+    float* y = (i + 1 == nb && !has_head()) ? out : (st.resid[i + 1] = NewOut(N_ * C_)).get();
     if (absl::Status s = BlockForward(blocks_[i], st.blocks[i], st.resid[i].get(), y); !s.ok()) {
       return s;
     }
@@ -180,7 +180,7 @@ absl::Status StageModel::Impl::Rematerialize(MbState& st) {
   st.dropped = false;
   if (blocks_.empty() && !has_head()) return absl::OkStatus();  // the embedding keeps its tokens
   FBuf discard;
-  float* out = has_head() ? nullptr : (discard = NewF(N_ * C_)).get();
+  float* out = has_head() ? nullptr : (discard = NewOut(N_ * C_)).get();
   absl::StatusOr<double> loss = ComputeForward(st, out);
   return loss.status();
 }
@@ -209,15 +209,15 @@ absl::Status StageModel::Impl::BackwardInput(int mb, const float* grad_out, floa
   // g: gradient of the current residual, owned here unless it is the caller's grad_out.
   FBuf g;
   if (has_head()) {
-    float* dst = (nb == 0 && !has_embedding()) ? grad_in : (g = NewF(N_ * C_)).get();
+    float* dst = (nb == 0 && !has_embedding()) ? grad_in : (g = NewOut(N_ * C_)).get();
     HeadBackwardInput(st.head, st.resid[nb].get(), dst);
   } else {
-    g = NewF(N_ * C_);
+    g = NewOut(N_ * C_);
     ops_->Copy(g.get(), grad_out, N_ * C_);
   }
   for (size_t i = nb; i-- > 0;) {
     FBuf dx;
-    float* dst = (i == 0 && !has_embedding()) ? grad_in : (dx = NewF(N_ * C_)).get();
+    float* dst = (i == 0 && !has_embedding()) ? grad_in : (dx = NewOut(N_ * C_)).get();
     absl::Status s =
         BlockBackwardInput(blocks_[i], st.blocks[i], st.resid[i].get(), std::move(g), dst);
     if (!s.ok()) return s;

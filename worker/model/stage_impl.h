@@ -32,9 +32,11 @@ template <typename T>
 class Buf {
  public:
   Buf() = default;
-  Buf(Ops* ops, size_t n, int64_t* live) : ops_(ops), n_(n), live_(live) {
+  // zeroed false: the contents are undefined (Ops::AllocUninitialized), for an op's output that
+  // the op overwrites whole.
+  Buf(Ops* ops, size_t n, int64_t* live, bool zeroed = true) : ops_(ops), n_(n), live_(live) {
     if constexpr (std::is_same_v<T, float>) {
-      p_ = ops->Alloc(n);
+      p_ = zeroed ? ops->Alloc(n) : ops->AllocUninitialized(n);
     } else {
       p_ = ops->AllocInt(n);
     }
@@ -133,7 +135,8 @@ class StageModel::Impl {
  private:
   using FBuf = internal::FBuf;
   using IBuf = internal::IBuf;
-  FBuf NewF(size_t n) { return FBuf(ops_, n, &live_bytes_); }
+  FBuf NewF(size_t n) { return FBuf(ops_, n, &live_bytes_); }  // zeroed: backward ops add into it
+  FBuf NewOut(size_t n) { return FBuf(ops_, n, &live_bytes_, false); }  // an op overwrites it whole
   IBuf NewI(size_t n) { return IBuf(ops_, n, &live_bytes_); }
 
   absl::Status CheckTokens(const int32_t* tokens, const char* what) const;

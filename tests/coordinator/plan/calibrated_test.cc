@@ -1,10 +1,14 @@
 #include "coordinator/plan/calibrated.h"
 
 #include <cmath>
+#include <iostream>
 #include <numeric>
 #include <string>
 
 #include "common/job_spec.h"
+#include "common/schedules.h"
+#include "coordinator/plan/calibrated_hosts.h"
+#include "coordinator/plan/plan.h"
 #include "gtest/gtest.h"
 
 namespace pp::plan {
@@ -171,6 +175,127 @@ TEST(CalibratedTest, RefusesACalibrationThatDoesNotCoverTheJob) {
   pp::v1::Calibration empty = Calibrate(spec, 1e-5, 1e10);
   for (pp::v1::RankCalibration& r : *empty.mutable_ranks()) r.clear_units();
   EXPECT_EQ(ChooseCalibrated(spec, empty).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Every rank on `machines[r]` with `cores` cores (an empty name: a worker that did not say).
+pp::v1::Calibration OnMachines(pp::v1::Calibration calibration,
+                               const std::vector<std::string>& machines, int cores) {
+  for (pp::v1::RankCalibration& rank : *calibration.mutable_ranks()) {
+    rank.set_machine(machines[rank.rank()]);
+    rank.set_cores(cores);
+  }
+  return calibration;
+}
+
+const std::vector<std::string> kOneMachine = {"boot:a", "boot:a", "boot:a", "boot:a"};
+const std::vector<std::string> kFourMachines = {"boot:a", "boot:b", "boot:c", "boot:d"};
+
+TEST(CalibratedHostsTest, GroupsRanksByMachineAndScalesTheirCalibration) {
+  const pp::v1::JobSpec spec = AutoSpec();
+  const pp::v1::Calibration base = Calibrate(spec, 1e-5, 1e10);
+  const CalibratedHosts one = HostsOf(OnMachines(base, kOneMachine, 2), 4, 1);
+  EXPECT_EQ(one.rank_host, (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ(one.host_cores, (std::vector<int>{2}));
+  EXPECT_EQ(one.calibration_rate, (std::vector<double>{0.5, 0.5, 0.5, 0.5}));
+  EXPECT_EQ(one.summary, "4 ranks on 2 cores (ranks 0,1,2,3 on one machine)");
+  // Two threads a rank: two cores hold one rank at full speed.
+  const CalibratedHosts threaded = HostsOf(OnMachines(base, kOneMachine, 2), 4, 2);
+  EXPECT_EQ(threaded.host_cores, (std::vector<int>{1}));
+  EXPECT_EQ(threaded.calibration_rate[0], 0.25);
+  EXPECT_EQ(threaded.summary, "4 ranks on 2 cores (ranks 0,1,2,3 on one machine, 2 threads each)");
+  const CalibratedHosts four = HostsOf(OnMachines(base, kFourMachines, 2), 4, 1);
+  EXPECT_EQ(four.rank_host, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(four.calibration_rate, (std::vector<double>{1, 1, 1, 1}));
+  EXPECT_EQ(four.summary, "");
+  // Workers that did not say (empty machine, no cores) are alone: today's model.
+  const CalibratedHosts unknown = HostsOf(base, 4, 1);
+  EXPECT_EQ(unknown.rank_host, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(unknown.summary, "");
+  pp::v1::Calibration mixed = OnMachines(base, {"boot:a", "boot:a", "", "boot:a"}, 1);
+  mixed.mutable_ranks(3)->set_cores(-5);  // hostile: unknown
+  const CalibratedHosts partly = HostsOf(mixed, 4, 1);
+  EXPECT_EQ(partly.rank_host, (std::vector<int>{0, 0, 1, 2}));
+  EXPECT_EQ(partly.host_cores, (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(partly.summary, "2 ranks on 1 cores (ranks 0,1 on one machine)");
+}
+
+// The same work alone: four ranks on two cores were timed at half speed (2x the times), four
+// separate processors at full speed. Sharing makes the step longer than on four processors, but
+// never longer than the old model, which charged every action the calibration's full contention.
+TEST(CalibratedTest, FourRanksOnTwoCoresPredictALongerStepThanFourProcessors) {
+  const pp::v1::JobSpec spec = AutoSpec();
+  const Speeds alone{};
+  const Speeds contended{.per_sequence = 2 * alone.per_sequence,
+                         .per_action = 2 * alone.per_action};
+  const pp::v1::Calibration separate =
+      OnMachines(Calibrate(spec, 1e-5, 1e10), kFourMachines, 2);
+  const pp::v1::Calibration timed_shared =
+      Calibrate(spec, 1e-5, 1e10, {contended, contended, contended, contended});
+  const pp::v1::Calibration shared = OnMachines(timed_shared, kOneMachine, 2);
+  absl::StatusOr<CalibratedPlan> on_four = ChooseCalibrated(spec, separate);
+  absl::StatusOr<CalibratedPlan> on_two = ChooseCalibrated(spec, shared);
+  ASSERT_TRUE(on_four.ok()) << on_four.status();
+  ASSERT_TRUE(on_two.ok()) << on_two.status();
+  EXPECT_GT(on_two->predicted_step_seconds, on_four->predicted_step_seconds);
+  EXPECT_NE(on_two->reason.find("4 ranks on 2 cores"), std::string::npos) << on_two->reason;
+  EXPECT_EQ(on_four->reason.find("cores"), std::string::npos) << on_four->reason;
+  for (const CalibratedPlan* plan : {&*on_four, &*on_two}) {
+    absl::StatusOr<double> four = PredictStepSeconds(plan->spec, separate);
+    absl::StatusOr<double> two = PredictStepSeconds(plan->spec, shared);
+    absl::StatusOr<double> old = PredictStepSeconds(plan->spec, timed_shared);
+    ASSERT_TRUE(four.ok() && two.ok() && old.ok()) << plan->chosen;
+    EXPECT_GT(*two, *four) << plan->chosen;
+    EXPECT_LE(*two, *old) << plan->chosen;
+  }
+}
+
+// The shortest predicted step under sharing: no fixed layout a user could write (every training
+// schedule, V 1..2, M 4..16, uniform partition) is predicted shorter on the shared machine, and
+// the plan chosen without knowing about the sharing is longer.
+TEST(CalibratedTest, ChoosesTheShortestStepUnderSharing) {
+  const pp::v1::JobSpec spec = AutoSpec();
+  const Speeds contended{.per_sequence = 2e-3, .per_action = 4e-4};
+  const pp::v1::Calibration blind =
+      Calibrate(spec, 1e-5, 1e10, {contended, contended, contended, contended});
+  const pp::v1::Calibration shared = OnMachines(blind, kOneMachine, 2);
+  absl::StatusOr<CalibratedPlan> plan = ChooseCalibrated(spec, shared);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<double> again = PredictStepSeconds(plan->spec, shared);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, plan->predicted_step_seconds);
+  int compared = 0;
+  for (const std::string& name : common::TrainingScheduleNames()) {
+    for (int V : {1, 2}) {
+      for (int M : {4, 8, 16}) {
+        pp::v1::JobSpec fixed = plan->spec;
+        fixed.mutable_parallel()->set_schedule(name);
+        fixed.mutable_parallel()->set_chunks(V);
+        fixed.mutable_parallel()->set_recompute("none");
+        fixed.mutable_train()->set_microbatches(M);
+        fixed.mutable_train()->set_microbatch_size(16 / M);
+        absl::StatusOr<std::vector<int>> units =
+            PartitionUnits(spec.model(), 4 * V, "uniform", {}, {});
+        ASSERT_TRUE(units.ok()) << units.status();
+        fixed.mutable_parallel()->mutable_stage_layers()->Assign(units->begin(), units->end());
+        absl::StatusOr<double> step = PredictStepSeconds(fixed, shared);
+        if (!step.ok()) continue;  // a V or M the schedule refuses
+        ++compared;
+        EXPECT_GE(*step, plan->predicted_step_seconds)
+            << name << " V=" << V << " M=" << M << " against " << plan->chosen;
+      }
+    }
+  }
+  EXPECT_GT(compared, 20);
+  absl::StatusOr<CalibratedPlan> unaware = ChooseCalibrated(spec, blind);
+  ASSERT_TRUE(unaware.ok()) << unaware.status();
+  absl::StatusOr<double> unaware_shared = PredictStepSeconds(unaware->spec, shared);
+  ASSERT_TRUE(unaware_shared.ok()) << unaware_shared.status();
+  // Here the sharing changes the choice: fewer, larger microbatches (fewer actions), as the
+  // ranks fill each other's bubbles.
+  EXPECT_GT(*unaware_shared, plan->predicted_step_seconds) << unaware->chosen;
+  std::cout << "shared: " << plan->chosen << " " << plan->predicted_step_seconds
+            << "; chosen unaware: " << unaware->chosen << " " << unaware_shared.value()
+            << " (predicted unaware " << unaware->predicted_step_seconds << ")\n";
 }
 
 }  // namespace

@@ -69,12 +69,18 @@ TEST_F(AutoScheduleTest, ChoosesRecordsAndTrainsTheReferenceBits) {
   EXPECT_LT(calibration.seconds(), job.spec().parallel().auto_plan().calibration_seconds() + 5);
   for (const pp::v1::RankCalibration& rank : calibration.ranks()) {
     EXPECT_EQ(rank.worker(), job.placement(rank.rank()).worker());
+    EXPECT_FALSE(rank.machine().empty()) << rank.ShortDebugString();
+    EXPECT_GE(rank.cores(), 1);
     EXPECT_EQ(rank.units_size(), 3 * 3) << rank.ShortDebugString();  // sizes 1, 2, 4 (M = 16, 8, 4)
     for (const pp::v1::UnitCost& unit : rank.units()) EXPECT_GT(unit.forward(), 0);
     if (rank.rank() < 3) {
       EXPECT_GT(rank.link_latency_seconds(), 0);
       EXPECT_GT(rank.link_bytes_per_second(), 0);
     }
+  }
+  // Four workers of one machine with fewer cores: the choice was simulated with them shared.
+  if (calibration.ranks(0).cores() < 4) {
+    EXPECT_NE(plan.reason().find("4 ranks on "), std::string::npos) << plan.reason();
   }
   ExpectMatchesReference(job.spec(), id, testing_support::Match::kBitwise);
 

@@ -72,6 +72,10 @@ TEST_F(CalibrateTest, ThreeWorkersAtOnceAnswerWithinTheBudget) {
     EXPECT_EQ(c.rank(), r);
     EXPECT_FALSE(c.worker().empty());
     EXPECT_GT(c.free_memory_bytes(), 0);
+    // Three ppworkers on one machine: one identity, and at least a core each may use.
+    EXPECT_FALSE(c.machine().empty());
+    EXPECT_EQ(c.machine(), answers[0].machine());
+    EXPECT_GE(c.cores(), 1);
     ASSERT_EQ(c.units_size(), 3 * 2);
     double block1 = 0, block8 = 0;
     for (const pp::v1::UnitCost& u : c.units()) {

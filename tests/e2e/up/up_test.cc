@@ -117,6 +117,22 @@ TEST_F(UpTest, TinyJobCompletesWithFallingLossAndLeavesNoProcess) {
   EXPECT_LT(std::stod(eval[1]), first - 1.0) << out;  // the held-out text is the same kind
   EXPECT_NE(out.find("measured "), std::string::npos) << out;
   EXPECT_NE(out.find("simulated "), std::string::npos) << out;
+  // The kept traced steps, measured and re-simulated under their own measured costs.
+  std::smatch traced, resimulated;
+  ASSERT_TRUE(std::regex_search(out, traced,
+                                std::regex(R"(traced +([0-9.]+)% \(median of steps (\d+)-40,)")))
+      << out;
+  ASSERT_TRUE(std::regex_search(
+      out, resimulated,
+      std::regex(R"(simulated +([0-9.]+)% \(median of the same steps, each under its own measured )"
+                 R"(costs: per-stage F, B, I, W, ([0-9.]+) ms per send, ([0-9.]+) ms latency\))")))
+      << out;
+  EXPECT_GE(std::stoi(traced[2]), 33);  // ppcoord keeps the newest 8 traced steps
+  EXPECT_LE(std::stoi(traced[2]), 40);
+  for (const std::string idle : {traced[1].str(), resimulated[1].str()}) {
+    EXPECT_GT(std::stod(idle), 0) << out;  // 1F1B on 2 ranks always idles
+    EXPECT_LT(std::stod(idle), 100) << out;
+  }
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\nGPU 0: (\[ +\] )*\[F1 *\])"))) << out;
   EXPECT_NE(out.find("\nGPU 1: "), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\(one cell = [0-9.]+ m?s;)"))) << out;

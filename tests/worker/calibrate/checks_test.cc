@@ -1,5 +1,7 @@
 // The pure parts of worker/calibrate: medians, the link arithmetic, the timing spec, and the
-// request checks against hostile values.
+// request checks against hostile values, and the machine identity and cores.
+#include <sched.h>
+
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -64,6 +66,20 @@ pp::v1::CalibrateRequest Valid() {
     budget_seconds: 5
   )pb", &request));
   return request;
+}
+
+// The boot id where /proc has it (every Linux), named so that it never equals a hostname.
+TEST(MachineTest, IdentityIsTheBootIdAndCoresTheAffinityMask) {
+  const std::string machine = MachineIdentity();
+  EXPECT_TRUE(machine.rfind("boot:", 0) == 0 || machine.rfind("host:", 0) == 0) << machine;
+  EXPECT_GT(machine.size(), 5u) << machine;
+  EXPECT_EQ(MachineIdentity(), machine);  // stable
+  const int cores = UsableCores();
+  EXPECT_GE(cores, 1);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  EXPECT_EQ(cores, CPU_COUNT(&set));
 }
 
 TEST(CheckRequestTest, AcceptsAnAutoSpec) {

@@ -78,6 +78,11 @@ TEST(CalibrateRanksTest, EveryRankTimesEveryUnitAndItsLinkWithinTheBudget) {
     EXPECT_EQ(c.rank(), r);
     EXPECT_EQ(c.worker(), "w" + std::to_string(r));
     EXPECT_EQ(c.free_memory_bytes(), 1000 + r);
+    // One process: one machine for every rank, and the cores this process may use.
+    EXPECT_FALSE(c.machine().empty());
+    EXPECT_EQ(c.machine(), answers[0].result->machine());
+    EXPECT_GE(c.cores(), 1);
+    EXPECT_EQ(c.cores(), UsableCores());
     ASSERT_EQ(c.units_size(), 3 * 2);
     std::map<std::pair<std::string, int>, pp::v1::UnitCost> by;
     for (const pp::v1::UnitCost& u : c.units()) {
