@@ -4,8 +4,12 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/execute.h"
+#include "coordinator/plan/generate.h"
+#include "coordinator/plan/lower.h"
 #include "coordinator/plan/validate.h"
 #include "gtest/gtest.h"
 
@@ -36,6 +40,32 @@ inline long Exact(double value) {
   const long whole = static_cast<long>(value);
   EXPECT_EQ(static_cast<double>(whole), value) << "not an integer: " << value;
   return whole;
+}
+
+// The generated schedule, lowered; failures are test failures (and an empty schedule).
+inline Schedule Lowered(const std::string& name, int D, int V, int M) {
+  absl::StatusOr<Schedule> compute = Generate(name, D, V, M);
+  EXPECT_TRUE(compute.ok()) << compute.status();
+  absl::StatusOr<Schedule> lowered = compute.ok() ? LowerComms(*compute) : compute;
+  EXPECT_TRUE(lowered.ok()) << lowered.status();
+  return lowered.ok() ? *std::move(lowered) : Schedule{};
+}
+
+// fn(what, D, schedule) for every schedule at D = 1..4 and M = D..2D+1 (the Ms it accepts),
+// lowered; `what` names it ("1f1b D=2 M=3") for failure messages.
+template <typename Fn>
+void ForEachSmallSchedule(Fn&& fn) {
+  for (const std::string& name : ScheduleNames()) {
+    for (int D = 1; D <= 4; ++D) {
+      for (int M = D; M <= 2 * D + 1; ++M) {
+        absl::StatusOr<Schedule> compute = Generate(name, D, DefaultChunks(name), M);
+        if (!compute.ok()) continue;  // an M the schedule refuses (see generate_test.cc)
+        absl::StatusOr<Schedule> lowered = LowerComms(*compute);
+        ASSERT_TRUE(lowered.ok()) << lowered.status();
+        fn(absl::StrCat(name, " D=", D, " M=", M), D, *lowered);
+      }
+    }
+  }
 }
 
 // Total idle time over all ranks, D * makespan - sum(busy), as an exact integer.

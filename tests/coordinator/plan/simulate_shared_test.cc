@@ -15,14 +15,6 @@
 namespace pp::plan {
 namespace {
 
-Schedule Lowered(const std::string& name, int D, int V, int M) {
-  absl::StatusOr<Schedule> compute = Generate(name, D, V, M);
-  EXPECT_TRUE(compute.ok()) << compute.status();
-  absl::StatusOr<Schedule> lowered = compute.ok() ? LowerComms(*compute) : compute;
-  EXPECT_TRUE(lowered.ok()) << lowered.status();
-  return lowered.ok() ? *std::move(lowered) : Schedule{};
-}
-
 CostModel Shared(std::vector<int> rank_host, std::vector<int> host_cores, CostModel costs = {}) {
   costs.rank_host = std::move(rank_host);
   costs.host_cores = std::move(host_cores);
@@ -110,40 +102,31 @@ TEST(SimulateSharedTest, EnoughCoresGiveTheUnsharedFigures) {
   costs.backward = 2.25;
   costs.comm_latency = 0.25;
   costs.send_overhead = 0.125;
-  for (const std::string& name : ScheduleNames()) {
-    for (int D = 1; D <= 4; ++D) {
-      for (int M = D; M <= 2 * D + 1; ++M) {
-        absl::StatusOr<Schedule> compute = Generate(name, D, DefaultChunks(name), M);
-        if (!compute.ok()) continue;  // an M the schedule refuses
-        const Schedule schedule = *LowerComms(*compute);
-        const std::string what = absl::StrCat(name, " D=", D, " M=", M);
-        const Simulation alone = MustSimulate(schedule, costs);
-        std::vector<int> own(D);
-        for (int r = 0; r < D; ++r) own[r] = r;
-        for (const CostModel& roomy : {Shared(own, std::vector<int>(D, 1), costs),
-                                       Shared(std::vector<int>(D, 0), {D}, costs)}) {
-          const Simulation same = MustSimulate(schedule, roomy);
-          EXPECT_EQ(same.end, alone.end) << what;
-          EXPECT_EQ(same.bubble_fraction, alone.bubble_fraction) << what;
-        }
-        absl::StatusOr<internal::Durations> durations =
-            internal::DurationsOf(costs, schedule.stages());
-        ASSERT_TRUE(durations.ok());
-        absl::StatusOr<Simulation> fluid =
-            internal::SimulateShared(schedule, Shared(own, std::vector<int>(D, 1), costs),
-                                     *durations);
-        ASSERT_TRUE(fluid.ok()) << what << ": " << fluid.status();
-        ASSERT_EQ(fluid->end.size(), alone.end.size());
-        for (int r = 0; r < D; ++r) {
-          ASSERT_EQ(fluid->end[r].size(), alone.end[r].size()) << what;
-          for (size_t k = 0; k < alone.end[r].size(); ++k) {
-            EXPECT_DOUBLE_EQ(fluid->end[r][k], alone.end[r][k]) << what << " rank " << r;
-          }
-          EXPECT_DOUBLE_EQ(fluid->ranks[r].busy, alone.ranks[r].busy) << what;
-        }
-      }
+  ForEachSmallSchedule([&](const std::string& what, int D, const Schedule& schedule) {
+    const Simulation alone = MustSimulate(schedule, costs);
+    std::vector<int> own(D);
+    for (int r = 0; r < D; ++r) own[r] = r;
+    for (const CostModel& roomy : {Shared(own, std::vector<int>(D, 1), costs),
+                                   Shared(std::vector<int>(D, 0), {D}, costs)}) {
+      const Simulation same = MustSimulate(schedule, roomy);
+      EXPECT_EQ(same.end, alone.end) << what;
+      EXPECT_EQ(same.bubble_fraction, alone.bubble_fraction) << what;
     }
-  }
+    absl::StatusOr<internal::Durations> durations =
+        internal::DurationsOf(costs, schedule.stages());
+    ASSERT_TRUE(durations.ok());
+    absl::StatusOr<Simulation> fluid = internal::SimulateShared(
+        schedule, Shared(own, std::vector<int>(D, 1), costs), *durations);
+    ASSERT_TRUE(fluid.ok()) << what << ": " << fluid.status();
+    ASSERT_EQ(fluid->end.size(), alone.end.size());
+    for (int r = 0; r < D; ++r) {
+      ASSERT_EQ(fluid->end[r].size(), alone.end[r].size()) << what;
+      for (size_t k = 0; k < alone.end[r].size(); ++k) {
+        EXPECT_DOUBLE_EQ(fluid->end[r][k], alone.end[r][k]) << what << " rank " << r;
+      }
+      EXPECT_DOUBLE_EQ(fluid->ranks[r].busy, alone.ranks[r].busy) << what;
+    }
+  });
 }
 
 // Sharing never makes a step shorter, and a step on c cores is at least the total work / c.

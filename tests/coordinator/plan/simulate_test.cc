@@ -136,14 +136,6 @@ TEST(SimulateTest, RejectsBadCosts) {
   EXPECT_FALSE(Plan("zb-h1", 2, 1, 2, too_big_w).ok());
 }
 
-Schedule Lowered(const std::string& name, int D, int V, int M) {
-  absl::StatusOr<Schedule> compute = Generate(name, D, V, M);
-  EXPECT_TRUE(compute.ok()) << compute.status();
-  absl::StatusOr<Schedule> lowered = compute.ok() ? LowerComms(*compute) : compute;
-  EXPECT_TRUE(lowered.ok()) << lowered.status();
-  return lowered.ok() ? *std::move(lowered) : Schedule{};
-}
-
 // Plan runs one execution for validation and simulation; it must give exactly what Validate and
 // Simulate give on their own, times included.
 TEST(ValidateAndSimulateTest, SameFiguresAsValidateThenSimulate) {
@@ -152,32 +144,22 @@ TEST(ValidateAndSimulateTest, SameFiguresAsValidateThenSimulate) {
   costs.backward = 2.25;
   costs.comm_latency = 0.3;
   costs.send_overhead = 0.1;
-  for (const std::string& name : ScheduleNames()) {
-    for (int D = 1; D <= 4; ++D) {
-      for (int M = D; M <= 2 * D + 1; ++M) {
-        absl::StatusOr<Schedule> compute = Generate(name, D, DefaultChunks(name), M);
-        if (!compute.ok()) continue;  // an M the schedule refuses (see generate_test.cc)
-        absl::StatusOr<Schedule> lowered = LowerComms(*compute);
-        ASSERT_TRUE(lowered.ok()) << lowered.status();
-        const Schedule& schedule = *lowered;
-        const std::string what = absl::StrCat(name, " D=", D, " M=", M);
-        ASSERT_TRUE(Validate(schedule).ok()) << what;
-        absl::StatusOr<Simulation> alone = Simulate(schedule, costs);
-        absl::StatusOr<Simulation> shared = ValidateAndSimulate(schedule, costs);
-        ASSERT_TRUE(alone.ok()) << what << ": " << alone.status();
-        ASSERT_TRUE(shared.ok()) << what << ": " << shared.status();
-        EXPECT_EQ(shared->makespan, alone->makespan) << what;
-        EXPECT_EQ(shared->bubble_fraction, alone->bubble_fraction) << what;
-        EXPECT_EQ(shared->end, alone->end) << what;
-        ASSERT_EQ(shared->ranks.size(), alone->ranks.size()) << what;
-        for (size_t r = 0; r < alone->ranks.size(); ++r) {
-          EXPECT_EQ(shared->ranks[r].busy, alone->ranks[r].busy) << what << " rank " << r;
-          EXPECT_EQ(shared->ranks[r].idle, alone->ranks[r].idle) << what << " rank " << r;
-          EXPECT_EQ(shared->ranks[r].peak_live, alone->ranks[r].peak_live) << what;
-        }
-      }
+  ForEachSmallSchedule([&](const std::string& what, int, const Schedule& schedule) {
+    ASSERT_TRUE(Validate(schedule).ok()) << what;
+    absl::StatusOr<Simulation> alone = Simulate(schedule, costs);
+    absl::StatusOr<Simulation> shared = ValidateAndSimulate(schedule, costs);
+    ASSERT_TRUE(alone.ok()) << what << ": " << alone.status();
+    ASSERT_TRUE(shared.ok()) << what << ": " << shared.status();
+    EXPECT_EQ(shared->makespan, alone->makespan) << what;
+    EXPECT_EQ(shared->bubble_fraction, alone->bubble_fraction) << what;
+    EXPECT_EQ(shared->end, alone->end) << what;
+    ASSERT_EQ(shared->ranks.size(), alone->ranks.size()) << what;
+    for (size_t r = 0; r < alone->ranks.size(); ++r) {
+      EXPECT_EQ(shared->ranks[r].busy, alone->ranks[r].busy) << what << " rank " << r;
+      EXPECT_EQ(shared->ranks[r].idle, alone->ranks[r].idle) << what << " rank " << r;
+      EXPECT_EQ(shared->ranks[r].peak_live, alone->ranks[r].peak_live) << what;
     }
-  }
+  });
 }
 
 // Errors come in Validate's order, then Simulate's: a deadlock before bad costs.
