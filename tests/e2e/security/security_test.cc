@@ -402,12 +402,16 @@ TEST_F(SecurityTest, PpctlUpRunsSecureAndSaysHowToReachIt) {
   std::smatch match;
   std::string out;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (!std::regex_search(out, match, reach) && (*up)->running() && absl::Now() < deadline) {
+  // The reach line comes before the submission; "job long-1:" after it, with the job's id.
+  auto ready = [&] {
+    return std::regex_search(out, match, reach) && out.find("\njob long-1:") != std::string::npos;
+  };
+  while (!ready() && (*up)->running() && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
     (void)(*up)->Wait(absl::ZeroDuration());
     out = (*up)->Log();
   }
-  ASSERT_TRUE(std::regex_search(out, match, reach)) << out;
+  ASSERT_TRUE(ready()) << out;
   const std::string at = match[1], ca = match[2], token = match[3];
   auto run = [](const std::vector<std::string>& argv) {
     absl::StatusOr<testing_support::CommandResult> result =
