@@ -25,10 +25,12 @@
 // - Then the links: the ranks connect over the job's transport (Gloo on cpu, NCCL on cuda:N)
 //   through env.kv under rendezvous_prefix; rank r first answers r-1's pings, then pings r+1, so
 //   links are measured one at a time, each with a share of what is left of the budget. Latency is
-//   half the median round trip of a 1-float message; bandwidth is message_bytes over (half the
-//   median round trip of message_bytes - latency), or over the whole half round trip when that
-//   difference is under half of it (noise under load; a lower bound). Set on every rank but
-//   the last.
+//   half the median round trip of a 1-float message; bandwidth is that of a stream: k
+//   message_bytes messages one way (k x message_bytes >= 512 KiB, 1 <= k <= 8: past a shaped
+//   link's burst) answered by a 1-float echo, the bytes over (the fastest stream round - the
+//   fastest small round trip), or over the whole stream round when that difference is under half
+//   of it (a lower bound). The fastest, not the median: on shared cores a round that waited for
+//   a time slice measures the scheduler. Set on every rank but the last.
 // - The whole call ends by budget_seconds after it started: a watchdog aborts the transport at
 //   the deadline. Every field with at least one sample by then: OK with what was measured (the
 //   costs of fewer passes). Else DeadlineExceeded naming what is missing. Transport failures
@@ -80,9 +82,9 @@ struct Link {
   double latency_seconds = 0;
   double bytes_per_second = 0;
 };
-// From round trips of a 1-float message (`small`) and of `bytes` bytes (`large`), both
-// non-empty, as the contract above says.
-Link LinkFromRoundTrips(const std::vector<double>& small, const std::vector<double>& large,
+// From round trips of a 1-float message (`small`) and stream rounds of `bytes` bytes in all one
+// way (`stream`), both non-empty, as the contract above says.
+Link LinkFromRoundTrips(const std::vector<double>& small, const std::vector<double>& stream,
                         int64_t bytes);
 
 // This machine, the same in every process on it, whatever its network namespace or container:

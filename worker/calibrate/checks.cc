@@ -120,17 +120,19 @@ double Mean(const std::vector<double>& samples) {
   return sum / static_cast<double>(samples.size());
 }
 
-Link LinkFromRoundTrips(const std::vector<double>& small, const std::vector<double>& large,
+Link LinkFromRoundTrips(const std::vector<double>& small, const std::vector<double>& stream,
                         int64_t bytes) {
   Link link;
   link.latency_seconds = Median(small) / 2;
-  const double one_way = Median(large) / 2;
-  const double transfer = one_way - link.latency_seconds;
-  // On loopback a large message may not take measurably longer than a small one, and under
-  // load the small round trips swing: a difference under half the one-way time is noise, and
-  // the whole one-way time then bounds the bandwidth from below. A zero time would give
-  // infinity.
-  const double seconds = transfer > 0.5 * one_way ? transfer : one_way;
+  // A stream round is the bytes one way plus a 1-float echo: a small round trip more. The
+  // fastest of each: a link's capacity is what it carries when nothing else delays it (on shared
+  // cores a round that waited for a time slice measures the scheduler, not the link).
+  const double round = *std::min_element(stream.begin(), stream.end());
+  const double transfer = round - *std::min_element(small.begin(), small.end());
+  // On loopback the bytes may not take measurably longer than a small round trip, and under
+  // load the small round trips swing: a difference under half the stream's round is noise, and
+  // the whole round then bounds the bandwidth from below. A zero time would give infinity.
+  const double seconds = transfer > 0.5 * round ? transfer : round;
   link.bytes_per_second = seconds > 0 ? static_cast<double>(bytes) / seconds : 0;
   return link;
 }

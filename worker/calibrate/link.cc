@@ -1,8 +1,14 @@
 // Calibration::MeasureLinks: ping-pong with the neighbouring pipeline ranks over the job's
 // transport. The pinger leads: before each round it sends a 1-float control message saying
-// what comes (kSmall: the control message itself is the ping and comes back; kLarge: a
-// message_bytes message follows and comes back; kStop: the link is done), so the ponger needs no
-// agreed count and the pinger may stop whenever its share of the budget is spent.
+// what comes (kSmall: the control message itself is the ping and comes back; kStream + k: k
+// message_bytes messages follow back to back and a 1-float echo answers the last; kStop: the
+// link is done), so the ponger needs no agreed count and the pinger may stop whenever its share
+// of the budget is spent.
+//
+// Why a stream: a shaped link (tbf) lets a burst through at line speed, and one activation fits
+// in a typical burst, so a single message measured the burst; a step's activations follow each
+// other and see the rate. At least kStreamBytes go one way per round (at most kMaxStream
+// messages), past a 10 ms burst at up to 400 Mbit/s.
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -19,9 +25,17 @@ namespace pp::calibrate {
 namespace {
 
 constexpr uint64_t kControlTag = 1, kEchoTag = 2, kLargeTag = 3, kLargeEchoTag = 4;
-constexpr float kStop = 0, kSmall = 1, kLarge = 2;
-// Round trips wanted of each size; fewer when the link's share of the budget runs out.
-constexpr int kSmallRounds = 10, kLargeRounds = 5;
+constexpr float kStop = 0, kSmall = 1, kStream = 1;  // a stream of k messages is kStream + k
+constexpr int64_t kStreamBytes = 512 << 10;
+constexpr int kMaxStream = 8;
+// Round trips wanted of each kind; fewer when the link's share of the budget runs out.
+constexpr int kSmallRounds = 10, kStreamRounds = 5;
+
+// Messages of `bytes` in a stream round: enough for kStreamBytes, 1..kMaxStream.
+int StreamMessages(int64_t bytes) {
+  const int64_t k = bytes > 0 ? (kStreamBytes + bytes - 1) / bytes : kMaxStream;
+  return static_cast<int>(std::clamp<int64_t>(k, 1, kMaxStream));
+}
 
 absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(comm::KvStore& kv,
                                                          comm::TransportOptions options,
@@ -41,10 +55,10 @@ class PingPong {
     control_ = ops_.Alloc(1);
     echo_ = ops_.Alloc(1);
     large_ = ops_.Alloc(n_);
-    large_echo_ = ops_.Alloc(n_);
+    second_ = ops_.Alloc(n_);
   }
   ~PingPong() {
-    for (float* b : {control_, echo_, large_, large_echo_}) ops_.Free(b);
+    for (float* b : {control_, echo_, large_, second_}) ops_.Free(b);
   }
 
   // Answers `peer`'s rounds until its kStop.
@@ -55,16 +69,18 @@ class PingPong {
       ops_.CopyToHost(&what, control_, 1);
       if (what == kSmall) {
         if (absl::Status s = Send(peer, kEchoTag, control_, 1); !s.ok()) return s;
-      } else if (what == kLarge) {
-        if (absl::Status s = Receive(peer, kLargeTag, large_, n_); !s.ok()) return s;
-        if (absl::Status s = Send(peer, kLargeEchoTag, large_, n_); !s.ok()) return s;
+      } else if (what > kStream && what <= kStream + kMaxStream) {
+        if (absl::Status s = ReceiveStream(peer, static_cast<int>(what - kStream)); !s.ok()) {
+          return s;
+        }
+        if (absl::Status s = Send(peer, kLargeEchoTag, control_, 1); !s.ok()) return s;
       } else {
         return absl::OkStatus();
       }
     }
   }
 
-  // One round of `what` with `peer`; its round trip in seconds.
+  // One round of `what` with `peer`; from the first byte sent to the echo, in seconds.
   absl::StatusOr<double> Round(int peer, float what) {
     ops_.CopyToDevice(control_, &what, 1);
     if (what != kSmall) {
@@ -74,17 +90,42 @@ class PingPong {
     const bool small = what == kSmall;
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<comm::Handle> back =
-        small ? transport_.Irecv(peer, kEchoTag, echo_, 1)
-              : transport_.Irecv(peer, kLargeEchoTag, large_echo_, n_);
+        transport_.Irecv(peer, small ? kEchoTag : kLargeEchoTag, echo_, 1);
     if (!back.ok()) return back.status();
-    absl::Status sent = small ? Send(peer, kControlTag, control_, 1)
-                              : Send(peer, kLargeTag, large_, n_);
-    if (!sent.ok()) return sent;
+    if (small) {
+      if (absl::Status s = Send(peer, kControlTag, control_, 1); !s.ok()) return s;
+    }
+    // The stream's sends are all posted before any is waited for (they only read large_): the
+    // link stays busy, as in a step, instead of idling a wake-up between messages.
+    std::vector<comm::Handle> sends;
+    for (int i = 0; !small && i < static_cast<int>(what - kStream); ++i) {
+      absl::StatusOr<comm::Handle> h = transport_.Isend(peer, kLargeTag, large_, n_);
+      if (!h.ok()) return h.status();
+      sends.push_back(*h);
+    }
+    for (comm::Handle h : sends) {
+      if (absl::Status s = transport_.Wait(h); !s.ok()) return s;
+    }
     if (absl::Status s = transport_.Wait(*back); !s.ok()) return s;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
  private:
+  // k messages of n_ floats, two receives posted at a time into alternate buffers, so the next
+  // message has a place to land while this one is waited for.
+  absl::Status ReceiveStream(int peer, int k) {
+    float* into[2] = {large_, second_};
+    std::vector<comm::Handle> posted;
+    for (int i = 0; i < k; ++i) {
+      absl::StatusOr<comm::Handle> h = transport_.Irecv(peer, kLargeTag, into[i % 2], n_);
+      if (!h.ok()) return h.status();
+      posted.push_back(*h);
+      if (i >= 1) {
+        if (absl::Status s = transport_.Wait(posted[i - 1]); !s.ok()) return s;
+      }
+    }
+    return transport_.Wait(posted.back());
+  }
   absl::Status Send(int peer, uint64_t tag, const float* data, size_t n) {
     absl::StatusOr<comm::Handle> h = transport_.Isend(peer, tag, data, n);
     return h.ok() ? transport_.Wait(*h) : h.status();
@@ -100,22 +141,24 @@ class PingPong {
   float* control_ = nullptr;
   float* echo_ = nullptr;
   float* large_ = nullptr;
-  float* large_echo_ = nullptr;
+  float* second_ = nullptr;  // the stream's other receive buffer
 };
 
-// Rank r's link to r+1, measured until `until` (at least one round trip of each size).
+// Rank r's link to r+1, measured until `until` (at least one round trip of each kind).
 absl::StatusOr<Link> Ping(Calibration& calibration, PingPong& pings, int peer,
                                  absl::Time until, int64_t bytes) {
   std::vector<double> small, large;
+  const int k = StreamMessages(bytes);
+  const float stream = kStream + static_cast<float>(k);
   // The first round trips pay for connection warm-up: not counted.
-  for (float what : {kSmall, kLarge}) {
+  for (float what : {kSmall, stream}) {
     if (absl::Status s = calibration.Check(); !s.ok()) return s;
     if (absl::StatusOr<double> rtt = pings.Round(peer, what); !rtt.ok()) return rtt.status();
   }
   while (small.empty() || large.empty() ||
-         (absl::Now() < until && (small.size() < kSmallRounds || large.size() < kLargeRounds))) {
+         (absl::Now() < until && (small.size() < kSmallRounds || large.size() < kStreamRounds))) {
     for (auto [what, into, want] : {std::tuple{kSmall, &small, kSmallRounds},
-                                    std::tuple{kLarge, &large, kLargeRounds}}) {
+                                    std::tuple{stream, &large, kStreamRounds}}) {
       if (static_cast<int>(into->size()) >= want && !into->empty()) continue;
       if (absl::Status s = calibration.Check(); !s.ok()) return s;
       absl::StatusOr<double> rtt = pings.Round(peer, what);
@@ -124,7 +167,7 @@ absl::StatusOr<Link> Ping(Calibration& calibration, PingPong& pings, int peer,
     }
   }
   if (absl::StatusOr<double> stop = pings.Round(peer, kStop); !stop.ok()) return stop.status();
-  return LinkFromRoundTrips(small, large, bytes);
+  return LinkFromRoundTrips(small, large, k * bytes);
 }
 
 }  // namespace
