@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "client/clock_text.h"
 #include "common/file_io.h"
+#include "common/median.h"
 #include "common/step_math.h"
 #include "coordinator/plan/plan.h"
 
@@ -53,12 +54,6 @@ void PrintLossAndSpeed(const UpRun& run) {
   }
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // The kept traced steps (ppcoord keeps the newest few) from step 2 on, each as measured and as
 // re-simulated under its own measured costs (plan.h CompareTraceWithSimulation): medians, so one
 // step the machine slowed does not decide the figure.
@@ -78,11 +73,11 @@ void PrintTracedBubbles(const pp::v1::Schedule& schedule,
   if (measured.empty()) return;
   std::cout << absl::StrFormat("              traced     %5.1f%% (median of steps %d-%d, from their "
                                "traces)\n",
-                               100 * Median(measured), first, last);
+                               100 * common::Median(measured), first, last);
   std::cout << absl::StrFormat(
       "              simulated  %5.1f%% (median of the same steps, each under its own measured "
       "costs: per-stage F, B, I, W, %.2f ms per send, %.2f ms latency)\n",
-      100 * Median(simulated), 1e3 * Median(send), 1e3 * Median(latency));
+      100 * common::Median(simulated), 1e3 * common::Median(send), 1e3 * common::Median(latency));
 }
 
 // `plan` is null when ppcoord did not give it.
@@ -150,12 +145,13 @@ absl::Status PrintSummary(pp::v1::Coordinator::Stub& stub, const UpRun& run, con
   trace_request.set_job_id(run.job_id);
   pp::v1::StepTrace trace;
   const grpc::Status traced = stub.GetTrace(TenSeconds().get(), trace_request, &trace);
-  std::vector<pp::v1::StepTrace> kept;  // steps 2.. of the newest ppcoord keeps
-  for (int step = std::max(2, trace.step() - 7); traced.ok() && step <= trace.step(); ++step) {
+  std::vector<pp::v1::StepTrace> kept;  // steps 2.. of the newest ppcoord keeps, the last above
+  for (int step = std::max(2, trace.step() - 7); traced.ok() && step < trace.step(); ++step) {
     trace_request.set_step(step);
     if (stub.GetTrace(TenSeconds().get(), trace_request, &kept.emplace_back()).ok()) continue;
     kept.pop_back();
   }
+  if (traced.ok() && trace.step() >= 2) kept.push_back(trace);
   // The job's own spec: with schedule "auto" it holds what ppcoord chose.
   pp::v1::GetJobRequest job_request;
   job_request.set_job_id(run.job_id);

@@ -138,11 +138,4 @@ absl::StatusOr<TracedBubble> CompareTraceWithSimulation(const pp::v1::Schedule& 
   return TracedBubble{IdleFraction(busy, last - first), simulation->bubble_fraction, *costs};
 }
 
-absl::StatusOr<double> BubbleWithMeasuredCosts(const pp::v1::Schedule& schedule,
-                                               const pp::v1::StepTrace& trace) {
-  absl::StatusOr<TracedBubble> compared = CompareTraceWithSimulation(schedule, trace);
-  if (!compared.ok()) return compared.status();
-  return compared->simulated;
-}
-
 }  // namespace pp::plan

@@ -80,16 +80,12 @@ absl::StatusOr<std::vector<int>> PartitionUnits(const pp::v1::ModelSpec& model, 
 absl::StatusOr<CostModel> CostsFromTrace(const Schedule& schedule,
                                          const pp::v1::StepTrace& trace);
 
-// The bubble `schedule` has when re-simulated under CostsFromTrace(trace): what the measured
-// compute and messages would leave idle if every action took its mean. InvalidArgument for a
-// schedule that does not convert or run.
-absl::StatusOr<double> BubbleWithMeasuredCosts(const pp::v1::Schedule& schedule,
-                                               const pp::v1::StepTrace& trace);
-
 // One traced step's bubble (kBubbleDefinition over its actions: the ranks' compute against the
 // span from the first action to the last) beside the bubble of `schedule` re-simulated under
-// that step's CostsFromTrace: how far the run's idle time is from what its own measured costs
-// predict. Errors as BubbleWithMeasuredCosts.
+// that step's CostsFromTrace (what the measured compute and messages would leave idle if every
+// action took its mean): how far the run's idle time is from what its own measured costs
+// predict. InvalidArgument for a schedule that does not convert or run; NotFound as
+// CostsFromTrace.
 struct TracedBubble {
   double measured = 0, simulated = 0;
   CostModel costs;

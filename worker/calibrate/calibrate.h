@@ -51,6 +51,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/median.h"
 #include "pp/v1/job.pb.h"
 #include "pp/v1/worker.pb.h"
 #include "worker/comm/transport.h"
@@ -73,8 +74,7 @@ pp::v1::JobSpec TimingSpec(const pp::v1::JobSpec& spec, int sequences);
 // message_bytes, or the largest activation when it is 0. REQUIRES CheckRequest ok.
 int64_t MessageBytes(const pp::v1::CalibrateRequest& request);
 
-// The median of `samples` (the mean of the middle two for an even count). REQUIRES non-empty.
-double Median(std::vector<double> samples);
+using common::Median;  // common/median.h
 // Their mean. REQUIRES non-empty.
 double Mean(const std::vector<double>& samples);
 

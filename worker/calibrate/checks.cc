@@ -105,15 +105,6 @@ int64_t MessageBytes(const pp::v1::CalibrateRequest& request) {
          static_cast<int64_t>(sizeof(float));
 }
 
-double Median(std::vector<double> samples) {
-  const size_t mid = samples.size() / 2;
-  std::nth_element(samples.begin(), samples.begin() + mid, samples.end());
-  if (samples.size() % 2 == 1) return samples[mid];
-  const double upper = samples[mid];
-  const double lower = *std::max_element(samples.begin(), samples.begin() + mid);
-  return (lower + upper) / 2;
-}
-
 double Mean(const std::vector<double>& samples) {
   double sum = 0;
   for (double s : samples) sum += s;
