@@ -26,7 +26,9 @@ absl::Status CheckBounds(const pp::v1::ParallelSpec& parallel) {
         {"parallel.auto_plan.calibration_seconds", bounds.calibration_seconds(), 0.1, 600},
         {"parallel.auto_plan.drift_threshold", bounds.drift_threshold(), 0.01, 100},
         {"parallel.auto_plan.drift_steps", bounds.drift_steps(), 1, 1e6},
-        {"parallel.auto_plan.max_replans", bounds.max_replans(), -1, 100}}) {
+        {"parallel.auto_plan.max_replans", bounds.max_replans(), -1, 100},
+        {"parallel.auto_plan.trial_steps", bounds.trial_steps(), -1, 100},
+        {"parallel.auto_plan.trial_gain", bounds.trial_gain(), 0, 10}}) {
     if (!(value >= low && value <= high)) {
       return Field(field, absl::StrCat("must be in [", low, ", ", high, "], got ", value));
     }
@@ -43,6 +45,8 @@ void ApplyAutoPlanDefaults(pp::v1::AutoPlanSpec* bounds) {
   if (bounds->drift_threshold() == 0) bounds->set_drift_threshold(0.25);
   if (bounds->drift_steps() == 0) bounds->set_drift_steps(5);
   if (bounds->max_replans() == 0) bounds->set_max_replans(1);
+  if (bounds->trial_steps() == 0) bounds->set_trial_steps(3);
+  if (bounds->trial_gain() == 0) bounds->set_trial_gain(0.1);
 }
 
 absl::Status ValidateAutoParallel(const pp::v1::JobSpec& spec) {

@@ -64,6 +64,19 @@ std::vector<pp::v1::RankPlacement> Restage(std::vector<pp::v1::RankPlacement> pl
 
 std::string Ms(double seconds) { return absl::StrFormat("%.1f ms", seconds * 1e3); }
 
+// Whether `calibration` measured the workers `placement` puts on its ranks.
+bool SameWorkers(const pp::v1::Calibration& calibration,
+                 const std::vector<pp::v1::RankPlacement>& placement) {
+  if (calibration.ranks_size() != static_cast<int>(placement.size())) return false;
+  for (const pp::v1::RankCalibration& rank : calibration.ranks()) {
+    if (rank.rank() < 0 || rank.rank() >= calibration.ranks_size() ||
+        placement[rank.rank()].worker() != rank.worker()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 bool JobManager::IsCalibrating(const Held& held) {
@@ -79,7 +92,15 @@ void JobManager::BeginCalibration(JobRecord& rec, std::vector<pp::v1::RankPlacem
   const std::vector<int> sizes =
       pp::plan::CalibrationSequences(spec, replan ? job.spec().train().microbatches() : 0);
   const std::string key = CalibrationKey(spec, sizes, placement);
-  // A re-plan measures again: the cached figures are what its prediction drifted from.
+  // A re-plan after drift measures again: the cached figures are what its prediction drifted
+  // from. One after trial steps chooses again from the job's own calibration, now refitted.
+  if (std::exchange(rec.replan_cached, false) && SameWorkers(job.plan().calibration(), placement)) {
+    pp::v1::Calibration calibration = job.plan().calibration();
+    calibration.set_cached(true);
+    Decide(rec, std::move(placement), std::move(calibration));
+    return;
+  }
+  rec.calibration_key = key;
   if (auto cached = calibrations_.find(key); cached != calibrations_.end() && !replan) {
     pp::v1::Calibration calibration = cached->second;
     calibration.set_cached(true);
@@ -168,6 +189,10 @@ void JobManager::CalibrationAnswered(const Outbound& rpc, const grpc::Status& st
   pp::v1::Calibration calibration;
   for (auto& answer : cal.answers) *calibration.add_ranks() = *std::move(answer);
   calibration.set_seconds(absl::ToDoubleSeconds(absl::Now() - cal.started));
+  // The last trial's overheads stand until this plan's own trial steps refit them.
+  if (rec->job.plan().calibration().has_trial()) {
+    *calibration.mutable_trial() = rec->job.plan().calibration().trial();
+  }
   calibrations_[cal.key] = calibration;
   rec->calibration_failures = 0;
   Decide(*rec, cal.placement, std::move(calibration));
@@ -196,6 +221,8 @@ void JobManager::Decide(JobRecord& rec, std::vector<pp::v1::RankPlacement> place
   record->set_reason(plan->reason);
   record->set_chosen(plan->chosen);
   record->set_predicted_step_seconds(plan->predicted_step_seconds);
+  record->set_first_predicted_step_seconds(plan->predicted_step_seconds);
+  rec.trial = {};
   record->set_runner_up(plan->runner_up);
   record->set_runner_up_step_seconds(plan->runner_up_step_seconds);
   record->set_runner_up_reason(plan->runner_up_reason);
@@ -207,30 +234,93 @@ void JobManager::Decide(JobRecord& rec, std::vector<pp::v1::RankPlacement> place
   Start(rec, Restage(std::move(placement), rec.schedule));
 }
 
-void JobManager::CheckPrediction(JobRecord& rec, int step, double step_seconds) {
+void JobManager::CheckPrediction(JobRecord& rec, const StepSummary& summary) {
   pp::v1::Job& job = rec.job;
   pp::v1::JobPlan* record = job.mutable_plan();
-  const double predicted = record->predicted_step_seconds();
   // The first step of an attempt pays for warm-up (allocation, connections, caches).
-  if (predicted <= 0 || step <= job.start_step() + 1) return;
-  const double error = std::abs(step_seconds - predicted) / predicted;
+  if (record->predicted_step_seconds() <= 0 || summary.step <= job.start_step() + 1) return;
+  if (!rec.trial.done) FitTrial(rec, summary);
+  const double predicted = record->predicted_step_seconds();
+  const double error = std::abs(summary.step_seconds - predicted) / predicted;
   record->set_prediction_error_ratio(error);
   metrics_->StepPredicted(job.id(), error);
   const pp::v1::AutoPlanSpec& bounds = job.spec().parallel().auto_plan();
   record->set_drift_run(error > bounds.drift_threshold() ? record->drift_run() + 1 : 0);
-  if (record->drift_run() < bounds.drift_steps() || rec.replan || rec.stop_step > 0 ||
-      bounds.max_replans() < 0 || record->replans() >= bounds.max_replans()) {
+  if (record->drift_run() < bounds.drift_steps()) return;
+  CallReplan(rec, absl::StrFormat(
+                      "prediction drift: step %d took %s against %s predicted (error %.0f%% > "
+                      "%.0f%%, %d steps in a row)",
+                      summary.step, Ms(summary.step_seconds), Ms(predicted), 100 * error,
+                      100 * bounds.drift_threshold(), record->drift_run()));
+}
+
+void JobManager::FitTrial(JobRecord& rec, const StepSummary& summary) {
+  pp::v1::Job& job = rec.job;
+  pp::v1::JobPlan* record = job.mutable_plan();
+  const pp::v1::AutoPlanSpec& bounds = job.spec().parallel().auto_plan();
+  JobRecord::Trial& trial = rec.trial;
+  if (bounds.trial_steps() > 0) {
+    trial.traces.push_back(summary.trace);
+    trial.seconds.push_back(summary.step_seconds);
+  }
+  if (static_cast<int>(trial.seconds.size()) < bounds.trial_steps()) return;
+  trial.done = true;
+  if (bounds.trial_steps() < 0) return;
+  absl::StatusOr<pp::v1::StepOverheads> fitted =
+      pp::plan::FitStepOverheads(trial.traces, trial.seconds);
+  trial.traces.clear();
+  if (!fitted.ok()) {
+    Log(absl::StrCat("job ", job.id(), ": trial steps not fitted: ", fitted.status().message()));
     return;
   }
+  fitted->set_plan(record->chosen());
+  absl::StatusOr<pp::plan::Refit> refitted =
+      pp::plan::RefitWithTrial(job.spec(), record->calibration(), *fitted);
+  if (!refitted.ok()) {
+    Log(absl::StrCat("job ", job.id(), ": trial steps not fitted: ",
+                     refitted.status().message()));
+    return;
+  }
+  const pp::v1::Calibration& calibration = refitted->calibration;
+  const double refit = refitted->predicted_step_seconds;
+  // Later jobs on these workers choose with the overheads too.
+  if (!rec.calibration_key.empty()) calibrations_[rec.calibration_key] = calibration;
+  *record->mutable_calibration() = calibration;
+  std::string note = absl::StrFormat(
+      "trial steps to %d: sends %s, a waited message %s, step tail %s, spans x%.2f: predicted "
+      "%s per step (chosen with %s)",
+      summary.step, Ms(fitted->send_seconds()), Ms(fitted->latency_seconds()),
+      Ms(fitted->tail_seconds()), calibration.trial().span_scale(), Ms(refit),
+      Ms(record->predicted_step_seconds()));
+  record->set_predicted_step_seconds(refit);
+  record->set_drift_run(0);
+  absl::StatusOr<pp::plan::CalibratedPlan> best = pp::plan::ChooseCalibrated(
+      AutoSpecOf(job.spec()), calibration, job.spec().train().microbatches());
+  if (best.ok() && best->chosen != record->chosen() &&
+      best->predicted_step_seconds < (1 - bounds.trial_gain()) * refit) {
+    const std::string why = absl::StrFormat(
+        "trial steps: %s is predicted %s per step, %.0f%% shorter than %s", best->chosen,
+        Ms(best->predicted_step_seconds), 100 * (1 - best->predicted_step_seconds / refit),
+        record->chosen());
+    if (CallReplan(rec, why)) rec.replan_cached = true;
+  }
+  record->set_reason(absl::StrCat(record->reason(), "\n", note));
+  Log(absl::StrCat("job ", job.id(), ": ", note));
+}
+
+bool JobManager::CallReplan(JobRecord& rec, const std::string& why) {
+  pp::v1::Job& job = rec.job;
+  const pp::v1::AutoPlanSpec& bounds = job.spec().parallel().auto_plan();
+  if (rec.replan || rec.stop_step > 0 || bounds.max_replans() < 0 ||
+      job.plan().replans() >= bounds.max_replans()) {
+    return false;
+  }
   const int stop = rec.newest_reported_step + 1;
-  if (stop >= job.spec().train().steps()) return;  // it ends before a new plan could pay off
+  if (stop >= job.spec().train().steps()) return false;  // it ends before a new plan could pay off
   rec.stop_step = stop;
-  rec.replan = absl::StrFormat(
-      "prediction drift: step %d took %s against %s predicted (error %.0f%% > %.0f%%, %d steps "
-      "in a row); re-planning from the checkpoint of step %d",
-      step, Ms(step_seconds), Ms(predicted), 100 * error, 100 * bounds.drift_threshold(),
-      record->drift_run(), stop);
+  rec.replan = absl::StrFormat("%s; re-planning from the checkpoint of step %d", why, stop);
   Log(absl::StrCat("job ", job.id(), ": ", *rec.replan));
+  return true;
 }
 
 }  // namespace pp::coordinator

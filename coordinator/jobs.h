@@ -189,8 +189,19 @@ class JobManager {
     };
     std::optional<Calibrating> calibrating;
     int calibration_failures = 0;  // in a row
-    // A re-plan after prediction drift: why, once every rank stopped at stop_step.
+    // A re-plan after prediction drift or trial steps: why, once every rank stopped at stop_step.
     std::optional<std::string> replan;
+    // The re-plan chooses from the job's calibration as it is (a trial's refit), not measured again.
+    bool replan_cached = false;
+    // The decided plan's trial steps (calibration.cc FitTrial): traced steps after the first,
+    // until auto_plan.trial_steps of them are fitted into plan.calibration.trial.
+    struct Trial {
+      std::vector<pp::v1::StepTrace> traces;
+      std::vector<double> seconds;
+      bool done = false;
+    };
+    Trial trial;
+    std::string calibration_key;  // in calibrations_: the decided plan's calibration
   };
   // A complete checkpoint, queued under mu_ for the committer thread.
   struct PendingCommit {
@@ -338,9 +349,15 @@ class JobManager {
   // the job on `placement`'s workers; a job that fits nowhere FAILS with the planner's reason.
   void Decide(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement,
               pp::v1::Calibration calibration) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A step of a decided job: the prediction error, and the re-plan it may call for.
-  void CheckPrediction(JobRecord& rec, int step, double step_seconds)
+  // A step of a decided job: its trial, the prediction error, and the re-plan they may call for.
+  void CheckPrediction(JobRecord& rec, const StepSummary& summary)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Collects a trial step; after the last, refits the prediction from the trial's overheads and
+  // calls for a re-plan when another layout at the same M is predicted trial_gain shorter.
+  void FitTrial(JobRecord& rec, const StepSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the job after its next step to re-plan from that checkpoint, for `why`.
+  // False when the job may not re-plan (max_replans, already stopping, about to end).
+  bool CallReplan(JobRecord& rec, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ManagerOptions options_;
   CoordinatorMetrics* const metrics_;

@@ -105,8 +105,8 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
                                       summary->step_seconds
                                 : 0);
   job.set_updated_unix(NowUnix());
+  CheckPrediction(*rec, *summary);
   events_.AddTrace(job.id(), std::move(summary->trace));
-  CheckPrediction(*rec, summary->step, summary->step_seconds);
   StepRecord record{.step = summary->step,
                     .loss = summary->loss,
                     .step_seconds = summary->step_seconds,

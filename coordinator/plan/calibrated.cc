@@ -59,6 +59,11 @@ class UnitTimes {
       return absl::InvalidArgumentError(absl::StrCat(
           "calibration has ", calibration.ranks_size(), " ranks, the job ", D));
     }
+    const pp::v1::StepOverheads& trial = calibration.trial();
+    if (!Sane(trial.send_seconds()) || !Sane(trial.latency_seconds()) ||
+        !Sane(trial.tail_seconds()) || !Sane(trial.span_scale())) {
+      return absl::InvalidArgumentError("calibration's trial steps: bad overheads");
+    }
     UnitTimes times;
     times.by_rank_.resize(D);
     for (const pp::v1::RankCalibration& rank : calibration.ranks()) {
@@ -92,23 +97,6 @@ class UnitTimes {
   std::vector<std::map<std::pair<std::string, int>, pp::v1::UnitCost>> by_rank_;
 };
 
-// The slowest link: the largest latency and the smallest bandwidth of the ranks' next links.
-struct Link {
-  double latency = 0;
-  double bandwidth = 0;  // bytes/s; 0 = infinite
-};
-
-Link SlowestLink(const pp::v1::Calibration& calibration) {
-  Link link;
-  for (const pp::v1::RankCalibration& rank : calibration.ranks()) {
-    if (rank.rank() + 1 >= calibration.ranks_size()) continue;
-    link.latency = std::max(link.latency, rank.link_latency_seconds());
-    const double bw = rank.link_bytes_per_second();
-    if (bw > 0 && (link.bandwidth == 0 || bw < link.bandwidth)) link.bandwidth = bw;
-  }
-  return link;
-}
-
 struct Shape {
   std::string schedule;
   int chunks = 1;
@@ -137,6 +125,7 @@ struct Context {
   Link link;
   const CalibratedHosts& hosts;
   int D = 1;
+  const pp::v1::StepOverheads* trial = nullptr;
 };
 
 // The stage's calibrated costs on `rank` at `sequences`, as if the rank computed alone (its times
@@ -280,8 +269,17 @@ std::optional<double> PredictStep(const Context& ctx, const Schedule& schedule,
           ctx.times.Find(rank, UnitKind(u, ctx.spec.model().n_layers()), sequences)->optimizer();
     }
   }
+  const pp::v1::StepOverheads* trial = ctx.trial;
+  if (trial != nullptr) {
+    costs.send_overhead = trial->send_seconds();
+    costs.comm_latency = std::max(costs.comm_latency, trial->latency_seconds());
+  }
   absl::StatusOr<Simulation> sim = Simulate(schedule, costs);
   if (!sim.ok()) return std::nullopt;
+  if (trial != nullptr) {
+    const double scale = trial->span_scale() > 0 ? trial->span_scale() : 1.0;
+    return scale * sim->makespan + trial->tail_seconds();
+  }
   return sim->makespan + *std::max_element(optimizer.begin(), optimizer.end()) +
          (ctx.D - 1) * ctx.link.latency;
 }
@@ -357,8 +355,16 @@ std::string CostsSummary(const Context& ctx, const pp::v1::Calibration& calibrat
                            ": simulated sharing the cores, from compute times scaled to a rank "
                            "alone (the ranks calibrated at once)");
   }
+  std::string trial;
+  if (ctx.trial != nullptr) {
+    trial = absl::StrCat("; from ", ctx.trial->steps(), " trial steps of ", ctx.trial->plan(),
+                         ": sends ", Ms(ctx.trial->send_seconds()), ", a waited message ",
+                         Ms(ctx.trial->latency_seconds()), ", step tail ",
+                         Ms(ctx.trial->tail_seconds()),
+                         absl::StrFormat(", spans x%.2f", ctx.trial->span_scale()));
+  }
   return absl::StrCat("a block takes ", block, " at ", sequences, " sequences on rank 0; ", link,
-                      sharing, "; calibrated in ",
+                      sharing, trial, "; calibrated in ",
                       absl::StrFormat("%.2f s", calibration.seconds()),
                       calibration.cached() ? " (cached)" : "");
 }
@@ -415,7 +421,8 @@ absl::StatusOr<double> PredictStepSeconds(const pp::v1::JobSpec& resolved,
                     .times = *times,
                     .link = SlowestLink(calibration),
                     .hosts = hosts,
-                    .D = D};
+                    .D = D,
+                    .trial = calibration.has_trial() ? &calibration.trial() : nullptr};
   absl::StatusOr<Planned> generated =
       Plan(p.schedule(), D, p.chunks(), resolved.train().microbatches(), CostModel{});
   if (!generated.ok()) return generated.status();
@@ -441,8 +448,12 @@ absl::StatusOr<CalibratedPlan> ChooseCalibrated(const pp::v1::JobSpec& spec,
   absl::StatusOr<UnitTimes> times = UnitTimes::From(calibration, D);
   if (!times.ok()) return times.status();
   const CalibratedHosts hosts = HostsOf(calibration, D, spec.train().threads());
-  const Context ctx{
-      .spec = spec, .times = *times, .link = SlowestLink(calibration), .hosts = hosts, .D = D};
+  const Context ctx{.spec = spec,
+                    .times = *times,
+                    .link = SlowestLink(calibration),
+                    .hosts = hosts,
+                    .D = D,
+                    .trial = calibration.has_trial() ? &calibration.trial() : nullptr};
   std::vector<Option> candidates = Search(ctx, calibration, fixed_microbatches);
   if (candidates.empty()) {
     return absl::InvalidArgumentError(

@@ -22,6 +22,16 @@
 // The shortest predicted step that fits wins; ties keep the first in the order above (fewer
 // chunks, fewer microbatches).
 //
+// Trial steps: what the units' timing cannot show is how a loaded machine handles messages and
+// the end of a step. Once a decided job has run auto_plan.trial_steps traced steps (after its
+// first), the coordinator fits them (plan.h FitStepOverheads) into calibration.trial, and from
+// then on, for this job and for later jobs on the cached calibration, a candidate's SENDs cost
+// trial.send_seconds on their rank (CostModel.send_overhead, shared like compute), a message
+// takes at least trial.latency_seconds, the makespan is stretched by trial.span_scale (what the
+// simulation missed of the trial plan's own span: RefitWithTrial), and the step's tail is
+// trial.tail_seconds instead of the optimizer and the gather above (bench/NOTES.md "Planner": on 4 ranks sharing 2 cores,
+// messages wait 1-2 ms for a wake-up, not the idle link's 0.1 ms, and the tail is 12-20 ms).
+//
 // Pure: no locks, no RPC, no clock.
 #ifndef PP_COORDINATOR_PLAN_CALIBRATED_H_
 #define PP_COORDINATOR_PLAN_CALIBRATED_H_
@@ -72,6 +82,24 @@ absl::StatusOr<CalibratedPlan> ChooseCalibrated(const pp::v1::JobSpec& spec,
 // layout does not plan or the calibration does not cover it.
 absl::StatusOr<double> PredictStepSeconds(const pp::v1::JobSpec& resolved,
                                           const pp::v1::Calibration& calibration);
+
+// The trial's bounds on span_scale: a fit outside them says the trial measured something else
+// (a stalled machine, a rank that was restarted), not what the simulation misses.
+inline constexpr double kMinSpanScale = 0.5, kMaxSpanScale = 2.0;
+
+struct Refit {
+  pp::v1::Calibration calibration;  // with the trial
+  double predicted_step_seconds = 0;  // of the plan that ran the trial steps
+};
+
+// `calibration` with `overheads` (plan.h FitStepOverheads of `resolved`'s own traced steps) as its
+// trial, its latency less the plan's activation over the slowest link's bandwidth, span_scale
+// fitted: the traced span over `resolved`'s simulated makespan under the
+// calibration and the overheads, clamped to [kMinSpanScale, kMaxSpanScale]. Errors as
+// PredictStepSeconds.
+absl::StatusOr<Refit> RefitWithTrial(const pp::v1::JobSpec& resolved,
+                                     pp::v1::Calibration calibration,
+                                     const pp::v1::StepOverheads& overheads);
 
 }  // namespace pp::plan
 

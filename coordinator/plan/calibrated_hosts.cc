@@ -8,6 +8,17 @@
 
 namespace pp::plan {
 
+Link SlowestLink(const pp::v1::Calibration& calibration) {
+  Link link;
+  for (const pp::v1::RankCalibration& rank : calibration.ranks()) {
+    if (rank.rank() + 1 >= calibration.ranks_size()) continue;
+    link.latency = std::max(link.latency, rank.link_latency_seconds());
+    const double bw = rank.link_bytes_per_second();
+    if (bw > 0 && (link.bandwidth == 0 || bw < link.bandwidth)) link.bandwidth = bw;
+  }
+  return link;
+}
+
 CalibratedHosts HostsOf(const pp::v1::Calibration& calibration, int D, int threads) {
   threads = std::max(threads, 1);
   CalibratedHosts hosts;

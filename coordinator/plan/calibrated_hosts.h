@@ -1,5 +1,6 @@
 // Which pipeline ranks share a machine's cores, from what calibrating them reported
-// (pp.v1.RankCalibration machine and cores), for parallel.schedule "auto" (calibrated.h).
+// (pp.v1.RankCalibration machine and cores), and the slowest link between them, for
+// parallel.schedule "auto" (calibrated.h).
 //
 // Ranks that report the same non-empty machine share one host. A rank that reports no machine or
 // no cores (a worker from before these fields) is a host of its own that never slows down. A
@@ -35,6 +36,14 @@ struct CalibratedHosts {
   // more ranks than capacity (the step is then simulated as without sharing).
   std::string summary;
 };
+
+// The slowest link of a calibration: the largest latency and the smallest bandwidth of the ranks'
+// links to their next rank (the chooser costs every boundary with it).
+struct Link {
+  double latency = 0;    // seconds
+  double bandwidth = 0;  // bytes/s; 0 = infinite (unmeasured)
+};
+Link SlowestLink(const pp::v1::Calibration& calibration);
 
 // REQUIRES: calibration.ranks() have distinct rank() in 0..D-1 (calibrated.cc checks them first);
 // a rank missing from it is a host of its own. `threads` <= 0 counts as 1.

@@ -1,11 +1,14 @@
 // Cost fitting: a measured step's compute and communication times as the simulator's cost model
 // (plan.h).
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/median.h"
 #include "coordinator/plan/plan.h"
 #include "coordinator/plan/timeline.h"
 
@@ -136,6 +139,45 @@ absl::StatusOr<TracedBubble> CompareTraceWithSimulation(const pp::v1::Schedule& 
     busy.push_back(compute);
   }
   return TracedBubble{IdleFraction(busy, last - first), simulation->bubble_fraction, *costs};
+}
+
+absl::StatusOr<pp::v1::StepOverheads> FitStepOverheads(
+    const std::vector<pp::v1::StepTrace>& traces, const std::vector<double>& step_seconds) {
+  if (traces.empty() || traces.size() != step_seconds.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("fitting overheads needs one measured time per "
+                                                   "traced step: ", traces.size(), " traces, ",
+                                                   step_seconds.size(), " times"));
+  }
+  std::vector<double> send, latency, tail, span;
+  for (size_t i = 0; i < traces.size(); ++i) {
+    double end = -1;
+    for (const pp::v1::RankTrace& rank : traces[i].ranks()) {
+      for (const pp::v1::TimedAction& t : rank.actions()) {
+        if (!std::isfinite(t.start()) || !std::isfinite(t.end()) || t.start() < 0 ||
+            t.end() < t.start()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("traced step ", traces[i].step(), " has a bad action time"));
+        }
+        end = std::max(end, t.end());
+      }
+    }
+    if (end < 0 || !std::isfinite(step_seconds[i]) || step_seconds[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("traced step ", traces[i].step(), " has no action or a bad step time"));
+    }
+    const MessageCosts messages = MessageCostsOf(traces[i]);
+    send.push_back(messages.send_overhead);
+    latency.push_back(messages.latency);
+    tail.push_back(std::max(0.0, step_seconds[i] - end));
+    span.push_back(end);
+  }
+  pp::v1::StepOverheads overheads;
+  overheads.set_send_seconds(common::Median(send));
+  overheads.set_latency_seconds(common::Median(latency));
+  overheads.set_tail_seconds(common::Median(tail));
+  overheads.set_span_seconds(common::Median(span));
+  overheads.set_steps(static_cast<int>(traces.size()));
+  return overheads;
 }
 
 }  // namespace pp::plan

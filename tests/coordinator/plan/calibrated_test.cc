@@ -124,6 +124,65 @@ TEST(CalibratedTest, ASlowLinkChoosesFewerChunksThanAFastOne) {
   EXPECT_GT(slow->predicted_step_seconds, fast->predicted_step_seconds);
 }
 
+// Trial steps: the overheads a running plan showed, fitted into the calibration, stretch the
+// plan's simulated makespan to its traced span and add its tail.
+TEST(CalibratedTest, ARefitPredictsTheTrialPlansOwnSpanPlusItsTail) {
+  const pp::v1::JobSpec spec = AutoSpec();
+  const pp::v1::Calibration calibration = Calibrate(spec, 1e-5, 1e10);
+  absl::StatusOr<CalibratedPlan> plan = ChooseCalibrated(spec, calibration);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  pp::v1::StepOverheads overheads;
+  overheads.set_send_seconds(1e-4);
+  overheads.set_latency_seconds(1e-3);
+  overheads.set_tail_seconds(0.01);
+  overheads.set_span_seconds(1.2 * plan->predicted_step_seconds);
+  absl::StatusOr<Refit> refit = RefitWithTrial(plan->spec, calibration, overheads);
+  ASSERT_TRUE(refit.ok()) << refit.status();
+  EXPECT_NEAR(refit->predicted_step_seconds, overheads.span_seconds() + 0.01, 1e-12);
+  const pp::v1::StepOverheads& trial = refit->calibration.trial();
+  EXPECT_GT(trial.span_scale(), 1);
+  EXPECT_EQ(trial.tail_seconds(), 0.01);
+  absl::StatusOr<double> again = PredictStepSeconds(plan->spec, refit->calibration);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_NEAR(*again, refit->predicted_step_seconds, 1e-12);
+  // A span the simulation cannot explain is clamped, not believed.
+  overheads.set_span_seconds(100 * plan->predicted_step_seconds);
+  refit = RefitWithTrial(plan->spec, calibration, overheads);
+  ASSERT_TRUE(refit.ok()) << refit.status();
+  EXPECT_EQ(refit->calibration.trial().span_scale(), kMaxSpanScale);
+  // Hostile figures are refused like a worker's.
+  pp::v1::Calibration bad = refit->calibration;
+  bad.mutable_trial()->set_latency_seconds(std::nan(""));
+  EXPECT_EQ(PredictStepSeconds(plan->spec, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.mutable_trial()->set_latency_seconds(0);
+  bad.mutable_trial()->set_span_scale(-1);
+  EXPECT_EQ(ChooseCalibrated(spec, bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// What re-plans after trial steps: messages that wait for a wake-up on a loaded machine make
+// every extra chunk's messages cost, so at the same M the choice moves to fewer chunks.
+TEST(CalibratedTest, SlowMessagesInTheTrialChooseFewerChunksAtTheSameM) {
+  const pp::v1::JobSpec spec = AutoSpec(/*layers=*/14, /*batch=*/4);
+  const Speeds speeds{.per_sequence = 1e-3, .per_action = 2e-5};
+  pp::v1::Calibration calibration = Calibrate(spec, 2e-5, 5e9, {speeds, speeds, speeds, speeds});
+  absl::StatusOr<CalibratedPlan> before = ChooseCalibrated(spec, calibration);
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_GT(before->spec.parallel().chunks(), 1) << before->chosen;
+  pp::v1::StepOverheads* trial = calibration.mutable_trial();
+  trial->set_latency_seconds(2e-3);
+  trial->set_send_seconds(5e-4);
+  trial->set_tail_seconds(0.01);
+  trial->set_span_scale(1);
+  absl::StatusOr<CalibratedPlan> after =
+      ChooseCalibrated(spec, calibration, before->spec.train().microbatches());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->spec.train().microbatches(), before->spec.train().microbatches());
+  EXPECT_LT(after->spec.parallel().chunks(), before->spec.parallel().chunks())
+      << "before: " << before->chosen << "\nafter: " << after->chosen;
+  EXPECT_NE(after->reason.find("from 0 trial steps"), std::string::npos) << after->reason;
+}
+
 // A worker three times slower holds fewer units.
 TEST(CalibratedTest, ASlowRankGetsLessOfTheModel) {
   pp::v1::JobSpec spec = AutoSpec();

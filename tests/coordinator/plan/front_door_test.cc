@@ -2,6 +2,8 @@
 // cost fitting of a measured step.
 #include "coordinator/plan/plan.h"
 
+#include <cmath>
+
 #include "gtest/gtest.h"
 #include "tests/coordinator/plan/plan_test_util.h"
 
@@ -129,6 +131,35 @@ TEST(CostsFromTraceTest, PerStageCostsSendOverheadAndLatencyComeBack) {
   EXPECT_NEAR(fitted->send_overhead, 0.0002, 1e-12);
   EXPECT_NEAR(fitted->comm_latency, 0.0005, 1e-12);
   EXPECT_NEAR(Resimulated(planned, trace), planned.simulation.bubble_fraction, 1e-9);
+}
+
+// Trial steps (calibrated.h): three traced steps of one plan, each with its own tail after the
+// last action; the medians come back, and bad input is refused.
+TEST(FitStepOverheadsTest, MediansOfSendsLatencyTailAndSpan) {
+  CostModel costs;
+  costs.send_overhead = 0.2;
+  costs.comm_latency = 0.5;
+  const Planned planned = MustPlan("1f1b", 3, 1, 6, costs);
+  const pp::v1::StepTrace trace = TraceOf(planned, 0.001);
+  const double span = 0.001 * planned.simulation.makespan;
+  absl::StatusOr<pp::v1::StepOverheads> fitted =
+      FitStepOverheads({trace, trace, trace}, {span + 0.010, span + 0.030, span + 0.020});
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  EXPECT_NEAR(fitted->send_seconds(), 0.0002, 1e-12);
+  EXPECT_NEAR(fitted->latency_seconds(), 0.0005, 1e-12);
+  EXPECT_NEAR(fitted->tail_seconds(), 0.020, 1e-12);
+  EXPECT_NEAR(fitted->span_seconds(), span, 1e-12);
+  EXPECT_EQ(fitted->steps(), 3);
+
+  EXPECT_EQ(FitStepOverheads({}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitStepOverheads({trace}, {1, 2}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitStepOverheads({pp::v1::StepTrace()}, {1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitStepOverheads({trace}, {std::nan("")}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  pp::v1::StepTrace bad = trace;
+  bad.mutable_ranks(0)->mutable_actions(0)->set_end(-1);
+  EXPECT_EQ(FitStepOverheads({bad}, {1}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

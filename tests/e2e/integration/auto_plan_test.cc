@@ -1,6 +1,7 @@
 // parallel.schedule "auto" on the CPU cluster: ppcoord calibrates the placed workers, records
 // its choice in the job, and the job trains the reference trainer's bits for the chosen layout; a
-// second job of the same shape on the same workers reuses the calibration; a worker slowed by the
+// second job of the same shape on the same workers reuses the calibration, with the overheads the
+// first job's trial steps measured; a worker slowed by the
 // test hook (ppworker --test_slow_after_steps, --test_slow_factor) makes the prediction drift,
 // and the job re-plans from a checkpoint, once, onto a layout that gives that worker less.
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "coordinator/plan/calibrated.h"
 #include "tests/e2e/integration/fixture.h"
 #include "tests/support/cluster.h"
 
@@ -84,12 +86,28 @@ TEST_F(AutoScheduleTest, ChoosesRecordsAndTrainsTheReferenceBits) {
   }
   ExpectMatchesReference(job.spec(), id, testing_support::Match::kBitwise);
 
-  // The same shape on the same workers: no calibration, the same choice.
-  const std::string again = Run(AutoSpec(4));
+  // Trial steps 2..4 (the first pays for warm-up) refitted the prediction: the overheads are in
+  // the calibration, the first prediction is kept beside the refitted one, the reason says so.
+  ASSERT_TRUE(calibration.has_trial()) << plan.ShortDebugString();
+  const pp::v1::StepOverheads& trial = calibration.trial();
+  EXPECT_EQ(trial.steps(), 3);
+  EXPECT_EQ(trial.plan(), plan.chosen());
+  EXPECT_GT(trial.span_seconds(), 0);
+  EXPECT_GE(trial.span_scale(), pp::plan::kMinSpanScale);
+  EXPECT_LE(trial.span_scale(), pp::plan::kMaxSpanScale);
+  EXPECT_GT(plan.first_predicted_step_seconds(), 0);
+  EXPECT_NE(plan.predicted_step_seconds(), plan.first_predicted_step_seconds());
+  EXPECT_THAT(plan.reason(), HasSubstr("\ntrial steps to 4: "));
+
+  // The same shape on the same workers: no calibration; the choice is made with the first job's
+  // trial overheads, and its own trial refits them.
+  const std::string again = Run(AutoSpec(5));
   ASSERT_FALSE(again.empty()) << cluster_->Logs();
   const pp::v1::Job second = Finished(again);
   EXPECT_TRUE(second.plan().calibration().cached());
-  EXPECT_EQ(second.plan().chosen(), plan.chosen());
+  EXPECT_THAT(second.plan().reason(), HasSubstr("from 3 trial steps of " + plan.chosen()));
+  EXPECT_EQ(second.plan().calibration().trial().plan(), second.plan().chosen());
+  ExpectMatchesReference(second.spec(), again, testing_support::Match::kBitwise);
 }
 
 TEST_F(AutoScheduleTest, DriftRePlansOnceAwayFromASlowedWorker) {
