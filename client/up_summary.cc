@@ -118,8 +118,8 @@ absl::Status PrintTimeline(const UpRun& run, const pp::v1::StepTrace& trace, con
 
 }  // namespace
 
-// parallel.schedule "auto": what ppcoord chose, its prediction against the last step, and the
-// runner-up.
+// parallel.schedule "auto": what ppcoord chose, its prediction against the last step (and the
+// first prediction, when its trial steps refitted it), and the runner-up.
 void PrintAutoPlan(const pp::v1::Job& job) {
   const pp::v1::JobPlan& plan = job.plan();
   if (plan.chosen().empty()) return;
@@ -128,10 +128,18 @@ void PrintAutoPlan(const pp::v1::Job& job) {
       plan.calibration().seconds(), plan.calibration().cached() ? ", cached" : "");
   const double tokens = static_cast<double>(common::GlobalTokensPerStep(job.spec()));
   if (job.tokens_per_second() > 0) {
+    const pp::v1::StepOverheads& trial = plan.calibration().trial();
     std::cout << absl::StrFormat("              predicted %.1f ms per step, measured %.1f ms "
                                  "(last step; %d re-plans)\n",
                                  1e3 * plan.predicted_step_seconds(),
                                  1e3 * tokens / job.tokens_per_second(), plan.replans());
+    if (plan.calibration().has_trial() && trial.plan() == plan.chosen()) {
+      std::cout << absl::StrFormat(
+          "              chosen on %.1f ms; refitted after %d trial steps (sends %.2f ms, a "
+          "waited message %.2f ms, step tail %.1f ms, spans x%.2f)\n",
+          1e3 * plan.first_predicted_step_seconds(), trial.steps(), 1e3 * trial.send_seconds(),
+          1e3 * trial.latency_seconds(), 1e3 * trial.tail_seconds(), trial.span_scale());
+    }
   }
   if (!plan.runner_up().empty()) {
     std::cout << "              runner-up " << plan.runner_up() << ": " << plan.runner_up_reason()
