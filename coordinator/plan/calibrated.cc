@@ -128,6 +128,17 @@ struct Context {
   const pp::v1::StepOverheads* trial = nullptr;
 };
 
+// What `spec`'s candidates are costed from; `times` and `hosts` must outlive it.
+Context ContextOf(const pp::v1::JobSpec& spec, const pp::v1::Calibration& calibration,
+                  const UnitTimes& times, const CalibratedHosts& hosts) {
+  return Context{.spec = spec,
+                 .times = times,
+                 .link = SlowestLink(calibration),
+                 .hosts = hosts,
+                 .D = spec.parallel().pipeline(),
+                 .trial = calibration.has_trial() ? &calibration.trial() : nullptr};
+}
+
 // The stage's calibrated costs on `rank` at `sequences`, as if the rank computed alone (its times
 // scaled by its rate while every rank calibrated at once: calibrated_hosts.h), or nullopt when a
 // unit was not timed.
@@ -417,12 +428,7 @@ absl::StatusOr<double> PredictStepSeconds(const pp::v1::JobSpec& resolved,
   if (!times.ok()) return times.status();
   // Sizes are looked up by the resolved microbatch: its global batch is that times M.
   const CalibratedHosts hosts = HostsOf(calibration, D, resolved.train().threads());
-  const Context ctx{.spec = resolved,
-                    .times = *times,
-                    .link = SlowestLink(calibration),
-                    .hosts = hosts,
-                    .D = D,
-                    .trial = calibration.has_trial() ? &calibration.trial() : nullptr};
+  const Context ctx = ContextOf(resolved, calibration, *times, hosts);
   absl::StatusOr<Planned> generated =
       Plan(p.schedule(), D, p.chunks(), resolved.train().microbatches(), CostModel{});
   if (!generated.ok()) return generated.status();
@@ -448,12 +454,7 @@ absl::StatusOr<CalibratedPlan> ChooseCalibrated(const pp::v1::JobSpec& spec,
   absl::StatusOr<UnitTimes> times = UnitTimes::From(calibration, D);
   if (!times.ok()) return times.status();
   const CalibratedHosts hosts = HostsOf(calibration, D, spec.train().threads());
-  const Context ctx{.spec = spec,
-                    .times = *times,
-                    .link = SlowestLink(calibration),
-                    .hosts = hosts,
-                    .D = D,
-                    .trial = calibration.has_trial() ? &calibration.trial() : nullptr};
+  const Context ctx = ContextOf(spec, calibration, *times, hosts);
   std::vector<Option> candidates = Search(ctx, calibration, fixed_microbatches);
   if (candidates.empty()) {
     return absl::InvalidArgumentError(
