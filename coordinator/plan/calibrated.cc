@@ -61,7 +61,7 @@ class UnitTimes {
     }
     const pp::v1::StepOverheads& trial = calibration.trial();
     if (!Sane(trial.send_seconds()) || !Sane(trial.latency_seconds()) ||
-        !Sane(trial.tail_seconds()) || !Sane(trial.span_scale())) {
+        !Sane(trial.tail_seconds()) || !Sane(trial.compute_scale())) {
       return absl::InvalidArgumentError("calibration's trial steps: bad overheads");
     }
     UnitTimes times;
@@ -255,6 +255,15 @@ std::string MemoryRefusal(const std::vector<RankMemory>& memory,
   return "";
 }
 
+double ComputeScale(const pp::v1::StepOverheads* trial) {
+  return trial != nullptr && trial->compute_scale() > 0 ? trial->compute_scale() : 1.0;
+}
+
+StageCosts Scaled(const StageCosts& c, double scale) {
+  return StageCosts{c.forward * scale, c.backward * scale, c.backward_input * scale,
+                    c.backward_weight * scale};
+}
+
 // The predicted step of `c` on `schedule`: the simulated makespan under the stages' calibrated
 // costs, plus the slowest rank's optimizer and the norm's all-gather. nullopt: not costed.
 std::optional<double> PredictStep(const Context& ctx, const Schedule& schedule,
@@ -274,7 +283,7 @@ std::optional<double> PredictStep(const Context& ctx, const Schedule& schedule,
     const int rank = schedule.stage_to_rank[s];
     std::optional<StageCosts> stage = StageCost(ctx, rank, spans[s], sequences);
     if (!stage) return std::nullopt;
-    costs.stage_costs.push_back(*stage);
+    costs.stage_costs.push_back(Scaled(*stage, ComputeScale(ctx.trial)));
     for (int u = spans[s].first; u < spans[s].first + spans[s].count; ++u) {
       optimizer[rank] +=
           ctx.times.Find(rank, UnitKind(u, ctx.spec.model().n_layers()), sequences)->optimizer();
@@ -287,10 +296,7 @@ std::optional<double> PredictStep(const Context& ctx, const Schedule& schedule,
   }
   absl::StatusOr<Simulation> sim = Simulate(schedule, costs);
   if (!sim.ok()) return std::nullopt;
-  if (trial != nullptr) {
-    const double scale = trial->span_scale() > 0 ? trial->span_scale() : 1.0;
-    return scale * sim->makespan + trial->tail_seconds();
-  }
+  if (trial != nullptr) return sim->makespan + trial->tail_seconds();
   return sim->makespan + *std::max_element(optimizer.begin(), optimizer.end()) +
          (ctx.D - 1) * ctx.link.latency;
 }
@@ -372,7 +378,7 @@ std::string CostsSummary(const Context& ctx, const pp::v1::Calibration& calibrat
                          ": sends ", Ms(ctx.trial->send_seconds()), ", a waited message ",
                          Ms(ctx.trial->latency_seconds()), ", step tail ",
                          Ms(ctx.trial->tail_seconds()),
-                         absl::StrFormat(", spans x%.2f", ctx.trial->span_scale()));
+                         absl::StrFormat(", compute x%.2f", ctx.trial->compute_scale()));
   }
   return absl::StrCat("a block takes ", block, " at ", sequences, " sequences on rank 0; ", link,
                       sharing, trial, "; calibrated in ",

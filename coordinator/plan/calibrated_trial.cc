@@ -1,18 +1,25 @@
 // RefitWithTrial (calibrated.h "Trial steps"): a running plan's fitted overheads into its
-// calibration, with the span scale that makes the plan's own simulated makespan its traced span.
+// calibration, with the compute scale that makes the plan's own simulated makespan its traced
+// span.
 #include <algorithm>
 
 #include "coordinator/plan/calibrated.h"
 #include "coordinator/plan/calibrated_hosts.h"
 
 namespace pp::plan {
+namespace {
+
+// Halvings of the scale's range [0.5, 2]: 2^-14 of it, 1e-4, is well inside a step's noise.
+constexpr int kScaleBisections = 14;
+
+}  // namespace
 
 absl::StatusOr<Refit> RefitWithTrial(const pp::v1::JobSpec& resolved,
                                      pp::v1::Calibration calibration,
                                      const pp::v1::StepOverheads& overheads) {
   pp::v1::StepOverheads* trial = calibration.mutable_trial();
   *trial = overheads;
-  trial->set_span_scale(1);
+  trial->set_compute_scale(1);
   // The traced delivery includes the transfer, which PredictStep adds from the link's bandwidth.
   const Link link = SlowestLink(calibration);
   if (link.bandwidth > 0) {
@@ -20,13 +27,31 @@ absl::StatusOr<Refit> RefitWithTrial(const pp::v1::JobSpec& resolved,
     const double bytes = 4.0 * resolved.train().microbatch_size() * m.seq_len() * m.d_model();
     trial->set_latency_seconds(std::max(0.0, trial->latency_seconds() - bytes / link.bandwidth));
   }
-  absl::StatusOr<double> unscaled = PredictStepSeconds(resolved, calibration);
-  if (!unscaled.ok()) return unscaled.status();
-  const double makespan = *unscaled - trial->tail_seconds();
-  const double scale = makespan > 0 ? trial->span_seconds() / makespan : 1.0;
-  trial->set_span_scale(std::clamp(scale, kMinSpanScale, kMaxSpanScale));
+  // The makespan grows with the compute scale: bisect for the one that gives the traced span.
+  const auto makespan_at = [&](double scale) -> absl::StatusOr<double> {
+    trial->set_compute_scale(scale);
+    absl::StatusOr<double> step = PredictStepSeconds(resolved, calibration);
+    if (!step.ok()) return step.status();
+    return *step - trial->tail_seconds();
+  };
+  double low = kMinComputeScale, high = kMaxComputeScale;
+  for (double end : {low, high}) {
+    absl::StatusOr<double> makespan = makespan_at(end);
+    if (!makespan.ok()) return makespan.status();
+    const bool beyond = end == low ? *makespan >= overheads.span_seconds()
+                                   : *makespan <= overheads.span_seconds();
+    if (beyond) low = high = end;  // clamped: the span lies outside what the bounds can make
+  }
+  for (int i = 0; i < kScaleBisections && low < high; ++i) {
+    const double mid = (low + high) / 2;
+    absl::StatusOr<double> makespan = makespan_at(mid);
+    if (!makespan.ok()) return makespan.status();
+    (*makespan < overheads.span_seconds() ? low : high) = mid;
+  }
+  absl::StatusOr<double> makespan = makespan_at((low + high) / 2);
+  if (!makespan.ok()) return makespan.status();
   return Refit{.calibration = calibration,
-               .predicted_step_seconds = trial->span_scale() * makespan + trial->tail_seconds()};
+               .predicted_step_seconds = *makespan + trial->tail_seconds()};
 }
 
 }  // namespace pp::plan

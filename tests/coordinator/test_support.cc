@@ -138,7 +138,8 @@ std::string FakeWorker::job() {
   return job_;
 }
 
-void FakeWorker::FinishTask(bool ok, const std::string& error, absl::StatusCode code) {
+void FakeWorker::FinishTask(bool ok, const std::string& error, absl::StatusCode code,
+                            bool drained) {
   pp::v1::TaskReport report;
   {
     absl::MutexLock lock(&mu_);
@@ -150,12 +151,46 @@ void FakeWorker::FinishTask(bool ok, const std::string& error, absl::StatusCode 
     report.set_error(error);
     if (!ok) report.set_error_code(static_cast<int>(code));
     report.set_worker(name_);
+    report.set_drained(drained);
     job_.clear();
   }
   pp::v1::ReportResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   (void)registry_->ReportTask(&context, report, &response);
+}
+
+int FakeWorker::calibrations() {
+  absl::MutexLock lock(&mu_);
+  return calibrations_;
+}
+
+grpc::Status FakeWorker::Calibrate(grpc::ServerContext*, const pp::v1::CalibrateRequest* request,
+                                   pp::v1::RankCalibration* answer) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++calibrations_;
+  }
+  answer->set_rank(request->rank());
+  for (const auto& [unit, weight] :
+       {std::pair<const char*, double>{"embedding", 0.1}, {"block", 1}, {"head", 1.5}}) {
+    for (int n : request->sequences()) {
+      pp::v1::UnitCost* c = answer->add_units();
+      c->set_unit(unit);
+      c->set_sequences(n);
+      c->set_forward(1e-3 * weight * n);
+      c->set_backward(2e-3 * weight * n);
+      c->set_backward_input(1e-3 * weight * n);
+      c->set_backward_weight(1e-3 * weight * n);
+      c->set_optimizer(1e-5);
+    }
+  }
+  if (request->rank() + 1 < request->world_size()) {
+    answer->set_link_latency_seconds(1e-5);
+    answer->set_link_bytes_per_second(1e10);
+  }
+  answer->set_seconds(0.01);
+  return grpc::Status::OK;
 }
 
 grpc::Status FakeWorker::RunTask(grpc::ServerContext*, const pp::v1::TaskPlan* plan,

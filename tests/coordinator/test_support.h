@@ -36,9 +36,11 @@ class FakeWorker final : public pp::v1::Worker::Service {
   std::vector<pp::v1::TaskPlan> tasks();
   std::vector<std::string> aborted_jobs();
   std::string job();  // the job it holds, "" when free
-  // Says the task ended (TaskReport, error_code = `code` when not ok) and drops the job.
+  // Says the task ended (TaskReport, error_code = `code` when not ok; drained: it stopped at the
+  // coordinator's stop_after_step) and drops the job.
   void FinishTask(bool ok, const std::string& error,
-                  absl::StatusCode code = absl::StatusCode::kInternal);
+                  absl::StatusCode code = absl::StatusCode::kInternal, bool drained = false);
+  int calibrations();  // Calibrate calls answered so far
   pp::v1::WorkerRegistry::Stub& registry() { return *registry_; }
   const std::string& name() const { return name_; }
 
@@ -46,6 +48,11 @@ class FakeWorker final : public pp::v1::Worker::Service {
                        pp::v1::RunTaskResponse*) override;
   grpc::Status AbortTask(grpc::ServerContext*, const pp::v1::AbortTaskRequest* request,
                          pp::v1::AbortTaskResponse*) override;
+  // Every unit at every requested size: forward 1 ms per sequence (the head 1.5x, the embedding
+  // 0.1x), backward twice that (I and W half each), optimizer 10 us; the link to the next rank
+  // 10 us and 10 GB/s; no machine (alone).
+  grpc::Status Calibrate(grpc::ServerContext*, const pp::v1::CalibrateRequest* request,
+                         pp::v1::RankCalibration* answer) override;
 
  private:
   void Register();
@@ -62,6 +69,7 @@ class FakeWorker final : public pp::v1::Worker::Service {
   std::string job_ ABSL_GUARDED_BY(mu_);
   int attempt_ ABSL_GUARDED_BY(mu_) = 0;
   bool heartbeating_ ABSL_GUARDED_BY(mu_) = true;
+  int calibrations_ ABSL_GUARDED_BY(mu_) = 0;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool serving_ = true;  // touched by the test thread only
   std::thread heartbeat_;

@@ -93,8 +93,8 @@ TEST_F(AutoScheduleTest, ChoosesRecordsAndTrainsTheReferenceBits) {
   EXPECT_EQ(trial.steps(), 3);
   EXPECT_EQ(trial.plan(), plan.chosen());
   EXPECT_GT(trial.span_seconds(), 0);
-  EXPECT_GE(trial.span_scale(), pp::plan::kMinSpanScale);
-  EXPECT_LE(trial.span_scale(), pp::plan::kMaxSpanScale);
+  EXPECT_GE(trial.compute_scale(), pp::plan::kMinComputeScale);
+  EXPECT_LE(trial.compute_scale(), pp::plan::kMaxComputeScale);
   EXPECT_GT(plan.first_predicted_step_seconds(), 0);
   EXPECT_NE(plan.predicted_step_seconds(), plan.first_predicted_step_seconds());
   EXPECT_THAT(plan.reason(), HasSubstr("\ntrial steps to 4: "));
