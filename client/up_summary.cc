@@ -136,9 +136,9 @@ void PrintAutoPlan(const pp::v1::Job& job) {
     if (plan.calibration().has_trial() && trial.plan() == plan.chosen()) {
       std::cout << absl::StrFormat(
           "              chosen on %.1f ms; refitted after %d trial steps (sends %.2f ms, a "
-          "waited message %.2f ms, step tail %.1f ms, compute x%.2f)\n",
+          "waited message %.2f ms, step tail %.1f ms, %.2f ms an action)\n",
           1e3 * plan.first_predicted_step_seconds(), trial.steps(), 1e3 * trial.send_seconds(),
-          1e3 * trial.latency_seconds(), 1e3 * trial.tail_seconds(), trial.compute_scale());
+          1e3 * trial.latency_seconds(), 1e3 * trial.tail_seconds(), 1e3 * trial.action_seconds());
     }
   }
   if (!plan.runner_up().empty()) {

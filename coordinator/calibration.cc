@@ -287,10 +287,10 @@ void JobManager::FitTrial(JobRecord& rec, const StepSummary& summary) {
   if (!rec.calibration_key.empty()) calibrations_[rec.calibration_key] = calibration;
   *record->mutable_calibration() = calibration;
   std::string note = absl::StrFormat(
-      "trial steps to %d: sends %s, a waited message %s, step tail %s, compute x%.2f: predicted "
+      "trial steps to %d: sends %s, a waited message %s, step tail %s, %s an action: predicted "
       "%s per step (chosen with %s)",
       summary.step, Ms(fitted->send_seconds()), Ms(fitted->latency_seconds()),
-      Ms(fitted->tail_seconds()), calibration.trial().compute_scale(), Ms(refit),
+      Ms(fitted->tail_seconds()), Ms(calibration.trial().action_seconds()), Ms(refit),
       Ms(record->predicted_step_seconds()));
   record->set_predicted_step_seconds(refit);
   record->set_drift_run(0);

@@ -61,7 +61,7 @@ class UnitTimes {
     }
     const pp::v1::StepOverheads& trial = calibration.trial();
     if (!Sane(trial.send_seconds()) || !Sane(trial.latency_seconds()) ||
-        !Sane(trial.tail_seconds()) || !Sane(trial.compute_scale())) {
+        !Sane(trial.tail_seconds()) || !Sane(trial.action_seconds())) {
       return absl::InvalidArgumentError("calibration's trial steps: bad overheads");
     }
     UnitTimes times;
@@ -255,13 +255,11 @@ std::string MemoryRefusal(const std::vector<RankMemory>& memory,
   return "";
 }
 
-double ComputeScale(const pp::v1::StepOverheads* trial) {
-  return trial != nullptr && trial->compute_scale() > 0 ? trial->compute_scale() : 1.0;
-}
-
-StageCosts Scaled(const StageCosts& c, double scale) {
-  return StageCosts{c.forward * scale, c.backward * scale, c.backward_input * scale,
-                    c.backward_weight * scale};
+// `c` with `trial`'s action_seconds added to each of its actions.
+StageCosts WithActionOverhead(const StageCosts& c, const pp::v1::StepOverheads* trial) {
+  const double extra = trial != nullptr ? trial->action_seconds() : 0;
+  return StageCosts{c.forward + extra, c.backward + extra, c.backward_input + extra,
+                    c.backward_weight + extra};
 }
 
 // The predicted step of `c` on `schedule`: the simulated makespan under the stages' calibrated
@@ -283,7 +281,7 @@ std::optional<double> PredictStep(const Context& ctx, const Schedule& schedule,
     const int rank = schedule.stage_to_rank[s];
     std::optional<StageCosts> stage = StageCost(ctx, rank, spans[s], sequences);
     if (!stage) return std::nullopt;
-    costs.stage_costs.push_back(Scaled(*stage, ComputeScale(ctx.trial)));
+    costs.stage_costs.push_back(WithActionOverhead(*stage, ctx.trial));
     for (int u = spans[s].first; u < spans[s].first + spans[s].count; ++u) {
       optimizer[rank] +=
           ctx.times.Find(rank, UnitKind(u, ctx.spec.model().n_layers()), sequences)->optimizer();
@@ -378,7 +376,7 @@ std::string CostsSummary(const Context& ctx, const pp::v1::Calibration& calibrat
                          ": sends ", Ms(ctx.trial->send_seconds()), ", a waited message ",
                          Ms(ctx.trial->latency_seconds()), ", step tail ",
                          Ms(ctx.trial->tail_seconds()),
-                         absl::StrFormat(", compute x%.2f", ctx.trial->compute_scale()));
+                         ", ", Ms(ctx.trial->action_seconds()), " an action");
   }
   return absl::StrCat("a block takes ", block, " at ", sequences, " sequences on rank 0; ", link,
                       sharing, trial, "; calibrated in ",

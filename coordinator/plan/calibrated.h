@@ -25,13 +25,13 @@
 // Trial steps: what the units' timing cannot show is how a loaded machine handles messages and
 // the end of a step. Once a decided job has run auto_plan.trial_steps traced steps (after its
 // first), the coordinator fits them (plan.h FitStepOverheads) into calibration.trial, and from
-// then on, for this job and for later jobs on the cached calibration, a candidate's compute
-// times are multiplied by trial.compute_scale (what the sharing model misses of a loaded
-// machine's compute, fitted on the trial plan's own span: RefitWithTrial), its SENDs cost
-// trial.send_seconds on their rank (CostModel.send_overhead, shared like compute), a message
-// takes at least trial.latency_seconds, and the step's tail is trial.tail_seconds instead of the
-// optimizer and the gather above (bench/NOTES.md "Planner": on 4 ranks sharing 2 cores, messages
-// wait 1-2 ms for a wake-up, not the idle link's 0.1 ms, and the tail is 12-20 ms).
+// then on, for this job and for later jobs on the cached calibration, every compute action of
+// a candidate costs trial.action_seconds more (what running an action costs a loaded machine
+// beyond the units' timed compute, fitted on the trial plan's own span: RefitWithTrial), its
+// SENDs cost trial.send_seconds on their rank (CostModel.send_overhead, shared like compute), a
+// message takes at least trial.latency_seconds, and the step's tail is trial.tail_seconds instead
+// of the optimizer and the gather above (bench/NOTES.md "Planner": on 4 ranks sharing 2 cores,
+// messages wait 1-2 ms for a wake-up, not the idle link's 0.1 ms, and the tail is 12-20 ms).
 //
 // Pure: no locks, no RPC, no clock.
 #ifndef PP_COORDINATOR_PLAN_CALIBRATED_H_
@@ -84,10 +84,6 @@ absl::StatusOr<CalibratedPlan> ChooseCalibrated(const pp::v1::JobSpec& spec,
 absl::StatusOr<double> PredictStepSeconds(const pp::v1::JobSpec& resolved,
                                           const pp::v1::Calibration& calibration);
 
-// The trial's bounds on compute_scale: a fit outside them says the trial measured something else
-// (a stalled machine, a rank that was restarted), not what the simulation misses.
-inline constexpr double kMinComputeScale = 0.5, kMaxComputeScale = 2.0;
-
 struct Refit {
   pp::v1::Calibration calibration;  // with the trial
   double predicted_step_seconds = 0;  // of the plan that ran the trial steps
@@ -95,9 +91,9 @@ struct Refit {
 
 // `calibration` with `overheads` (plan.h FitStepOverheads of `resolved`'s own traced steps) as its
 // trial: the latency less the plan's activation over the slowest link's bandwidth, and
-// compute_scale fitted by bisection so that `resolved`'s simulated makespan under the calibration
-// and the overheads is the traced span, clamped to [kMinComputeScale, kMaxComputeScale]. Errors
-// as PredictStepSeconds.
+// action_seconds fitted by bisection in [0, span] so that `resolved`'s simulated makespan under
+// the calibration and the overheads is the traced span (0 when even that is longer). Errors as
+// PredictStepSeconds.
 absl::StatusOr<Refit> RefitWithTrial(const pp::v1::JobSpec& resolved,
                                      pp::v1::Calibration calibration,
                                      const pp::v1::StepOverheads& overheads);

@@ -1,6 +1,6 @@
 // RefitWithTrial (calibrated.h "Trial steps"): a running plan's fitted overheads into its
-// calibration, with the compute scale that makes the plan's own simulated makespan its traced
-// span.
+// calibration, with the per-action overhead that makes the plan's own simulated makespan its
+// traced span.
 #include <algorithm>
 
 #include "coordinator/plan/calibrated.h"
@@ -9,8 +9,8 @@
 namespace pp::plan {
 namespace {
 
-// Halvings of the scale's range [0.5, 2]: 2^-14 of it, 1e-4, is well inside a step's noise.
-constexpr int kScaleBisections = 14;
+// Halvings of [0, span]: 2^-20 of a span is well inside a step's noise.
+constexpr int kBisections = 20;
 
 }  // namespace
 
@@ -19,7 +19,6 @@ absl::StatusOr<Refit> RefitWithTrial(const pp::v1::JobSpec& resolved,
                                      const pp::v1::StepOverheads& overheads) {
   pp::v1::StepOverheads* trial = calibration.mutable_trial();
   *trial = overheads;
-  trial->set_compute_scale(1);
   // The traced delivery includes the transfer, which PredictStep adds from the link's bandwidth.
   const Link link = SlowestLink(calibration);
   if (link.bandwidth > 0) {
@@ -27,22 +26,18 @@ absl::StatusOr<Refit> RefitWithTrial(const pp::v1::JobSpec& resolved,
     const double bytes = 4.0 * resolved.train().microbatch_size() * m.seq_len() * m.d_model();
     trial->set_latency_seconds(std::max(0.0, trial->latency_seconds() - bytes / link.bandwidth));
   }
-  // The makespan grows with the compute scale: bisect for the one that gives the traced span.
-  const auto makespan_at = [&](double scale) -> absl::StatusOr<double> {
-    trial->set_compute_scale(scale);
+  // The makespan grows with the overhead: bisect for the one that gives the traced span.
+  const auto makespan_at = [&](double extra) -> absl::StatusOr<double> {
+    trial->set_action_seconds(extra);
     absl::StatusOr<double> step = PredictStepSeconds(resolved, calibration);
     if (!step.ok()) return step.status();
     return *step - trial->tail_seconds();
   };
-  double low = kMinComputeScale, high = kMaxComputeScale;
-  for (double end : {low, high}) {
-    absl::StatusOr<double> makespan = makespan_at(end);
-    if (!makespan.ok()) return makespan.status();
-    const bool beyond = end == low ? *makespan >= overheads.span_seconds()
-                                   : *makespan <= overheads.span_seconds();
-    if (beyond) low = high = end;  // clamped: the span lies outside what the bounds can make
-  }
-  for (int i = 0; i < kScaleBisections && low < high; ++i) {
+  double low = 0, high = overheads.span_seconds();
+  absl::StatusOr<double> bare = makespan_at(0);
+  if (!bare.ok()) return bare.status();
+  if (*bare >= overheads.span_seconds()) high = 0;  // nothing to add
+  for (int i = 0; i < kBisections && low < high; ++i) {
     const double mid = (low + high) / 2;
     absl::StatusOr<double> makespan = makespan_at(mid);
     if (!makespan.ok()) return makespan.status();

@@ -97,9 +97,9 @@ absl::StatusOr<TracedBubble> CompareTraceWithSimulation(const pp::v1::Schedule& 
 // traced steps and their measured seconds (`traces[i]` took `step_seconds[i]`): the medians over
 // the steps of each step's mean SEND time and mean waited-message latency (as CostsFromTrace),
 // and of its span and tail: its last action's end, and the step's seconds minus that (every
-// rank's times count from its step start). compute_scale is left to the caller (it needs the
-// calibration: calibrated.h FitTrial). InvalidArgument when the lists are empty or differ in length, or a step has no
-// action or a non-finite or negative time.
+// rank's times count from its step start). action_seconds is left to the caller (it needs the
+// calibration: calibrated.h RefitWithTrial). InvalidArgument when the lists are empty or differ
+// in length, or a step has no action or a non-finite or negative time.
 absl::StatusOr<pp::v1::StepOverheads> FitStepOverheads(
     const std::vector<pp::v1::StepTrace>& traces, const std::vector<double>& step_seconds);
 

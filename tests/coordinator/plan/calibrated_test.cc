@@ -124,8 +124,9 @@ TEST(CalibratedTest, ASlowLinkChoosesFewerChunksThanAFastOne) {
   EXPECT_GT(slow->predicted_step_seconds, fast->predicted_step_seconds);
 }
 
-// Trial steps: the overheads a running plan showed, fitted into the calibration, with the compute
-// scale that stretches the plan's simulated makespan to its traced span, and its tail.
+// Trial steps: the overheads a running plan showed, fitted into the calibration, with the
+// per-action overhead that stretches the plan's simulated makespan to its traced span, and its
+// tail.
 TEST(CalibratedTest, ARefitPredictsTheTrialPlansOwnSpanPlusItsTail) {
   const pp::v1::JobSpec spec = AutoSpec();
   const pp::v1::Calibration calibration = Calibrate(spec, 1e-5, 1e10);
@@ -141,26 +142,27 @@ TEST(CalibratedTest, ARefitPredictsTheTrialPlansOwnSpanPlusItsTail) {
   EXPECT_NEAR(refit->predicted_step_seconds, overheads.span_seconds() + 0.01,
               1e-3 * overheads.span_seconds());
   const pp::v1::StepOverheads& trial = refit->calibration.trial();
-  EXPECT_GT(trial.compute_scale(), kMinComputeScale);
-  EXPECT_LT(trial.compute_scale(), kMaxComputeScale);
+  EXPECT_GT(trial.action_seconds(), 0);
   EXPECT_EQ(trial.tail_seconds(), 0.01);
   absl::StatusOr<double> again = PredictStepSeconds(plan->spec, refit->calibration);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_NEAR(*again, refit->predicted_step_seconds, 1e-12);
-  // A span the simulation cannot explain is clamped, not believed.
-  for (auto [span, clamped] : {std::pair{100.0, kMaxComputeScale}, {0.01, kMinComputeScale}}) {
-    overheads.set_span_seconds(span * plan->predicted_step_seconds);
-    refit = RefitWithTrial(plan->spec, calibration, overheads);
-    ASSERT_TRUE(refit.ok()) << refit.status();
-    EXPECT_EQ(refit->calibration.trial().compute_scale(), clamped) << span;
-  }
+  // A longer span needs more per action; one the overheads alone exceed needs none.
+  overheads.set_span_seconds(2 * plan->predicted_step_seconds);
+  absl::StatusOr<Refit> longer = RefitWithTrial(plan->spec, calibration, overheads);
+  ASSERT_TRUE(longer.ok()) << longer.status();
+  EXPECT_GT(longer->calibration.trial().action_seconds(), trial.action_seconds());
+  overheads.set_span_seconds(0.01 * plan->predicted_step_seconds);
+  absl::StatusOr<Refit> shorter = RefitWithTrial(plan->spec, calibration, overheads);
+  ASSERT_TRUE(shorter.ok()) << shorter.status();
+  EXPECT_EQ(shorter->calibration.trial().action_seconds(), 0);
   // Hostile figures are refused like a worker's.
-  pp::v1::Calibration bad = refit->calibration;
+  pp::v1::Calibration bad = longer->calibration;
   bad.mutable_trial()->set_latency_seconds(std::nan(""));
   EXPECT_EQ(PredictStepSeconds(plan->spec, bad).status().code(),
             absl::StatusCode::kInvalidArgument);
   bad.mutable_trial()->set_latency_seconds(0);
-  bad.mutable_trial()->set_compute_scale(-1);
+  bad.mutable_trial()->set_action_seconds(-1);
   EXPECT_EQ(ChooseCalibrated(spec, bad).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -177,7 +179,6 @@ TEST(CalibratedTest, SlowMessagesInTheTrialChooseFewerChunksAtTheSameM) {
   trial->set_latency_seconds(2e-3);
   trial->set_send_seconds(5e-4);
   trial->set_tail_seconds(0.01);
-  trial->set_compute_scale(1);
   absl::StatusOr<CalibratedPlan> after =
       ChooseCalibrated(spec, calibration, before->spec.train().microbatches());
   ASSERT_TRUE(after.ok()) << after.status();
