@@ -1,11 +1,16 @@
 // bench/planner: does parallel.schedule "auto" choose well, and does it predict what it gets?
 // On four emulated hosts (tests/support/netns.h: one network namespace and address per worker,
 // joined by a bridge) and for each link setting (free, then every link shaped to --rate_mbit by
-// tbf), it runs the auto job, then every fixed candidate a user could write (schedule x V x M,
-// partition cost), each with its predicted step (coordinator/plan/calibrated.h PredictStepSeconds
-// on the auto job's calibration) beside its measured median step (steps 2.., the first connects
-// the ranks). It prints one row per run as it goes, then auto against the best measured
-// candidate and auto's own prediction error. Needs root (namespaces): exits 77 without.
+// tbf), it runs an auto job on a fresh calibration (whose trial steps refit it: calibrated.h),
+// then a second auto job, which chooses on the refitted calibration from the cache, then every
+// fixed candidate a user could write (schedule x V x M, partition cost), each with its predicted
+// step (coordinator/plan/calibrated.h PredictStepSeconds on the refitted calibration) beside its
+// measured median step (steps 2.., the first connects the ranks). Each row also shows where the
+// step went, from the job's traces (span, tail, waited-message latency, SEND time), and the
+// machine's idle and steal shares while it ran; a job the hypervisor stole more than --max_steal
+// from runs again (--tries). At the end auto's plan and the best fixed one run alternately
+// --repeats times each: auto against the best, and auto's prediction, on their medians. Needs
+// root (namespaces): exits 77 without.
 #include <unistd.h>
 
 #include <algorithm>
