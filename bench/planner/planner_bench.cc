@@ -286,6 +286,34 @@ absl::StatusOr<std::pair<double, double>> Rematch(Cluster& cluster, const pp::v1
   return std::pair{MedianOf(first), MedianOf(second)};
 }
 
+// Every fixed candidate, predicted on `calibration`, one row each; the best measured one.
+struct FixedRuns {
+  double best = 0;
+  std::string best_label;
+  pp::v1::JobSpec best_spec;
+  int within = 0, rows = 0;  // rows predicted within 10%, of all
+};
+
+FixedRuns RunFixed(Cluster& cluster, const pp::v1::Calibration& calibration) {
+  FixedRuns out;
+  for (const pp::v1::JobSpec& spec : FixedCandidates(BaseSpec())) {
+    absl::StatusOr<double> predicted = plan::PredictStepSeconds(spec, calibration);
+    absl::StatusOr<Measured> run = RunSteady(cluster, spec);
+    if (!run.ok() || !predicted.ok()) {
+      std::cout << "  " << Label(spec) << ": "
+                << (run.ok() ? predicted.status() : run.status()).message() << "\n";
+      continue;
+    }
+    Row(Label(spec), *predicted, *run);
+    ++out.rows;
+    if (std::abs(*predicted / run->median_step - 1) <= 0.1) ++out.within;
+    if (out.best == 0 || run->median_step < out.best) {
+      out.best = run->median_step, out.best_label = Label(spec), out.best_spec = spec;
+    }
+  }
+  return out;
+}
+
 pp::v1::JobSpec AutoSpec() {
   pp::v1::JobSpec spec = BaseSpec();
   pp::v1::AutoPlanSpec* bounds = spec.mutable_parallel()->mutable_auto_plan();
@@ -320,25 +348,11 @@ absl::Status RunSetting(const std::string& setting, const std::string& dir) {
   const pp::v1::JobPlan& plan = chosen->job.plan();
   Row("auto: " + plan.chosen().substr(0, 38), plan.first_predicted_step_seconds(), *chosen);
   std::cout << "  " << plan.reason() << "\n";
-  double best = 0;
-  std::string best_label;
-  pp::v1::JobSpec best_spec;
-  int within = 0, rows = 0;
-  for (const pp::v1::JobSpec& spec : FixedCandidates(BaseSpec())) {
-    absl::StatusOr<double> predicted = plan::PredictStepSeconds(spec, fresh.calibration());
-    absl::StatusOr<Measured> run = RunSteady(*bed->cluster, spec);
-    if (!run.ok() || !predicted.ok()) {
-      std::cout << "  " << Label(spec) << ": "
-                << (run.ok() ? predicted.status() : run.status()).message() << "\n";
-      continue;
-    }
-    Row(Label(spec), *predicted, *run);
-    ++rows;
-    if (std::abs(*predicted / run->median_step - 1) <= 0.1) ++within;
-    if (best == 0 || run->median_step < best) {
-      best = run->median_step, best_label = Label(spec), best_spec = spec;
-    }
-  }
+  const FixedRuns fixed = RunFixed(*bed->cluster, fresh.calibration());
+  const double best = fixed.best;
+  const std::string& best_label = fixed.best_label;
+  const int within = fixed.within, rows = fixed.rows;
+  const pp::v1::JobSpec& best_spec = fixed.best_spec;
   pp::v1::JobSpec auto_plan = chosen->job.spec();
   auto_plan.mutable_parallel()->clear_auto_plan();
   absl::StatusOr<std::pair<double, double>> rematch = Rematch(*bed->cluster, auto_plan, best_spec);
