@@ -140,7 +140,8 @@ void JobManager::BeginCalibration(JobRecord& rec, std::vector<pp::v1::RankPlacem
     request.mutable_sequences()->Assign(sizes.begin(), sizes.end());
     request.set_rendezvous_prefix(absl::StrCat(job.id(), "/", job.attempt(), "/calibrate/"));
     request.set_budget_seconds(budget);
-    request.set_message_bytes(largest * spec.model().seq_len() * spec.model().d_model() * 4);
+    request.set_message_bytes(
+        static_cast<int64_t>(pp::plan::BoundaryBytes(spec.model(), static_cast<int>(largest))));
     rpc_.Queue(std::move(rpc));
   }
   NoteWait(rec, absl::StrCat(replan ? "re-planning: " : "", "calibrating ",
@@ -259,13 +260,12 @@ void JobManager::FitTrial(JobRecord& rec, const StepSummary& summary) {
   pp::v1::JobPlan* record = job.mutable_plan();
   const pp::v1::AutoPlanSpec& bounds = job.spec().parallel().auto_plan();
   JobRecord::Trial& trial = rec.trial;
-  if (bounds.trial_steps() > 0) {
-    trial.traces.push_back(summary.trace);
-    trial.seconds.push_back(summary.step_seconds);
-  }
+  trial.done = bounds.trial_steps() < 0;  // no trial
+  if (trial.done) return;
+  trial.traces.push_back(summary.trace);
+  trial.seconds.push_back(summary.step_seconds);
   if (static_cast<int>(trial.seconds.size()) < bounds.trial_steps()) return;
   trial.done = true;
-  if (bounds.trial_steps() < 0) return;
   absl::StatusOr<pp::v1::StepOverheads> fitted =
       pp::plan::FitStepOverheads(trial.traces, trial.seconds);
   trial.traces.clear();

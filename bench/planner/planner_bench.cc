@@ -31,6 +31,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
+#include "common/median.h"
 #include "common/schedules.h"
 #include "coordinator/plan/plan.h"
 #include "tests/support/cluster.h"
@@ -113,15 +114,6 @@ absl::StatusOr<Bed> StartBed(const std::string& dir, int64_t rate) {
   return bed;
 }
 
-// Where a measured step went, from the traces of its counted steps (medians over them): the
-// programs' span, the rest of the step (the norm's gather, the optimizer, the report), and the
-// messages as coordinator/plan/plan.h CostsFromTrace fits them.
-struct StepParts {
-  double span = 0, tail = 0, latency = 0, send = 0;
-  int steps = 0;
-  double idle = 0, steal = 0;  // of the machine's CPU time while the job ran (/proc/stat)
-};
-
 // /proc/stat's first line: jiffies of all CPUs, idle + iowait, and steal.
 struct CpuTimes {
   double total = 0, idle = 0, steal = 0;
@@ -142,45 +134,32 @@ CpuTimes ReadCpuTimes() {
 struct Measured {
   pp::v1::Job job;
   double median_step = 0;
-  StepParts parts;
   std::vector<double> steps;  // seconds of steps 2.., in order
+  // Where a step went, from the traces of the counted steps (plan.h FitStepOverheads: medians
+  // of the programs' span, the tail after it, the waited-message latency and the SEND time).
+  pp::v1::StepOverheads parts;
+  double idle = 0, steal = 0;  // of the machine's CPU time while the job ran (/proc/stat)
 };
 
-double MedianOf(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-StepParts PartsOf(pp::v1::Coordinator::Stub& stub, const pp::v1::Job& job,
-                  const std::vector<std::pair<int, double>>& steps) {
-  const pp::v1::ParallelSpec& p = job.spec().parallel();
-  absl::StatusOr<plan::Planned> planned =
-      plan::Plan(p.schedule(), p.pipeline(), p.chunks(), job.spec().train().microbatches(),
-                 plan::CostModel{});
-  std::vector<double> span, tail, latency, send;
-  for (const auto& [step, seconds] : steps) {
+// FitStepOverheads of `steps` (number, seconds) of `job_id`, as ppcoord kept their traces; empty
+// when they are not there.
+pp::v1::StepOverheads TracedOverheads(pp::v1::Coordinator::Stub& stub, const std::string& job_id,
+                                      const std::vector<std::pair<int, double>>& steps) {
+  std::vector<pp::v1::StepTrace> traces;
+  std::vector<double> seconds;
+  for (const auto& [step, took] : steps) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     pp::v1::GetTraceRequest request;
-    request.set_job_id(job.id());
+    request.set_job_id(job_id);
     request.set_step(step);
     pp::v1::StepTrace trace;
-    if (!stub.GetTrace(&context, request, &trace).ok() || !planned.ok()) continue;
-    double end = 0;
-    for (const pp::v1::RankTrace& rank : trace.ranks()) {
-      for (const pp::v1::TimedAction& t : rank.actions()) end = std::max(end, t.end());
-    }
-    span.push_back(end);
-    tail.push_back(seconds - end);
-    if (absl::StatusOr<plan::CostModel> c = plan::CostsFromTrace(planned->schedule, trace);
-        c.ok()) {
-      latency.push_back(c->comm_latency);
-      send.push_back(c->send_overhead);
-    }
+    if (!stub.GetTrace(&context, request, &trace).ok()) continue;
+    traces.push_back(std::move(trace));
+    seconds.push_back(took);
   }
-  return StepParts{MedianOf(span), MedianOf(tail), MedianOf(latency), MedianOf(send),
-                   static_cast<int>(span.size())};
+  absl::StatusOr<pp::v1::StepOverheads> fitted = plan::FitStepOverheads(traces, seconds);
+  return fitted.ok() ? *fitted : pp::v1::StepOverheads();
 }
 
 // Runs `spec` to its end: the job and its median step seconds over steps 2...
@@ -207,11 +186,13 @@ absl::StatusOr<Measured> RunJob(Cluster& cluster, const pp::v1::JobSpec& spec) {
   absl::StatusOr<pp::v1::Job> job = testing_support::GetJob(cluster.stub(), *id);
   if (!job.ok()) return job.status();
   const CpuTimes after = ReadCpuTimes();
-  Measured measured{*job, MedianOf(seconds), PartsOf(cluster.stub(), *job, steps), seconds};
   const double total = std::max(after.total - before.total, 1.0);
-  measured.parts.idle = (after.idle - before.idle) / total;
-  measured.parts.steal = (after.steal - before.steal) / total;
-  return measured;
+  return Measured{.job = *job,
+                  .median_step = common::Median(seconds),
+                  .steps = seconds,
+                  .parts = TracedOverheads(cluster.stub(), *id, steps),
+                  .idle = (after.idle - before.idle) / total,
+                  .steal = (after.steal - before.steal) / total};
 }
 
 // Every fixed plan a user could write for the base spec: schedule x V x M, partition cost.
@@ -249,12 +230,13 @@ std::string Label(const pp::v1::JobSpec& spec) {
 }
 
 void Row(const std::string& what, double predicted, const Measured& measured) {
-  const StepParts& p = measured.parts;
+  const pp::v1::StepOverheads& p = measured.parts;
   std::cout << absl::StrFormat(
                    "  %-44s %9.1f %9.1f %+7.1f%% %7.1f %6.1f %6.2f %6.2f %5.1f%% %5.1f%%\n", what,
                    1e3 * predicted, 1e3 * measured.median_step,
-                   100 * (predicted / measured.median_step - 1), 1e3 * p.span, 1e3 * p.tail,
-                   1e3 * p.latency, 1e3 * p.send, 100 * p.idle, 100 * p.steal)
+                   100 * (predicted / measured.median_step - 1), 1e3 * p.span_seconds(),
+                   1e3 * p.tail_seconds(), 1e3 * p.latency_seconds(), 1e3 * p.send_seconds(),
+                   100 * measured.idle, 100 * measured.steal)
             << std::flush;
 }
 
@@ -265,8 +247,8 @@ absl::StatusOr<Measured> RunSteady(Cluster& cluster, const pp::v1::JobSpec& spec
   for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_tries)); ++i) {
     absl::StatusOr<Measured> run = RunJob(cluster, spec);
     if (!run.ok()) return run.status();
-    if (!best || run->parts.steal < best->parts.steal) best = *std::move(run);
-    if (best->parts.steal <= absl::GetFlag(FLAGS_max_steal)) break;
+    if (!best || run->steal < best->steal) best = *std::move(run);
+    if (best->steal <= absl::GetFlag(FLAGS_max_steal)) break;
   }
   return *std::move(best);
 }
@@ -283,7 +265,7 @@ absl::StatusOr<std::pair<double, double>> Rematch(Cluster& cluster, const pp::v1
       into->push_back(run->median_step);
     }
   }
-  return std::pair{MedianOf(first), MedianOf(second)};
+  return std::pair{common::Median(first), common::Median(second)};
 }
 
 // Every fixed candidate, predicted on `calibration`, one row each; the best measured one.

@@ -270,7 +270,7 @@ std::optional<double> PredictStep(const Context& ctx, const Schedule& schedule,
   CostModel costs;
   costs.comm_latency = ctx.link.latency;
   costs.comm_bandwidth = ctx.link.bandwidth;
-  costs.activation_bytes = 4.0 * sequences * ctx.spec.model().seq_len() * ctx.spec.model().d_model();
+  costs.activation_bytes = BoundaryBytes(ctx.spec.model(), sequences);
   costs.recompute_forward = shares.forward;
   costs.recompute_dropped = shares.dropped;
   costs.rank_host = ctx.hosts.rank_host;  // ranks on one machine share its cores

@@ -48,6 +48,11 @@ namespace pp::plan {
 // The most microbatch sizes one calibration times (the worker's bound too).
 inline constexpr int kMaxCalibratedSizes = 16;
 
+// Bytes of one microbatch's boundary activation (sequences x T x C floats): what a stage sends.
+inline double BoundaryBytes(const pp::v1::ModelSpec& model, int sequences) {
+  return 4.0 * sequences * model.seq_len() * model.d_model();
+}
+
 struct CalibratedPlan {
   // The job's spec with the choice written in: parallel.schedule, chunks, partition "explicit"
   // with stage_layers, recompute; train.microbatches and microbatch_size. auto_plan stays.

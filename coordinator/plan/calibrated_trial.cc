@@ -22,8 +22,7 @@ absl::StatusOr<Refit> RefitWithTrial(const pp::v1::JobSpec& resolved,
   // The traced delivery includes the transfer, which PredictStep adds from the link's bandwidth.
   const Link link = SlowestLink(calibration);
   if (link.bandwidth > 0) {
-    const pp::v1::ModelSpec& m = resolved.model();
-    const double bytes = 4.0 * resolved.train().microbatch_size() * m.seq_len() * m.d_model();
+    const double bytes = BoundaryBytes(resolved.model(), resolved.train().microbatch_size());
     trial->set_latency_seconds(std::max(0.0, trial->latency_seconds() - bytes / link.bandwidth));
   }
   // The makespan grows with the overhead: bisect for the one that gives the traced span.
