@@ -15,6 +15,8 @@
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 
+extern char** environ;  // POSIX: the process environment, which execve passes on explicitly
+
 namespace pp::client {
 namespace {
 
@@ -24,6 +26,30 @@ std::string LastLines(const std::string& path, int n) {
   std::vector<std::string> lines = absl::StrSplit(*text, '\n', absl::SkipEmpty());
   if (static_cast<int>(lines.size()) > n) lines.erase(lines.begin(), lines.end() - n);
   return absl::StrJoin(lines, "\n");
+}
+
+// ppctl's environment with `extra` ("KEY=VALUE") added, an inherited KEY replaced: built before
+// fork, because the child may only call async-signal-safe functions (no setenv).
+std::vector<std::string> ChildEnvironment(const std::vector<std::string>& extra) {
+  auto key = [](const std::string& entry) { return entry.substr(0, entry.find('=') + 1); };
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const bool replaced = std::any_of(extra.begin(), extra.end(), [&](const std::string& x) {
+      return key(x) == key(entry);
+    });
+    if (!replaced) env.push_back(entry);
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+// Pointers into `strings` with the terminating null that execve wants.
+std::vector<char*> NullTerminated(std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (std::string& s : strings) pointers.push_back(s.data());
+  pointers.push_back(nullptr);
+  return pointers;
 }
 
 }  // namespace
@@ -44,13 +70,14 @@ absl::StatusOr<std::filesystem::path> BinaryNextToMe(const std::string& name) {
 }
 
 absl::Status LocalCluster::Start(const std::string& name, const std::string& binary,
-                                 const std::vector<std::string>& args, const std::string& log) {
+                                 const std::vector<std::string>& args, const std::string& log,
+                                 const std::vector<std::string>& env) {
   // Everything the child needs is prepared before fork: it only calls async-signal-safe code.
   std::vector<std::string> argv_strings = {binary};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
+  std::vector<char*> argv = NullTerminated(argv_strings);
+  std::vector<std::string> env_strings = ChildEnvironment(env);
+  std::vector<char*> envp = NullTerminated(env_strings);
   const int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     return absl::InternalError(absl::StrCat("cannot create ", log, ": ", strerror(errno)));
@@ -66,7 +93,7 @@ absl::Status LocalCluster::Start(const std::string& name, const std::string& bin
     dup2(log_fd, STDOUT_FILENO);
     dup2(log_fd, STDERR_FILENO);
     sigprocmask(SIG_SETMASK, &child_mask_, nullptr);
-    execv(argv[0], argv.data());
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   const int fork_errno = errno;

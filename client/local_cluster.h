@@ -33,9 +33,13 @@ class LocalCluster {
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
 
-  // Starts `binary args...` with stdout and stderr to `log`. `name` is for messages.
+  // Starts `binary args...` with stdout and stderr to `log`. `name` is for messages. The child
+  // inherits ppctl's whole environment (so e.g. PP_TEST_TRANSPORT or PP_CUDA_PLUGIN set for
+  // ppctl reaches every daemon), with `env` ("KEY=VALUE" each) added on top, replacing an
+  // inherited KEY.
   absl::Status Start(const std::string& name, const std::string& binary,
-                     const std::vector<std::string>& args, const std::string& log);
+                     const std::vector<std::string>& args, const std::string& log,
+                     const std::vector<std::string>& env = {});
 
   // A message naming the first daemon that exited on its own, with the end of its log, if any did.
   std::optional<std::string> Exited();

@@ -8,6 +8,10 @@
 // Exit codes (common/exit_code.h): 2 for a usage error (a bad flag or argument), 1 for any other
 // failure.
 //
+// --device=cuda:N puts every worker on GPU N: a test layout for one GPU (each rank its own
+// process, NCCL between them over loopback sockets), not a fast one. The daemons inherit ppctl's
+// environment.
+//
 // The parts: up_spec.h (the job), work_dir.h (the data folder), local_cluster.h (the daemons),
 // common/address_file.h (where they serve), common/stop_signals.h (how ppctl takes its stop
 // signals), up_progress.h (the live display), up_summary.h (the summary).
@@ -23,6 +27,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -39,6 +44,7 @@
 #include "client/up_summary.h"
 #include "client/work_dir.h"
 #include "common/address_file.h"
+#include "common/device.h"
 #include "common/exit_code.h"
 #include "common/file_io.h"
 #include "common/job_spec.h"
@@ -62,11 +68,26 @@ ABSL_FLAG(std::string, chrome_trace, "",
           "$TMPDIR/ppctl-up-<job>.trace.json without --data_dir");
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(30),
           "how long the daemons may take to serve and the workers to register");
+ABSL_DECLARE_FLAG(std::string, device);  // defined by `ppctl train` (client/train_command.cc)
 
 namespace pp::client {
 namespace {
 
 constexpr int kMaxWorkers = 64;
+
+constexpr char kDeviceHelp[] =
+    "cpu (the default), or cuda:N: the --device of every ppworker. With cuda:N all the workers "
+    "share GPU N, each with its own NCCL_HOSTID and NCCL_SOCKET_IFNAME=lo (NCCL refuses two "
+    "ranks of one communicator on one device otherwise): a test layout for one GPU, not a fast "
+    "one";
+
+// What a worker's environment gets on top of ppctl's. NCCL takes two processes with the same
+// host id and device for a duplicate rank and refuses them; a host id of their own makes each
+// look like another machine, reached over loopback sockets.
+std::vector<std::string> WorkerEnvironment(const pp::common::Device& device, int worker) {
+  if (!device.cuda) return {};
+  return {absl::StrCat("NCCL_HOSTID=pp-up-", getpid(), "-w", worker), "NCCL_SOCKET_IFNAME=lo"};
+}
 
 // Events of the job, as the watch thread receives them.
 struct WatchState {
@@ -114,6 +135,9 @@ class Up {
                       absl::StrCat("--workers must be 1..", kMaxWorkers, ", got ", workers)),
                   pp::common::kExitUsage);
     }
+    absl::StatusOr<pp::common::Device> device =
+        pp::common::ParseDevice(absl::GetFlag(FLAGS_device), "device");
+    if (!device.ok()) return Fail(device.status(), pp::common::kExitUsage);
     absl::StatusOr<pp::v1::JobSpec> spec = LoadUpSpec(absl::GetFlag(FLAGS_job), workers);
     if (!spec.ok()) return Fail(spec.status());
     absl::StatusOr<std::filesystem::path> ppcoord = BinaryNextToMe("ppcoord");
@@ -123,7 +147,7 @@ class Up {
     absl::StatusOr<WorkDir> dir = WorkDir::Open(absl::GetFlag(FLAGS_data_dir));
     if (!dir.ok()) return Fail(dir.status());
 
-    absl::Status status = StartCluster(dir->path(), *ppcoord, *ppworker, workers);
+    absl::Status status = StartCluster(dir->path(), *ppcoord, *ppworker, workers, *device);
     if (status.ok()) status = RunJob(*spec);
     if (status.ok()) {
       status = PrintSummary(*stub_, run_, *dir, absl::GetFlag(FLAGS_chrome_trace));
@@ -196,7 +220,8 @@ class Up {
   }
 
   absl::Status StartCluster(const std::string& data_dir, const std::string& ppcoord,
-                            const std::string& ppworker, int workers) {
+                            const std::string& ppworker, int workers,
+                            const pp::common::Device& device) {
     RunFiles files{data_dir + "/ppctl-up", {"ppcoord"}};
     if (absl::Status made = pp::common::MakeDirs(files.dir); !made.ok()) return made;
     for (int i = 0; i < workers; ++i) files.names.push_back(absl::StrCat("w", i));
@@ -220,15 +245,16 @@ class Up {
     }
     const std::string coordinator = addresses_["ppcoord"].grpc;
     const std::vector<std::string> worker_names(files.names.begin() + 1, files.names.end());
-    for (const std::string& name : worker_names) {
+    for (int i = 0; i < workers; ++i) {
+      const std::string& name = worker_names[i];
       std::vector<std::string> args = {"--coordinator=" + coordinator,
                                        "--grpc=127.0.0.1:0",
                                        "--metrics=127.0.0.1:0",
-                                       "--device=cpu",
+                                       "--device=" + device.ToString(),
                                        "--name=" + name,
                                        "--address_file=" + files.AddressFile(name)};
       for (std::string& flag : secrets->DaemonFlags(name)) args.push_back(flag);
-      started = cluster_.Start(name, ppworker, args, files.Log(name));
+      started = cluster_.Start(name, ppworker, args, files.Log(name), WorkerEnvironment(device, i));
       if (!started.ok()) return started;
     }
     if (absl::Status s = WaitForAddresses(files, files.names, "address files from the workers");
@@ -397,8 +423,9 @@ Command UpCommand() {
           "",
           "run a local cluster (ppcoord + N ppworker on loopback), train a job on it with live "
           "progress, print a summary and the measured timeline, then stop every process",
-          {"workers", "job", "data_dir", "chrome_trace", "startup_timeout"},
-          RunUp};
+          {"workers", "device", "job", "data_dir", "chrome_trace", "startup_timeout"},
+          RunUp,
+          {{"device", kDeviceHelp}}};
 }
 
 }  // namespace pp::client

@@ -1,6 +1,8 @@
 #include "coordinator/plan/validate.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -195,6 +197,79 @@ absl::Status CheckPairs(const Schedule& schedule, const Bits& census) {
   return absl::OkStatus();
 }
 
+// A message as both of its ends see it: its kind's channel, the edge (lo -> lo+1) and the
+// microbatch, with where the action naming it sits on its own rank.
+struct Message {
+  bool gradient = false;
+  int lo = 0;
+  int microbatch = 0;
+  size_t index = 0;  // in its rank's program
+  bool operator==(const Message& o) const {
+    return gradient == o.gradient && lo == o.lo && microbatch == o.microbatch;
+  }
+};
+
+// The edge a comm action moves: the IR names each end by its own stage, so an activation leaves
+// stage lo and arrives at lo+1, a gradient leaves lo+1 and arrives at lo.
+Message MessageOf(const Action& a, size_t index) {
+  switch (a.kind) {
+    case Kind::kSendActivation: return {false, a.stage, a.microbatch, index};
+    case Kind::kRecvActivation: return {false, a.stage - 1, a.microbatch, index};
+    case Kind::kSendGrad: return {true, a.stage - 1, a.microbatch, index};
+    default: return {true, a.stage, a.microbatch, index};
+  }
+}
+
+// Check 6: NCCL matches the messages of one communicator by posting order alone, and the
+// worker's transports keep one channel per ordered pair of ranks and kind (activations,
+// gradients; worker/comm/transport.h). So per (sender, receiver, kind) the sender's SENDs and the
+// receiver's RECVs must name the same messages in the same order, or the k-th receive would get
+// another microbatch's tensor of the same size, silently.
+absl::Status CheckChannelOrder(const Schedule& schedule) {
+  const int D = schedule.pipeline;
+  // [from][to][gradient]: the messages in program order, as the sender posts them and as the
+  // receiver posts them.
+  auto lists = [D] {
+    return std::vector<std::vector<std::vector<std::vector<Message>>>>(
+        D, std::vector<std::vector<std::vector<Message>>>(D, std::vector<std::vector<Message>>(2)));
+  };
+  auto sent = lists(), received = lists();
+  for (int r = 0; r < D; ++r) {
+    const std::vector<Action>& program = schedule.programs[r];
+    for (size_t i = 0; i < program.size(); ++i) {
+      const Action& a = program[i];
+      if (!IsComm(a.kind)) continue;
+      const Message m = MessageOf(a, i);
+      const bool send = a.kind == Kind::kSendActivation || a.kind == Kind::kSendGrad;
+      if (send) {
+        sent[r][a.peer][m.gradient].push_back(m);
+      } else {
+        received[a.peer][r][m.gradient].push_back(m);
+      }
+    }
+  }
+  for (int from = 0; from < D; ++from) {
+    for (int to = 0; to < D; ++to) {
+      for (int kind = 0; kind < 2; ++kind) {
+        const std::vector<Message>& out = sent[from][to][kind];
+        const std::vector<Message>& in = received[from][to][kind];
+        for (size_t k = 0; k < std::min(out.size(), in.size()); ++k) {
+          if (out[k] == in[k]) continue;
+          return Bad(to, in[k].index, schedule.programs[to][in[k].index],
+                     absl::StrCat("receive #", k + 1, " on the ", kind ? "gradient" : "activation",
+                                  " channel from rank ", from, " meets rank ", from, "'s send #",
+                                  k + 1, " on it, action ", out[k].index, " (",
+                                  Describe(schedule.programs[from][out[k].index]),
+                                  "): NCCL matches a channel's messages by posting order alone, "
+                                  "so between two ranks each kind must be sent and received in "
+                                  "one order"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace internal {
@@ -204,7 +279,8 @@ absl::Status CheckStatically(const Schedule& schedule) {
   Bits census(schedule);
   if (absl::Status status = TakeCensus(schedule, census); !status.ok()) return status;
   if (absl::Status status = CheckComplete(schedule, census); !status.ok()) return status;
-  return CheckPairs(schedule, census);
+  if (absl::Status status = CheckPairs(schedule, census); !status.ok()) return status;
+  return CheckChannelOrder(schedule);
 }
 
 absl::Status CheckDeadlock(const Schedule& schedule, const Execution& exec) {

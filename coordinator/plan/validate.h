@@ -10,7 +10,10 @@
 //      nothing but the F);
 //   4. every send has its receive and every receive its send;
 //   5. no deadlock, found by executing all programs symbolically (sends asynchronous, receives
-//      blocking).
+//      blocking);
+//   6. (run with 1-4) per ordered pair of ranks and kind of message (activation, gradient: the
+//      worker's transport channels), the sender's SENDs and the receiver's RECVs name the same
+//      messages in the same order, since NCCL matches by posting order alone.
 #ifndef PP_COORDINATOR_PLAN_VALIDATE_H_
 #define PP_COORDINATOR_PLAN_VALIDATE_H_
 
@@ -21,8 +24,8 @@
 namespace pp::plan {
 namespace internal {
 
-// The validator in two halves, for callers that execute the schedule anyway: checks 1 to 4, then
-// check 5 on their execution of the schedule (under any durations, see execute.h). The planner
+// The validator in two halves, for callers that execute the schedule anyway: checks 1 to 4 and 6,
+// then check 5 on their execution of the schedule (under any durations, see execute.h). The planner
 // validates through compile.h's ValidateAndSimulate, which runs both on the simulator's one
 // execution. Errors are InvalidArgument "rank R, action I (KIND stage S microbatch M): why".
 absl::Status CheckStatically(const Schedule& schedule);

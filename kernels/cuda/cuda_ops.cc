@@ -1,21 +1,24 @@
-// CudaOps: the Ops interface on one CUDA device. All work is queued on one non-blocking stream
-// in call order; only the calls that hand data to the host (CopyToHost, Sum, SumSquares),
-// CopyToDevice (so the host buffer may be reused at once), Free and Synchronize wait for it.
-// A failing CUDA call inside an op (the interface has no status to return) prints what failed
-// and aborts: it means a lost device or exhausted memory, not bad input.
+// CudaOps: the Ops interface on one CUDA device (contract: kernels/cuda/cuda_ops.h). All work
+// is queued on one non-blocking stream in call order; memory is stream-ordered, and the host
+// waits for the stream only to hand data over, by polling an event with a deadline.
+#include "kernels/cuda/cuda_ops.h"
+
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
+#include <cstring>
+#include <string>
 
-#include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "kernels/cuda/device_kernels.h"
-#include "kernels/cuda/plugin.h"
+#include "kernels/cuda/sync.h"
 #include "kernels/ops.h"
 
 namespace pp::kernels {
@@ -35,14 +38,28 @@ void Check(cublasStatus_t status, const char* what) {
 
 class CudaOps final : public Ops {
  public:
-  CudaOps(int device, cudaStream_t stream, cublasHandle_t blas, bool bf16)
-      : device_(device), stream_(stream), blas_(blas), bf16_(bf16) {}
+  explicit CudaOps(const cuda::CudaOpsParts& parts)
+      : device_(parts.device),
+        stream_(parts.stream),
+        blas_(parts.blas),
+        done_(parts.done),
+        staging_(static_cast<char*>(parts.staging)),
+        bf16_(parts.bf16) {}
+  // Releases without synchronising the device: the stream's queued work, the staging buffer and
+  // the cuBLAS handle are waited for (with the deadline) and handed back to their pools first.
   ~CudaOps() override {
     Use();
+    cuda::UnregisterCompute(stream_);
     for (Bf16Buffer& b : bf16_operands_) {
       if (b.data != nullptr) cudaFreeAsync(b.data, stream_);
     }
-    cublasDestroy(blas_);
+    const absl::Status drained =
+        cuda::AwaitStream(stream_, done_, absl::Now() + cuda::kComputeWaitTimeout, nullptr);
+    if (drained.ok()) {
+      cuda::ReturnPinned(staging_);
+      cuda::ReturnBlas(device_, blas_);
+    }  // else the stream may still use them: leave both out of the pools
+    cudaEventDestroy(done_);
     cudaStreamDestroy(stream_);
   }
 
@@ -59,10 +76,10 @@ class CudaOps final : public Ops {
   int32_t* AllocInt(size_t n) override {
     return static_cast<int32_t*>(AllocZeroed(n * sizeof(int32_t)));
   }
+  // Stream-ordered: the memory returns to the pool once the work queued so far is done.
   void Free(void* p) override {
     Use();
-    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize before cudaFree");
-    Check(cudaFree(p), "cudaFree");
+    Check(cudaFreeAsync(p, stream_), "cudaFreeAsync");
   }
   void CopyToDevice(float* dst, const float* host_src, size_t n) override {
     CopyFromHost(dst, host_src, n * sizeof(float));
@@ -72,9 +89,15 @@ class CudaOps final : public Ops {
   }
   void CopyToHost(float* host_dst, const float* src, size_t n) override {
     Use();
-    Check(cudaMemcpyAsync(host_dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-          "cudaMemcpyAsync to host");
-    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after copy to host");
+    const size_t bytes = n * sizeof(float);
+    for (size_t done = 0; done < bytes; done += cuda::kStagingBytes) {
+      const size_t chunk = std::min(cuda::kStagingBytes, bytes - done);
+      Check(cudaMemcpyAsync(staging_, reinterpret_cast<const char*>(src) + done, chunk,
+                            cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync to host");
+      WaitStream("copy to host");
+      std::memcpy(reinterpret_cast<char*>(host_dst) + done, staging_, chunk);
+    }
   }
   void Copy(float* dst, const float* src, size_t n) override {
     Use();
@@ -87,7 +110,7 @@ class CudaOps final : public Ops {
   }
   void Synchronize() override {
     Use();
-    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    WaitStream("Synchronize");
   }
 
   void Add(float* acc, const float* x, size_t n) override {
@@ -279,12 +302,26 @@ class CudaOps final : public Ops {
   // Launch errors (bad configuration, missing kernel image) surface here, without a sync.
   void Launched(const char* op) const { Check(cudaGetLastError(), op); }
 
+  // Waits, with the deadline, for the work queued so far on the stream.
+  void WaitStream(const char* what) const {
+    const absl::Status s =
+        cuda::AwaitStream(stream_, done_, absl::Now() + cuda::kComputeWaitTimeout, nullptr);
+    if (s.ok()) return;
+    std::fprintf(stderr, "pp::kernels cuda:%d: waiting for the stream (%s) failed: %s\n", device_,
+                 what, std::string(s.message()).c_str());
+    std::abort();
+  }
+
+  // Stream-ordered from the device's pool: no device-wide synchronisation (cudaMalloc has one,
+  // which would wait for a NCCL kernel spinning on a peer). Usable by the work queued after it
+  // on this stream, and by NCCL, whose streams are ordered after this one (sync.h).
   void* AllocRaw(size_t bytes) {
     Use();
     void* p = nullptr;
-    const cudaError_t err = cudaMalloc(&p, bytes);
+    const cudaError_t err = cudaMallocAsync(&p, bytes, stream_);
     if (err != cudaSuccess) {
-      std::fprintf(stderr, "pp::kernels cuda: cudaMalloc of %zu bytes on cuda:%d failed: %s\n",
+      std::fprintf(stderr,
+                   "pp::kernels cuda: cudaMallocAsync of %zu bytes on cuda:%d failed: %s\n",
                    bytes, device_, cudaGetErrorString(err));
       std::abort();
     }
@@ -292,22 +329,30 @@ class CudaOps final : public Ops {
   }
   void* AllocZeroed(size_t bytes) {
     void* p = AllocRaw(bytes);
-    Check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync after cudaMalloc");
+    Check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemsetAsync after cudaMallocAsync");
     return p;
   }
 
+  // Through the staging buffer: a copy from pageable memory may block the host without a
+  // deadline. Waits for each chunk, so the host buffer may be reused on return.
   void CopyFromHost(void* dst, const void* host_src, size_t bytes) {
     Use();
-    Check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_),
-          "cudaMemcpyAsync to device");
-    Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after copy to device");
+    for (size_t done = 0; done < bytes; done += cuda::kStagingBytes) {
+      const size_t chunk = std::min(cuda::kStagingBytes, bytes - done);
+      std::memcpy(staging_, static_cast<const char*>(host_src) + done, chunk);
+      Check(cudaMemcpyAsync(static_cast<char*>(dst) + done, staging_, chunk,
+                            cudaMemcpyHostToDevice, stream_),
+            "cudaMemcpyAsync to device");
+      WaitStream("copy to device");
+    }
   }
 
   double SumDouble(const float* x, size_t n, bool square) {
     Use();
-    double result = 0.0;
-    Check(cuda::SumDouble(stream_, x, n, square, &result), square ? "SumSquares" : "Sum");
-    return result;
+    double* result = reinterpret_cast<double*>(staging_);  // page-locked, 8-byte aligned
+    Check(cuda::SumDouble(stream_, x, n, square, result), square ? "SumSquares" : "Sum");
+    WaitStream(square ? "SumSquares" : "Sum");
+    return *result;
   }
 
   // Column-major C (m,n) = op(A) op(B) + beta C. In bf16 the operands are converted first
@@ -383,6 +428,8 @@ class CudaOps final : public Ops {
   const int device_;
   const cudaStream_t stream_;
   const cublasHandle_t blas_;
+  const cudaEvent_t done_;  // re-recorded by each host wait
+  char* const staging_;     // cuda::kStagingBytes page-locked bytes
   const bool bf16_;  // train.precision bf16: the three Matmul ops on bf16 operands
   struct Bf16Buffer {
     uint16_t* data = nullptr;
@@ -391,80 +438,13 @@ class CudaOps final : public Ops {
   Bf16Buffer bf16_operands_[2];  // A and B of Gemm
 };
 
-absl::StatusOr<std::unique_ptr<Ops>> MakeCudaOps(int device, bool bf16) {
-  const std::string name = absl::StrCat("cuda:", device);
-  int count = 0;
-  cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess || count == 0) {
-    return absl::UnavailableError(
-        absl::StrCat(name, ": no usable CUDA device (",
-                     err != cudaSuccess ? cudaGetErrorString(err) : "no device visible", ")"));
-  }
-  if (device < 0 || device >= count) {
-    return absl::NotFoundError(absl::StrCat(
-        name, ": only ", count, " CUDA device(s) visible (cuda:0..cuda:", count - 1, ")"));
-  }
-  err = cudaSetDevice(device);
-  if (err != cudaSuccess) {
-    return absl::UnavailableError(
-        absl::StrCat(name, ": cudaSetDevice failed: ", cudaGetErrorString(err)));
-  }
-  // Keep memory freed by the kernels' stream-ordered scratch in the pool for the next step.
-  cudaMemPool_t pool;
-  err = cudaDeviceGetDefaultMemPool(&pool, device);
-  if (err == cudaSuccess) {
-    uint64_t keep_all = std::numeric_limits<uint64_t>::max();
-    err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all);
-  }
-  if (err != cudaSuccess) {
-    return absl::UnavailableError(
-        absl::StrCat(name, ": configuring the memory pool failed: ", cudaGetErrorString(err)));
-  }
-  cudaStream_t stream;
-  err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  if (err != cudaSuccess) {
-    return absl::UnavailableError(
-        absl::StrCat(name, ": cudaStreamCreate failed: ", cudaGetErrorString(err)));
-  }
-  cublasHandle_t blas = nullptr;
-  cublasStatus_t status = cublasCreate(&blas);
-  if (status == CUBLAS_STATUS_SUCCESS) status = cublasSetStream(blas, stream);
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    if (blas != nullptr) cublasDestroy(blas);
-    cudaStreamDestroy(stream);
-    return absl::UnavailableError(
-        absl::StrCat(name, ": cuBLAS setup failed: ", cublasGetStatusString(status)));
-  }
-  return std::make_unique<CudaOps>(device, stream, blas, bf16);
-}
-
 }  // namespace
 }  // namespace pp::kernels
 
-// The plugin's entry points for the kernels (kernels/cuda/plugin_abi.h).
-extern "C" {
+namespace pp::kernels::cuda {
 
-int pp_cuda_abi_version(void) { return PP_CUDA_PLUGIN_ABI_VERSION; }
-
-int pp_cuda_device_count(int* count, PpCudaError* error) {
-  *count = 0;  // left untouched when there is no driver
-  const cudaError_t err = cudaGetDeviceCount(count);
-  if (err == cudaSuccess) return 0;
-  return pp::kernels::ToPluginError(
-      absl::UnavailableError(absl::StrCat("no usable CUDA driver: ", cudaGetErrorString(err))),
-      error);
+std::unique_ptr<Ops> NewCudaOps(const CudaOpsParts& parts) {
+  return std::make_unique<CudaOps>(parts);
 }
 
-int pp_cuda_make_ops(int device, int precision, pp::kernels::Ops** ops, PpCudaError* error) {
-  if (precision != 0 && precision != 1) {
-    return pp::kernels::ToPluginError(
-        absl::InvalidArgumentError(absl::StrCat("unknown precision code ", precision)), error);
-  }
-  absl::StatusOr<std::unique_ptr<pp::kernels::Ops>> made =
-      pp::kernels::MakeCudaOps(device, precision == 1);
-  if (!made.ok()) return pp::kernels::ToPluginError(made.status(), error);
-  *ops = made->release();
-  return 0;
-}
-
-}  // extern "C"
+}  // namespace pp::kernels::cuda

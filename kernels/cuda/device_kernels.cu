@@ -428,9 +428,13 @@ cudaError_t SumDouble(cudaStream_t stream, const float* x, size_t n, bool square
     PartialSumKernel<false><<<kReduceBlocks, kBlock, 0, stream>>>(partial, x, n);
   }
   FinalSumKernel<<<1, kReduceBlocks, 0, stream>>>(partial + kReduceBlocks, partial, kReduceBlocks);
-  cudaMemcpyAsync(result, partial + kReduceBlocks, sizeof(double), cudaMemcpyDeviceToHost, stream);
-  cudaFreeAsync(partial, stream);
-  return cudaStreamSynchronize(stream);
+  err = cudaGetLastError();
+  if (err == cudaSuccess) {
+    err = cudaMemcpyAsync(result, partial + kReduceBlocks, sizeof(double), cudaMemcpyDeviceToHost,
+                          stream);
+  }
+  const cudaError_t freed = cudaFreeAsync(partial, stream);
+  return err != cudaSuccess ? err : freed;
 }
 
 void EncoderForward(cudaStream_t stream, float* out, const int32_t* tokens, const float* wte,

@@ -22,7 +22,9 @@ void Scale(cudaStream_t stream, float* x, float s, size_t n);
 void Residual(cudaStream_t stream, float* out, const float* a, const float* b, size_t n);
 
 // x (n) -> *result = sum x (or x^2) in double; the block partition depends on n only, so the
-// same input always gives the same bits. Synchronises the stream.
+// same input always gives the same bits. `result` is page-locked host memory (a copy to pageable
+// memory would block the host without a deadline), written once the stream reaches it: the
+// caller awaits the stream (sync.h) before reading it.
 cudaError_t SumDouble(cudaStream_t stream, const float* x, size_t n, bool square, double* result);
 
 void EncoderForward(cudaStream_t stream, float* out, const int32_t* tokens, const float* wte,

@@ -37,7 +37,25 @@ bool Resolve(void* library, const char* name, Fn* fn) {
   return *fn != nullptr;
 }
 
+// The CUDA driver reads these when it initialises, at the plugin's first CUDA call, so they are
+// set before the plugin is loaded (under the loader's lock; a binary that called CUDA itself
+// before, like a test linking cudart, must set them itself).
+// - CUDA_MODULE_LOADING=EAGER, always: lazily loaded modules are loaded at a kernel's first
+//   launch, and loading one waits for the device, which may be running a NCCL kernel that spins
+//   until a peer launches its own kernel: a deadlock. Eager loading does all of it at start-up.
+// - CUDA_DEVICE_MAX_CONNECTIONS=32 unless set: each stream maps onto one of this many hardware
+//   queues (8 by default), and streams that share a queue run in order with each other. A
+//   compute stream behind a NCCL stream whose kernel spins for its peer would then wait for it,
+//   and with it the peer: the plugin uses 2 x channels streams per peer plus one per world
+//   communicator and one for compute, so with its two pipeline neighbours as peers a rank's
+//   streams each get a queue of their own.
+void PrepareCudaEnvironment() {
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/1);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
+}
+
 absl::StatusOr<CudaPlugin> Open(const std::string& path) {
+  PrepareCudaEnvironment();
   void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
     return absl::UnavailableError(absl::StrCat("CUDA plugin ", path, " does not load: ", dlerror()));

@@ -7,6 +7,8 @@
 // - A missing, unloadable or ABI-mismatched plugin gives Unavailable / FailedPrecondition naming
 //   the files tried. Success is cached for the process; failures are retried on the next call.
 // - The plugin is never unloaded.
+// - Before loading it, sets CUDA_MODULE_LOADING=EAGER (overwriting) and CUDA_DEVICE_MAX_CONNECTIONS
+//   =32 (unless set) in the environment, for the CUDA driver it initialises (why: plugin.cc).
 #ifndef PP_KERNELS_CUDA_PLUGIN_H_
 #define PP_KERNELS_CUDA_PLUGIN_H_
 

@@ -20,38 +20,15 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/client/ppctl_run.h"
 #include "tests/coordinator/plan/plan_test_util.h"
 
 namespace pp::plan {
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using Result = testing_support::PpctlResult;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-Result Ppctl(const std::string& args) {
-  // ctest runs the tests of this file as parallel processes: each call gets its own files.
-  static int calls = 0;
-  const std::string base = absl::StrCat(::testing::TempDir(), "/ppctl-", getpid(), "-", calls++);
-  const std::string out = base + ".out", err = base + ".err";
-  const std::string command = absl::StrCat(PPCTL_PATH, " ", args, " >", out, " 2>", err);
-  const int status = std::system(command.c_str());
-  Result result;
-  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.out = Slurp(out);
-  result.err = Slurp(err);
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return result;
-}
+Result Ppctl(const std::string& args) { return testing_support::RunPpctl(PPCTL_PATH, args); }
 
 TEST(PpctlTest, HelpDocumentsEveryPlanFlag) {
   const Result help = Ppctl("plan --help");

@@ -98,14 +98,15 @@ class FakeTransport : public pp::comm::Transport {
   FakeTransport(int rank, int size) : rank_(rank), size_(size) {}
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  absl::StatusOr<pp::comm::Handle> Isend(int peer, uint64_t tag, const float* data,
-                                         size_t n) override {
+  absl::StatusOr<pp::comm::Handle> Isend(int peer, int /*channel*/, uint64_t /*tag*/,
+                                         const float* data, size_t n) override {
     if (peer < 0 || peer >= size_) return absl::InvalidArgumentError("bad peer");
     volatile float sink = 0;
     for (size_t i = 0; i < n; ++i) sink = sink + data[i];
     return Open();
   }
-  absl::StatusOr<pp::comm::Handle> Irecv(int peer, uint64_t tag, float* data, size_t n) override {
+  absl::StatusOr<pp::comm::Handle> Irecv(int peer, int /*channel*/, uint64_t /*tag*/, float* data,
+                                         size_t n) override {
     if (peer < 0 || peer >= size_) return absl::InvalidArgumentError("bad peer");
     std::memset(data, 0, n * sizeof(float));
     return Open();

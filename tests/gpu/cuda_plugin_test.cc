@@ -125,6 +125,25 @@ TEST(CudaPlugin, PluginStatusesPassThrough) {
   });
 }
 
+// The loader sets what the CUDA driver reads when the plugin first initialises it: eager module
+// loading always, a hardware queue per stream unless the user chose a number.
+TEST(CudaPlugin, LoaderPreparesTheCudaEnvironment) {
+  InFreshProcess([] {
+    ASSERT_EQ(setenv("CUDA_MODULE_LOADING", "LAZY", 1), 0);
+    ASSERT_EQ(unsetenv("CUDA_DEVICE_MAX_CONNECTIONS"), 0);
+    UsePlugin(FAKE_PLUGIN);
+    EXPECT_FALSE(MakeOps("cuda:0").ok());
+    EXPECT_STREQ(std::getenv("CUDA_MODULE_LOADING"), "EAGER");
+    EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
+  });
+  InFreshProcess([] {
+    ASSERT_EQ(setenv("CUDA_DEVICE_MAX_CONNECTIONS", "16", 1), 0);
+    UsePlugin(FAKE_PLUGIN);
+    EXPECT_FALSE(MakeOps("cuda:0").ok());
+    EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "16");
+  });
+}
+
 #ifdef REAL_PLUGIN
 // The plugin this build made, found the way ppworker finds it (bin/../lib), with no GPU here.
 TEST(CudaPlugin, BuiltPluginFailsCleanlyWithoutDevice) {

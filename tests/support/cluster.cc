@@ -149,7 +149,9 @@ absl::Status Cluster::LaunchWorker(const std::string& name, const WorkerOptions&
                            "--name=" + name});
   argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
   argv.insert(argv.end(), options.flags.begin(), options.flags.end());
-  absl::StatusOr<Daemon> worker = Launch(name, argv, options.env);
+  std::map<std::string, std::string> env = options.env;
+  env.insert(options_.worker_env.begin(), options_.worker_env.end());  // keeps options.env's
+  absl::StatusOr<Daemon> worker = Launch(name, argv, env);
   if (!worker.ok()) return worker.status();
   workers_[name] = *std::move(worker);
   return absl::OkStatus();

@@ -33,6 +33,9 @@ struct ClusterOptions {
   std::vector<std::string> coordinator_flags;  // extra flags, e.g. --worker_timeout=2s
   std::map<std::string, std::string> coordinator_env;  // at every start, e.g. a PP_TEST_ hook
   std::vector<std::string> worker_flags;       // extra flags for every worker
+  // Every worker's environment (WorkerOptions::env may override an entry), e.g.
+  // PP_TEST_TRANSPORT=fifo (worker/comm/transport.h ConnectForDevice).
+  std::map<std::string, std::string> worker_env;
   absl::Duration startup_timeout = absl::Seconds(20);
   // The Coordinator stub's credentials (TLS, a client certificate); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;

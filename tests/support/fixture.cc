@@ -101,6 +101,9 @@ void ClusterTest::StartCluster(int workers) {
   options.dir = (dir_ / "cluster").string();
   options.coordinator_flags = {"--worker_timeout=2s", "--heartbeat_interval=200ms"};
   options.worker_flags = {"--comm_timeout=10s", "--drain_timeout=30s"};
+  // Every cluster test runs under NCCL's matching rules: a program or executor that only tag
+  // matching would save fails here as it would on GPUs (docs/testing.md "Transports").
+  options.worker_env = {{"PP_TEST_TRANSPORT", "fifo"}};
   absl::StatusOr<std::unique_ptr<Cluster>> cluster = Cluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   cluster_ = *std::move(cluster);

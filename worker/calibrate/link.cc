@@ -17,13 +17,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/device.h"
 #include "kernels/ops.h"
 #include "worker/calibrate/calibrate.h"
 
 namespace pp::calibrate {
 namespace {
 
+// Every message goes on one channel: each direction's messages are posted in the same order on
+// both sides (control then stream one way, one echo back), as posting-order matching needs.
+constexpr int kChannel = 0;
 constexpr uint64_t kControlTag = 1, kEchoTag = 2, kLargeTag = 3, kLargeEchoTag = 4;
 constexpr float kStop = 0, kSmall = 1, kStream = 1;  // a stream of k messages is kStream + k
 constexpr int64_t kStreamBytes = 512 << 10;
@@ -35,16 +37,6 @@ constexpr int kSmallRounds = 10, kStreamRounds = 5;
 int StreamMessages(int64_t bytes) {
   const int64_t k = bytes > 0 ? (kStreamBytes + bytes - 1) / bytes : kMaxStream;
   return static_cast<int>(std::clamp<int64_t>(k, 1, kMaxStream));
-}
-
-absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(comm::KvStore& kv,
-                                                         comm::TransportOptions options,
-                                                         const std::string& device) {
-  absl::StatusOr<common::Device> parsed = common::ParseDevice(device);
-  if (!parsed.ok()) return parsed.status();
-  if (!parsed->cuda) return comm::ConnectGloo(kv, options);
-  options.cuda_device = parsed->cuda_index;
-  return comm::ConnectNccl(kv, options);
 }
 
 // Transport buffers (backend memory: device memory under NCCL) and the round trips over them.
@@ -90,7 +82,7 @@ class PingPong {
     const bool small = what == kSmall;
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<comm::Handle> back =
-        transport_.Irecv(peer, small ? kEchoTag : kLargeEchoTag, echo_, 1);
+        transport_.Irecv(peer, kChannel, small ? kEchoTag : kLargeEchoTag, echo_, 1);
     if (!back.ok()) return back.status();
     if (small) {
       if (absl::Status s = Send(peer, kControlTag, control_, 1); !s.ok()) return s;
@@ -99,7 +91,7 @@ class PingPong {
     // link stays busy, as in a step, instead of idling a wake-up between messages.
     std::vector<comm::Handle> sends;
     for (int i = 0; !small && i < static_cast<int>(what - kStream); ++i) {
-      absl::StatusOr<comm::Handle> h = transport_.Isend(peer, kLargeTag, large_, n_);
+      absl::StatusOr<comm::Handle> h = transport_.Isend(peer, kChannel, kLargeTag, large_, n_);
       if (!h.ok()) return h.status();
       sends.push_back(*h);
     }
@@ -117,7 +109,7 @@ class PingPong {
     float* into[2] = {large_, second_};
     std::vector<comm::Handle> posted;
     for (int i = 0; i < k; ++i) {
-      absl::StatusOr<comm::Handle> h = transport_.Irecv(peer, kLargeTag, into[i % 2], n_);
+      absl::StatusOr<comm::Handle> h = transport_.Irecv(peer, kChannel, kLargeTag, into[i % 2], n_);
       if (!h.ok()) return h.status();
       posted.push_back(*h);
       if (i >= 1) {
@@ -127,11 +119,11 @@ class PingPong {
     return transport_.Wait(posted.back());
   }
   absl::Status Send(int peer, uint64_t tag, const float* data, size_t n) {
-    absl::StatusOr<comm::Handle> h = transport_.Isend(peer, tag, data, n);
+    absl::StatusOr<comm::Handle> h = transport_.Isend(peer, kChannel, tag, data, n);
     return h.ok() ? transport_.Wait(*h) : h.status();
   }
   absl::Status Receive(int peer, uint64_t tag, float* data, size_t n) {
-    absl::StatusOr<comm::Handle> h = transport_.Irecv(peer, tag, data, n);
+    absl::StatusOr<comm::Handle> h = transport_.Irecv(peer, kChannel, tag, data, n);
     return h.ok() ? transport_.Wait(*h) : h.status();
   }
 
@@ -196,8 +188,13 @@ absl::Status Calibration::MeasureLinks(pp::v1::RankCalibration& out) {
   options.prefix = request_.rendezvous_prefix();
   options.hostname = env_.hostname;
   options.timeout = std::max(deadline_ - absl::Now(), absl::Milliseconds(1));
+  options.channels = 1;
+  // The neighbours, connected before the first ping: a ping's echo is received before the
+  // answering rank's first send on that channel.
+  if (rank > 0) options.peers.push_back(rank - 1);
+  if (has_link) options.peers.push_back(rank + 1);
   absl::StatusOr<std::unique_ptr<comm::Transport>> transport =
-      Connect(*env_.kv, options, env_.device);
+      comm::ConnectForDevice(*env_.kv, options, env_.device);
   if (!transport.ok()) {
     return has_link ? failed("connecting to the other ranks", transport.status())
                     : absl::OkStatus();

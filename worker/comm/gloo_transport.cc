@@ -25,9 +25,11 @@
 namespace pp::comm {
 namespace {
 
-// Gloo's collectives build slots with a small prefix in the top byte; ours set the top bit.
+// Gloo's collectives build slots with a small prefix in the top byte; ours set the top bit, the
+// channel below it, then the tag: Gloo matches (peer, slot), so by tag within a channel.
 constexpr uint64_t kP2pSlotBit = uint64_t{1} << 63;
-constexpr uint64_t kTagMask = (uint64_t{1} << 62) - 1;
+constexpr int kChannelShift = 56;
+constexpr uint64_t kTagMask = (uint64_t{1} << kChannelShift) - 1;
 
 // Gloo reports store failures as exceptions; connectFullMesh lets them through to us.
 class GlooStore : public gloo::rendezvous::Store {
@@ -88,12 +90,14 @@ class GlooTransport : public Transport {
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
 
-  absl::StatusOr<Handle> Isend(int peer, uint64_t tag, const float* data, size_t n) override {
-    return Start(/*send=*/true, peer, tag, const_cast<float*>(data), n);
+  absl::StatusOr<Handle> Isend(int peer, int channel, uint64_t tag, const float* data,
+                               size_t n) override {
+    return Start(/*send=*/true, peer, channel, tag, const_cast<float*>(data), n);
   }
 
-  absl::StatusOr<Handle> Irecv(int peer, uint64_t tag, float* data, size_t n) override {
-    return Start(/*send=*/false, peer, tag, data, n);
+  absl::StatusOr<Handle> Irecv(int peer, int channel, uint64_t tag, float* data,
+                               size_t n) override {
+    return Start(/*send=*/false, peer, channel, tag, data, n);
   }
 
   absl::Status Wait(Handle handle) override {
@@ -206,10 +210,14 @@ class GlooTransport : public Transport {
                         " (tag ", op.tag, ")");
   }
 
-  absl::StatusOr<Handle> Start(bool send, int peer, uint64_t tag, float* data, size_t n) {
+  absl::StatusOr<Handle> Start(bool send, int peer, int channel, uint64_t tag, float* data,
+                               size_t n) {
     if (peer < 0 || peer >= size() || peer == rank()) {
       return absl::InvalidArgumentError(
           absl::StrCat("rank ", rank(), ": bad peer ", peer, " (world size ", size(), ")"));
+    }
+    if (channel < 0 || channel >= kMaxChannels) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", rank(), ": bad channel ", channel));
     }
     if (n == 0) return absl::InvalidArgumentError("empty message");
     absl::MutexLock lock(&mu_);
@@ -217,7 +225,8 @@ class GlooTransport : public Transport {
     Pending op{send, peer, tag, nullptr};
     try {
       op.buffer = context_->createUnboundBuffer(data, n * sizeof(float));
-      uint64_t slot = kP2pSlotBit | (tag & kTagMask);
+      const uint64_t slot =
+          kP2pSlotBit | (static_cast<uint64_t>(channel) << kChannelShift) | (tag & kTagMask);
       if (send) {
         op.buffer->send(peer, slot);
       } else {

@@ -1,22 +1,26 @@
-// The NCCL half of the CUDA plugin (C ABI: kernels/cuda/plugin_abi.h). It is built into
-// libpp_cuda.so, never into a binary; nccl_transport.cc turns it into a comm::Transport and does
-// the rendezvous, so this file knows nothing of the KvStore.
+// The NCCL half of the CUDA plugin (C ABI and its rules: kernels/cuda/plugin_abi.h). It is built
+// into libpp_cuda.so, never into a binary; nccl_transport.cc turns it into a comm::Transport and
+// does the rendezvous, so this file knows nothing of the KvStore.
 // NCCL has no tags and runs the operations of one communicator in issue order, so a receive
-// posted ahead would block a later send on the same communicator. Each ordered pair of ranks
+// posted ahead would block a later send on the same communicator. Each (ordered pair, channel)
 // therefore gets its own two-rank communicator (rank 0 of it sends, rank 1 receives) on its own
-// stream: messages of one direction match in posting order, which is the program order on both
-// sides. A world communicator carries the collectives.
-// Every communicator is non-blocking (config.blocking = 0) so that waits can poll with a deadline
-// and abort instead of hanging.
+// stream: the messages of one direction and channel match in posting order, which is the
+// program order on both sides. A world communicator carries the collectives.
+// Every communicator is non-blocking (config.blocking = 0): every call returns at once (maybe
+// with ncclInProgress), so waits poll with a deadline and can give up instead of hanging.
+// One mutex serialises every call with Abort and the destructor, so a communicator is aborted
+// exactly once and never used afterwards.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -25,11 +29,14 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "kernels/cuda/plugin.h"
+#include "kernels/cuda/sync.h"
 
 static_assert(sizeof(ncclUniqueId) == PP_NCCL_ID_BYTES, "ncclUniqueId size changed");
 
 namespace pp::comm {
 namespace {
+
+namespace cuda = kernels::cuda;
 
 absl::Status CudaError(const std::string& what, cudaError_t error) {
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(error)));
@@ -39,31 +46,27 @@ absl::Status NcclError(const std::string& what, ncclResult_t result) {
   return absl::UnavailableError(absl::StrCat(what, ": ", ncclGetErrorString(result)));
 }
 
-// Polls a non-blocking communicator until its pending call finished, or aborts it.
-absl::Status AwaitComm(ncclComm_t comm, absl::Time deadline, const std::string& what) {
-  while (true) {
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t result = ncclCommGetAsyncError(comm, &state);
-    if (result != ncclSuccess) return NcclError(what, result);
-    if (state == ncclSuccess) return absl::OkStatus();
-    if (state != ncclInProgress) return NcclError(what, state);
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
-    }
-    absl::SleepFor(absl::Microseconds(50));
-  }
-}
-
 ncclUniqueId ToId(const char* bytes) {
   ncclUniqueId id;
   std::memcpy(id.internal, bytes, sizeof(id.internal));
   return id;
 }
 
-struct Channel {
+// One communicator and the stream its operations run on.
+struct Comm {
+  std::string name;  // in errors: "world", "send to rank 1 on channel 0"
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
+  bool aborted = false;  // ncclCommAbort ran: the handle is gone
 };
+
+using PairKey = std::pair<int, int>;  // (peer, channel)
+
+// Errors that leave every communicator as it was: the call was refused before NCCL saw it.
+bool LeavesCommsIntact(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kInvalidArgument ||
+         status.code() == absl::StatusCode::kFailedPrecondition;
+}
 
 }  // namespace
 
@@ -76,237 +79,384 @@ class Nccl {
         device_(config.device),
         timeout_(absl::Seconds(config.timeout_seconds)) {}
 
+  // Aborts what is left (a kernel spinning for a peer dies with it), then releases without
+  // synchronising the device: stream-ordered free, stream and event destruction do not wait.
   ~Nccl() {
-    auto release = [](Channel& c) {
-      if (c.comm != nullptr) ncclCommAbort(c.comm);
-      if (c.stream != nullptr) cudaStreamDestroy(c.stream);
-    };
     absl::MutexLock lock(&mu_);
+    cudaSetDevice(device_);
+    AbortComms();
     for (auto& [handle, op] : pending_) cudaEventDestroy(op.event);
-    for (auto& [peer, c] : send_) release(c);
-    for (auto& [peer, c] : recv_) release(c);
-    release(world_);
-    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (scratch_ != nullptr) cudaFreeAsync(scratch_, world_.stream);
+    ForEachComm([](Comm& c) {
+      if (c.stream != nullptr) cudaStreamDestroy(c.stream);
+    });
+    if (event_ != nullptr) cudaEventDestroy(event_);
+    // After a failure a copy into it may still be queued: such a buffer stays out of the pool.
+    if (broken_.ok() && !aborted_.load()) cuda::ReturnPinned(pinned_);
   }
 
   absl::Status Connect(const PpNcclConfig& config) {
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
-    const absl::Time deadline = absl::Now() + timeout_;
-    if (absl::Status s = InitComm("world", ToId(config.world_id), rank_, size_, &world_); !s.ok()) {
-      return s;
-    }
-    const int pair_peers = config.send_ids != nullptr ? size_ : 0;
-    for (int peer = 0; peer < pair_peers; ++peer) {
-      if (peer == rank_) continue;
-      if (absl::Status s = InitComm(absl::StrCat(rank_, "-", peer), ToId(config.send_ids[peer]),
-                                    0, 2, &send_[peer]);
-          !s.ok()) {
-        return s;
-      }
-      if (absl::Status s = InitComm(absl::StrCat(peer, "-", rank_), ToId(config.recv_ids[peer]),
-                                    1, 2, &recv_[peer]);
-          !s.ok()) {
-        return s;
-      }
-    }
-    auto await = [&](Channel& c, const std::string& name) {
-      return AwaitComm(c.comm, deadline,
-                       absl::StrCat("rank ", rank_, " NCCL init of communicator ", name));
-    };
-    if (absl::Status s = await(world_, "world"); !s.ok()) return s;
-    for (auto& [peer, c] : send_) {
-      if (absl::Status s = await(c, absl::StrCat("to rank ", peer)); !s.ok()) return s;
-    }
-    for (auto& [peer, c] : recv_) {
-      if (absl::Status s = await(c, absl::StrCat("from rank ", peer)); !s.ok()) return s;
-    }
-    cudaError_t error = cudaMalloc(&scratch_, kScratchBytes);
-    if (error != cudaSuccess) return CudaError("NCCL scratch buffer", error);
-    return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    absl::Status status = ConnectLocked(config);
+    if (!status.ok()) Break(status);
+    return status;
   }
 
-  absl::StatusOr<int64_t> Start(bool send, int peer, uint64_t tag, float* data, size_t n) {
-    if (peer < 0 || peer >= size_ || peer == rank_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", rank_, ": bad peer ", peer, " (world size ", size_, ")"));
-    }
-    if (absl::Status s = Enter(); !s.ok()) return s;
-    std::map<int, Channel>& channels = send ? send_ : recv_;
-    auto found = channels.find(peer);
-    if (found == channels.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "rank ", rank_, ": this NCCL transport was connected for collectives only"));
-    }
-    Channel& channel = found->second;
-    ncclResult_t result = send ? ncclSend(data, n, ncclFloat, 1, channel.comm, channel.stream)
-                               : ncclRecv(data, n, ncclFloat, 0, channel.comm, channel.stream);
-    if (result != ncclSuccess && result != ncclInProgress) {
-      return NcclError(
-          absl::StrCat("rank ", rank_, send ? " ncclSend to " : " ncclRecv from ", peer), result);
-    }
-    // A non-blocking communicator may still be enqueueing: the event must come after it.
-    if (result == ncclInProgress) {
-      if (absl::Status s = AwaitComm(channel.comm, absl::Now() + timeout_, "NCCL enqueue");
-          !s.ok()) {
-        return s;
-      }
-    }
-    Pending op{send, peer, tag, nullptr};
-    cudaError_t error = cudaEventCreateWithFlags(&op.event, cudaEventDisableTiming);
-    if (error == cudaSuccess) error = cudaEventRecord(op.event, channel.stream);
-    if (error != cudaSuccess) return CudaError("cudaEventRecord", error);
+  // On success, *handle names the operation for Wait.
+  absl::Status Start(bool send, int peer, int channel, float* data, size_t n, int64_t* handle) {
     absl::MutexLock lock(&mu_);
-    const int64_t handle = next_handle_++;
-    pending_.emplace(handle, op);
-    return handle;
+    if (absl::Status s = Usable(); !s.ok()) return s;
+    return Checked(StartLocked(send, peer, channel, data, n, handle));
   }
 
   absl::Status Wait(int64_t handle) {
-    if (absl::Status s = UseDevice(); !s.ok()) return s;
-    Pending op;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = pending_.find(handle);
-      if (it == pending_.end()) {
-        return absl::InvalidArgumentError(absl::StrCat("unknown transport handle ", handle));
-      }
-      op = it->second;
-      pending_.erase(it);
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(handle);
+    if (it == pending_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank_, ": unknown transport handle ", handle));
     }
-    const std::string what = absl::StrCat("rank ", rank_, op.send ? " send to" : " recv from",
-                                          " rank ", op.peer, " (tag ", op.tag, ")");
-    Channel& channel = op.send ? send_[op.peer] : recv_[op.peer];
-    absl::Status status = AwaitEvent(op.event, channel.comm, what);
+    const Pending op = it->second;
+    pending_.erase(it);
+    absl::Status status = Usable();
+    if (status.ok()) status = Checked(WaitLocked(op));
     cudaEventDestroy(op.event);
     return status;
   }
 
-  // All-gather of `bytes` host bytes per rank into `out` (size_*bytes), via scratch memory.
   absl::Status Gather(const void* mine, size_t bytes, void* out) {
-    if (absl::Status s = Enter(); !s.ok()) return s;
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = Usable(); !s.ok()) return s;
+    return Checked(GatherLocked(mine, bytes, out));
+  }
+
+  absl::Status AllReduceSum(float* data, size_t n) {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = Usable(); !s.ok()) return s;
+    return Checked(AllReduceLocked(data, n));
+  }
+
+  // The flag makes a wait in progress give up at its next poll (within microseconds) and let go
+  // of the mutex; then the communicators are aborted here, unless that call did it already.
+  void Abort() {
+    aborted_.store(true);
+    absl::MutexLock lock(&mu_);
+    AbortComms();
+  }
+
+ private:
+  static constexpr size_t kScratchBytes = 1 << 20;  // all-gather staging, warm-up messages
+
+  struct Pending {
+    Comm* comm = nullptr;
+    cudaEvent_t event = nullptr;
+  };
+
+  // ---- connecting ------------------------------------------------------------------------------
+
+  absl::Status ConnectLocked(const PpNcclConfig& config) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    if (absl::Status s = cuda::PrepareDevicePool(device_); !s.ok()) return s;
+    const absl::Time deadline = absl::Now() + timeout_;
+    cudaError_t error = cudaEventCreateWithFlags(&event_, cudaEventDisableTiming);
+    if (error == cudaSuccess) error = cuda::TakePinned(kScratchBytes, &pinned_);
+    if (error != cudaSuccess) return CudaError("NCCL set-up", error);
+    if (absl::Status s = InitComm("world", ToId(config.world_id), rank_, size_, &world_);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = InitPairs(config); !s.ok()) return s;
+    // Stream-ordered (cudaMalloc would synchronise the device); the host waits for it below.
+    error = cudaMallocAsync(&scratch_, kScratchBytes, world_.stream);
+    if (error != cudaSuccess) return CudaError("NCCL scratch buffer", error);
+    absl::Status status = absl::OkStatus();
+    ForEachComm([&](Comm& c) {
+      if (status.ok()) status = AwaitComm(c, deadline, "initialisation");
+    });
+    if (status.ok()) status = AwaitOn(world_, deadline, "scratch allocation");
+    if (status.ok() && config.eager != 0) status = WarmUp(deadline);
+    return status;
+  }
+
+  absl::Status InitPairs(const PpNcclConfig& config) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (config.num_peers > 0 && config.channels < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("bad channel count ", config.channels));
+    }
+    for (int i = 0; i < config.num_peers; ++i) {
+      const int peer = config.peers[i];
+      if (peer < 0 || peer >= size_ || peer == rank_ || send_.count({peer, 0}) > 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rank ", rank_, ": bad or repeated peer ", peer, " (world size ", size_,
+                         ")"));
+      }
+      for (int c = 0; c < config.channels; ++c) {
+        const int at = i * config.channels + c;
+        const std::string on = absl::StrCat("rank ", peer, " on channel ", c);
+        if (absl::Status s = InitComm(absl::StrCat("send to ", on), ToId(config.send_ids[at]),
+                                      0, 2, &send_[{peer, c}]);
+            !s.ok()) {
+          return s;
+        }
+        if (absl::Status s = InitComm(absl::StrCat("receive from ", on),
+                                      ToId(config.recv_ids[at]), 1, 2, &recv_[{peer, c}]);
+            !s.ok()) {
+          return s;
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Starts the initialisation of `comm` on a stream of its own; AwaitComm completes it. All of
+  // them run at once (each in NCCL's own thread), so their order does not matter to the peers.
+  absl::Status InitComm(const std::string& name, ncclUniqueId id, int rank, int nranks,
+                        Comm* comm) {
+    comm->name = name;
+    cudaError_t error = cudaStreamCreateWithFlags(&comm->stream, cudaStreamNonBlocking);
+    if (error != cudaSuccess) return CudaError(absl::StrCat("stream for ", name), error);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t result = ncclCommInitRankConfig(&comm->comm, nranks, id, rank, &config);
+    if (result != ncclSuccess && result != ncclInProgress) {
+      return NcclError(absl::StrCat("rank ", rank_, " ncclCommInitRank ", name), result);
+    }
+    return absl::OkStatus();
+  }
+
+  // NCCL connects a pair at its first transfer, and that needs the peer inside NCCL too. One
+  // float each way on every pair communicator, all posted before any is waited for (each pair
+  // has its own stream), connects them all now, whatever order the peers post them in.
+  absl::Status WarmUp(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    float* slots = static_cast<float*>(scratch_);  // 0: what is sent; 1..: one per receive
+    if (recv_.size() + 1 > kScratchBytes / sizeof(float)) {
+      return absl::InvalidArgumentError("too many NCCL communicators for the warm-up");
+    }
+    size_t slot = 1;
+    absl::Status status = absl::OkStatus();
+    for (auto& [key, c] : send_) {
+      if (status.ok()) status = Posted(c, ncclSend(slots, 1, ncclFloat, 1, c.comm, c.stream));
+    }
+    for (auto& [key, c] : recv_) {
+      if (status.ok()) {
+        status = Posted(c, ncclRecv(slots + slot++, 1, ncclFloat, 0, c.comm, c.stream));
+      }
+    }
+    auto await = [&](Comm& c) {
+      if (status.ok()) status = AwaitComm(c, deadline, "warm-up enqueue");
+      if (status.ok()) status = AwaitOn(c, deadline, "warm-up transfer");
+    };
+    for (auto& [key, c] : send_) await(c);
+    for (auto& [key, c] : recv_) await(c);
+    return status;
+  }
+
+  // ---- operations ------------------------------------------------------------------------------
+
+  absl::Status StartLocked(bool send, int peer, int channel, float* data, size_t n,
+                           int64_t* handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (peer < 0 || peer >= size_ || peer == rank_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", rank_, ": bad peer ", peer, " (world size ", size_, ")"));
+    }
+    std::map<PairKey, Comm>& comms = send ? send_ : recv_;
+    auto found = comms.find({peer, channel});
+    if (found == comms.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank_, " has no NCCL communicator to ", send ? "send to" : "receive from",
+          " rank ", peer, " on channel ", channel,
+          comms.empty() ? " (connected for collectives only)"
+                        : " (not a listed peer, or no such channel)"));
+    }
+    Comm& c = found->second;
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    if (absl::Status s = OrderAfterCompute(c); !s.ok()) return s;
+    const ncclResult_t result = send ? ncclSend(data, n, ncclFloat, 1, c.comm, c.stream)
+                                     : ncclRecv(data, n, ncclFloat, 0, c.comm, c.stream);
+    if (absl::Status s = Posted(c, result); !s.ok()) return s;
+    // A non-blocking communicator may still be enqueueing: the event must come after it.
+    if (absl::Status s = AwaitComm(c, absl::Now() + timeout_, "enqueue"); !s.ok()) return s;
+    Pending op{&c, nullptr};
+    cudaError_t error = cudaEventCreateWithFlags(&op.event, cudaEventDisableTiming);
+    if (error == cudaSuccess) error = cudaEventRecord(op.event, c.stream);
+    if (error != cudaSuccess) {
+      if (op.event != nullptr) cudaEventDestroy(op.event);
+      return CudaError(absl::StrCat("rank ", rank_, " ", c.name, ": cudaEventRecord"), error);
+    }
+    *handle = next_handle_++;
+    pending_.emplace(*handle, op);
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitLocked(const Pending& op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    return Awaited(*op.comm, "waiting",
+                   cuda::AwaitEvent(op.event, absl::Now() + timeout_,
+                                    [&] { return Health(*op.comm); }));
+  }
+
+  // All-gather of `bytes` host bytes per rank into `out` (size_ * bytes): through page-locked
+  // memory (a copy from or to pageable memory may block without a deadline) and the scratch.
+  absl::Status GatherLocked(const void* mine, size_t bytes, void* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (bytes * (size_ + 1) > kScratchBytes) {
       return absl::InvalidArgumentError(absl::StrCat("NCCL all-gather of ", bytes,
                                                      " bytes per rank exceeds the scratch"));
     }
-    char* send = static_cast<char*>(scratch_);
-    char* recv = send + bytes;
-    cudaMemcpyAsync(send, mine, bytes, cudaMemcpyHostToDevice, world_.stream);
-    ncclResult_t result = ncclAllGather(send, recv, bytes, ncclChar, world_.comm, world_.stream);
-    if (result != ncclSuccess && result != ncclInProgress) {
-      return NcclError("NCCL all-gather", result);
-    }
-    if (result == ncclInProgress) {
-      if (absl::Status s = AwaitComm(world_.comm, absl::Now() + timeout_, "NCCL enqueue");
-          !s.ok()) {
-        return s;
-      }
-    }
-    cudaMemcpyAsync(out, recv, bytes * size_, cudaMemcpyDeviceToHost, world_.stream);
-    return SyncWorld("all-gather", ncclSuccess);
-  }
-
-  absl::Status AllReduceSum(float* data, size_t n) {
-    if (absl::Status s = Enter(); !s.ok()) return s;
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    char* host = static_cast<char*>(pinned_);
+    char* device = static_cast<char*>(scratch_);
+    std::memcpy(host, mine, bytes);
+    cudaError_t error =
+        cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, world_.stream);
+    if (error != cudaSuccess) return CudaError("all-gather copy to the device", error);
     ncclResult_t result =
-        ncclAllReduce(data, data, n, ncclFloat, ncclSum, world_.comm, world_.stream);
-    if (result != ncclSuccess && result != ncclInProgress) {
-      return NcclError("NCCL all-reduce", result);
-    }
-    return SyncWorld("all-reduce", result);
-  }
-
-  void Abort() { aborted_.store(true); }
-
- private:
-  static constexpr size_t kScratchBytes = 1 << 20;
-
-  struct Pending {
-    bool send = false;
-    int peer = 0;
-    uint64_t tag = 0;
-    cudaEvent_t event = nullptr;
-  };
-
-  absl::Status InitComm(const std::string& name, ncclUniqueId id, int rank, int nranks,
-                        Channel* channel) {
-    cudaError_t error = cudaStreamCreateWithFlags(&channel->stream, cudaStreamNonBlocking);
-    if (error != cudaSuccess) return CudaError("cudaStreamCreate", error);
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    ncclResult_t result = ncclCommInitRankConfig(&channel->comm, nranks, id, rank, &config);
-    if (result != ncclSuccess && result != ncclInProgress) {
-      return NcclError(absl::StrCat("ncclCommInitRank ", name), result);
-    }
-    return absl::OkStatus();
-  }
-
-  // Calls come from any thread (a data-parallel bucket all-reduce runs on one of its own): each
-  // makes the communicator's device current before touching streams or memory.
-  absl::Status Enter() {
-    if (absl::Status s = CheckAborted(); !s.ok()) return s;
-    return UseDevice();
-  }
-
-  absl::Status UseDevice() {
-    cudaError_t error = cudaSetDevice(device_);
-    if (error != cudaSuccess) return CudaError(absl::StrCat("cuda:", device_), error);
-    return absl::OkStatus();
-  }
-
-  absl::Status CheckAborted() {
-    if (aborted_.load()) return absl::AbortedError("transport aborted");
-    return absl::OkStatus();
-  }
-
-  // Polls until `event` completed, the communicator failed, the timeout passed, or Abort().
-  absl::Status AwaitEvent(cudaEvent_t event, ncclComm_t comm, const std::string& what) {
+        ncclAllGather(device, device + bytes, bytes, ncclChar, world_.comm, world_.stream);
+    if (absl::Status s = Posted(world_, result); !s.ok()) return s;
     const absl::Time deadline = absl::Now() + timeout_;
+    if (absl::Status s = AwaitComm(world_, deadline, "all-gather enqueue"); !s.ok()) return s;
+    error = cudaMemcpyAsync(host + bytes, device + bytes, bytes * size_, cudaMemcpyDeviceToHost,
+                            world_.stream);
+    if (error != cudaSuccess) return CudaError("all-gather copy to the host", error);
+    if (absl::Status s = AwaitOn(world_, deadline, "all-gather"); !s.ok()) return s;
+    std::memcpy(out, host + bytes, bytes * size_);
+    return absl::OkStatus();
+  }
+
+  absl::Status AllReduceLocked(float* data, size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (absl::Status s = UseDevice(); !s.ok()) return s;
+    if (absl::Status s = OrderAfterCompute(world_); !s.ok()) return s;
+    const ncclResult_t result =
+        ncclAllReduce(data, data, n, ncclFloat, ncclSum, world_.comm, world_.stream);
+    if (absl::Status s = Posted(world_, result); !s.ok()) return s;
+    const absl::Time deadline = absl::Now() + timeout_;
+    if (absl::Status s = AwaitComm(world_, deadline, "all-reduce enqueue"); !s.ok()) return s;
+    return AwaitOn(world_, deadline, "all-reduce");
+  }
+
+  // ---- waiting and failing -------------------------------------------------------------------
+
+  // `c`'s stream waits (on the GPU) for the compute queued so far on this device: buffers
+  // zeroed or produced there are complete before NCCL touches them (plugin_abi.h).
+  absl::Status OrderAfterCompute(Comm& c) {
+    const cudaError_t error = cuda::OrderAfterCompute(device_, c.stream);
+    if (error != cudaSuccess) {
+      return CudaError(absl::StrCat("rank ", rank_, " ", c.name, ": ordering after compute"),
+                       error);
+    }
+    return absl::OkStatus();
+  }
+
+  // What a NCCL call on `c` returned: ncclInProgress is fine (AwaitComm completes it).
+  absl::Status Posted(const Comm& c, ncclResult_t result) {
+    if (result == ncclSuccess || result == ncclInProgress) return absl::OkStatus();
+    return NcclError(absl::StrCat("rank ", rank_, " ", c.name), result);
+  }
+
+  // Aborted once Abort() was called, else NCCL's asynchronous error of `c` if it has one; its
+  // state (ncclSuccess or ncclInProgress) in *state when given.
+  absl::Status Health(const Comm& c, ncclResult_t* state = nullptr) {
+    if (aborted_.load()) return absl::AbortedError("transport aborted");
+    ncclResult_t ignored = ncclSuccess;
+    if (state == nullptr) state = &ignored;
+    const ncclResult_t result = ncclCommGetAsyncError(c.comm, state);
+    if (result != ncclSuccess) return NcclError("ncclCommGetAsyncError", result);
+    if (*state != ncclSuccess && *state != ncclInProgress) return NcclError("NCCL", *state);
+    return absl::OkStatus();
+  }
+
+  // Polls `c` until its pending call (initialisation, enqueue) finished.
+  absl::Status AwaitComm(Comm& c, absl::Time deadline, const std::string& what) {
     while (true) {
-      cudaError_t error = cudaEventQuery(event);
-      if (error == cudaSuccess) return absl::OkStatus();
-      if (error != cudaErrorNotReady) return CudaError(what, error);
       ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm, &state);
-      if (state != ncclSuccess && state != ncclInProgress) return NcclError(what, state);
-      if (aborted_.load()) {
-        ncclCommAbort(comm);
-        return absl::AbortedError(absl::StrCat(what, " aborted"));
-      }
-      if (absl::Now() > deadline) {
-        ncclCommAbort(comm);
-        return absl::DeadlineExceededError(
-            absl::StrCat(what, ": timed out after ", absl::FormatDuration(timeout_)));
-      }
+      absl::Status status = Health(c, &state);
+      if (status.ok() && state == ncclSuccess) return status;
+      if (status.ok() && absl::Now() > deadline) status = absl::DeadlineExceededError("timed out");
+      if (!status.ok()) return Awaited(c, what, status);
       absl::SleepFor(absl::Microseconds(20));
     }
   }
 
-  // Waits for the world stream; `issued` is what the last NCCL call on it returned.
-  absl::Status SyncWorld(const std::string& what, ncclResult_t issued) {
-    if (issued == ncclInProgress) {
-      if (absl::Status s = AwaitComm(world_.comm, absl::Now() + timeout_, what); !s.ok()) {
-        return s;
-      }
+  // Waits for the work queued so far on `c`'s stream.
+  absl::Status AwaitOn(Comm& c, absl::Time deadline, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return Awaited(c, what,
+                   cuda::AwaitStream(c.stream, event_, deadline, [&] { return Health(c); }));
+  }
+
+  // `status` of a wait on `c`, named: "rank 0 receive from rank 1 on channel 1: waiting: timed
+  // out after 30s".
+  absl::Status Awaited(const Comm& c, const std::string& what, const absl::Status& status) {
+    if (status.ok()) return status;
+    std::string message = absl::StrCat("rank ", rank_, " ", c.name, ": ", what, ": ",
+                                       status.message());
+    if (status.code() == absl::StatusCode::kDeadlineExceeded) {
+      absl::StrAppend(&message, " after ", absl::FormatDuration(timeout_));
     }
-    cudaEvent_t event;
-    cudaError_t error = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-    if (error == cudaSuccess) error = cudaEventRecord(event, world_.stream);
-    if (error != cudaSuccess) return CudaError(what, error);
-    absl::Status status = AwaitEvent(event, world_.comm, absl::StrCat("rank ", rank_, " ", what));
-    cudaEventDestroy(event);
+    return absl::Status(status.code(), message);
+  }
+
+  // Refuses every call once aborted or broken, so no communicator is used after its abort.
+  absl::Status Usable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (aborted_.load()) {
+      AbortComms();
+      return absl::AbortedError(absl::StrCat("rank ", rank_, ": NCCL transport aborted"));
+    }
+    if (!broken_.ok()) {
+      return absl::Status(broken_.code(), absl::StrCat("NCCL transport unusable after: ",
+                                                       broken_.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  // After a call: a failure of NCCL, CUDA or a deadline (anything but a refused argument)
+  // leaves the communicators in an unknown state, so all of them are aborted, as is everything
+  // once Abort() was called.
+  absl::Status Checked(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!status.ok() && !LeavesCommsIntact(status)) Break(status);
+    if (aborted_.load()) AbortComms();
     return status;
+  }
+
+  void Break(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (broken_.ok()) broken_ = status;
+    AbortComms();
+  }
+
+  // Each communicator exactly once: the handle is freed by the abort.
+  void AbortComms() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ForEachComm([](Comm& c) {
+      if (c.comm == nullptr || c.aborted) return;
+      ncclCommAbort(c.comm);
+      c.aborted = true;
+    });
+  }
+
+  void ForEachComm(const std::function<void(Comm&)>& fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    fn(world_);
+    for (auto& [key, c] : send_) fn(c);
+    for (auto& [key, c] : recv_) fn(c);
+  }
+
+  // Calls come from any thread: each makes the transport's device current first.
+  absl::Status UseDevice() {
+    const cudaError_t error = cudaSetDevice(device_);
+    if (error != cudaSuccess) return CudaError(absl::StrCat("cuda:", device_), error);
+    return absl::OkStatus();
   }
 
   const int rank_;
   const int size_;
   const int device_;
   const absl::Duration timeout_;
-  Channel world_;
-  std::map<int, Channel> send_;  // by peer; fixed after Connect
-  std::map<int, Channel> recv_;
-  void* scratch_ = nullptr;
-  std::atomic<bool> aborted_{false};
-  absl::Mutex mu_;
+  std::atomic<bool> aborted_{false};  // set by Abort() without the mutex; read by every poll
+  absl::Mutex mu_;                    // held by every call, Abort and the destructor
+  Comm world_ ABSL_GUARDED_BY(mu_);
+  std::map<PairKey, Comm> send_ ABSL_GUARDED_BY(mu_);  // fixed after Connect
+  std::map<PairKey, Comm> recv_ ABSL_GUARDED_BY(mu_);
+  void* scratch_ ABSL_GUARDED_BY(mu_) = nullptr;  // kScratchBytes of device memory
+  void* pinned_ ABSL_GUARDED_BY(mu_) = nullptr;   // kScratchBytes page-locked, from the pool
+  cudaEvent_t event_ ABSL_GUARDED_BY(mu_) = nullptr;  // for waits on a whole stream
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);          // the first failure
   int64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<int64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
 };
@@ -341,21 +491,16 @@ int pp_nccl_connect(const PpNcclConfig* config, PpNccl** nccl, PpCudaError* erro
 
 void pp_nccl_destroy(PpNccl* nccl) { delete nccl; }
 
-int pp_nccl_send(PpNccl* nccl, int peer, uint64_t tag, const float* data, size_t n,
+int pp_nccl_send(PpNccl* nccl, int peer, int channel, uint64_t tag, const float* data, size_t n,
                  int64_t* handle, PpCudaError* error) {
-  absl::StatusOr<int64_t> started =
-      nccl->Start(/*send=*/true, peer, tag, const_cast<float*>(data), n);
-  if (!started.ok()) return pp::kernels::ToPluginError(started.status(), error);
-  *handle = *started;
-  return 0;
+  return pp::kernels::ToPluginError(
+      nccl->Start(/*send=*/true, peer, channel, const_cast<float*>(data), n, handle), error);
 }
 
-int pp_nccl_recv(PpNccl* nccl, int peer, uint64_t tag, float* data, size_t n, int64_t* handle,
-                 PpCudaError* error) {
-  absl::StatusOr<int64_t> started = nccl->Start(/*send=*/false, peer, tag, data, n);
-  if (!started.ok()) return pp::kernels::ToPluginError(started.status(), error);
-  *handle = *started;
-  return 0;
+int pp_nccl_recv(PpNccl* nccl, int peer, int channel, uint64_t tag, float* data, size_t n,
+                 int64_t* handle, PpCudaError* error) {
+  return pp::kernels::ToPluginError(
+      nccl->Start(/*send=*/false, peer, channel, data, n, handle), error);
 }
 
 int pp_nccl_wait(PpNccl* nccl, int64_t handle, PpCudaError* error) {

@@ -1,13 +1,18 @@
 // ConnectNccl: the rendezvous of NCCL ids through the KvStore, and a Transport over the NCCL half
-// of the CUDA plugin (nccl_plugin.cc, loaded by kernels/cuda/plugin.h). This file links no CUDA
-// library: a binary that never asks for NCCL never maps one.
+// of the CUDA plugin (nccl_plugin.cc, loaded by kernels/cuda/plugin.h; its rules:
+// kernels/cuda/plugin_abi.h). This file links no CUDA library: a binary that never asks for NCCL
+// never maps one.
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "kernels/cuda/plugin.h"
 #include "worker/comm/transport.h"
 
@@ -26,27 +31,34 @@ class NcclTransport : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  absl::StatusOr<Handle> Isend(int peer, uint64_t tag, const float* data, size_t n) override {
+  absl::StatusOr<Handle> Isend(int peer, int channel, uint64_t tag, const float* data,
+                               size_t n) override {
     Handle handle = 0;
     PpCudaError error{};
-    if (int code = plugin_.nccl_send(nccl_, peer, tag, data, n, &handle, &error); code != 0) {
-      return PluginStatus(code, error);
-    }
-    return handle;
+    const int code = plugin_.nccl_send(nccl_, peer, channel, tag, data, n, &handle, &error);
+    return Started(code, error, {true, peer, tag}, handle);
   }
 
-  absl::StatusOr<Handle> Irecv(int peer, uint64_t tag, float* data, size_t n) override {
+  absl::StatusOr<Handle> Irecv(int peer, int channel, uint64_t tag, float* data,
+                               size_t n) override {
     Handle handle = 0;
     PpCudaError error{};
-    if (int code = plugin_.nccl_recv(nccl_, peer, tag, data, n, &handle, &error); code != 0) {
-      return PluginStatus(code, error);
-    }
-    return handle;
+    const int code = plugin_.nccl_recv(nccl_, peer, channel, tag, data, n, &handle, &error);
+    return Started(code, error, {false, peer, tag}, handle);
   }
 
   absl::Status Wait(Handle handle) override {
+    Op op;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = ops_.find(handle);
+      if (it != ops_.end()) {
+        op = it->second;
+        ops_.erase(it);
+      }
+    }
     PpCudaError error{};
-    return PluginStatus(plugin_.nccl_wait(nccl_, handle, &error), error);
+    return Named(PluginStatus(plugin_.nccl_wait(nccl_, handle, &error), error), op);
   }
 
   absl::StatusOr<std::vector<std::string>> AllGather(const std::string& mine) override {
@@ -78,6 +90,28 @@ class NcclTransport : public Transport {
   void Abort() override { plugin_.nccl_abort(nccl_); }
 
  private:
+  // What a handle stands for, to name it in errors (the plugin knows tags only as numbers).
+  struct Op {
+    bool send = false;
+    int peer = -1;  // -1: an unknown handle
+    uint64_t tag = 0;
+  };
+
+  absl::StatusOr<Handle> Started(int code, const PpCudaError& error, const Op& op,
+                                 Handle handle) {
+    if (code != 0) return Named(PluginStatus(code, error), op);
+    absl::MutexLock lock(&mu_);
+    ops_[handle] = op;
+    return handle;
+  }
+
+  // "receive of gradient 2->3 mb 5: <the plugin's message, which names ranks and channel>"
+  static absl::Status Named(const absl::Status& status, const Op& op) {
+    if (status.ok() || op.peer < 0) return status;
+    return absl::Status(status.code(), absl::StrCat(op.send ? "send of " : "receive of ",
+                                                    DescribeTag(op.tag), ": ", status.message()));
+  }
+
   absl::Status Gather(const void* mine, size_t bytes, void* out) {
     PpCudaError error{};
     return PluginStatus(plugin_.nccl_all_gather(nccl_, mine, bytes, out, &error), error);
@@ -87,6 +121,8 @@ class NcclTransport : public Transport {
   PpNccl* const nccl_;
   const int rank_;
   const int size_;
+  absl::Mutex mu_;
+  std::map<Handle, Op> ops_ ABSL_GUARDED_BY(mu_);  // started, not yet waited for
 };
 
 // Loads the plugin and checks that it has NCCL and that options.cuda_device exists.
@@ -112,8 +148,33 @@ absl::StatusOr<const CudaPlugin*> PluginFor(const TransportOptions& options) {
   return plugin;
 }
 
-// The ncclUniqueIds of a rank's communicators: "world", and per peer the pair it sends on and the
-// pair it receives on (point to point only; empty otherwise).
+// The point-to-point peers of options (none for collectives only, every other rank when the
+// list is empty), checked: in range, not this rank, no repeats; channels in [1, kMaxChannels].
+absl::StatusOr<std::vector<int>> PairPeers(const TransportOptions& options) {
+  if (!options.point_to_point) return std::vector<int>{};
+  if (options.channels < 1 || options.channels > kMaxChannels) {
+    return absl::InvalidArgumentError(absl::StrCat("NCCL transport: ", options.channels,
+                                                   " channels, not in [1, ", kMaxChannels, "]"));
+  }
+  std::vector<int> peers = options.peers;
+  if (peers.empty()) {
+    for (int r = 0; r < options.size; ++r) {
+      if (r != options.rank) peers.push_back(r);
+    }
+  }
+  std::set<int> seen;
+  for (int peer : peers) {
+    if (peer < 0 || peer >= options.size || peer == options.rank || !seen.insert(peer).second) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank,
+                                                     ": bad or repeated NCCL peer ", peer,
+                                                     " (world size ", options.size, ")"));
+    }
+  }
+  return peers;
+}
+
+// The ncclUniqueIds of a rank's communicators: "world", and per peer i and channel c (at
+// i * channels + c) the pair it sends on and the pair it receives on.
 struct NcclIds {
   std::string world;
   std::vector<std::string> send, recv;
@@ -134,11 +195,12 @@ absl::Status MakeId(KvStore& store, const CudaPlugin& plugin, const TransportOpt
   return store.Set(IdKey(options, name), *id);
 }
 
-// Waits (bounded by options.timeout) for the id a peer published under `name`.
+// Waits (until `deadline`) for the id a peer published under `name`.
 absl::Status FetchId(KvStore& store, const TransportOptions& options, const std::string& name,
-                     std::string* id) {
+                     absl::Time deadline, std::string* id) {
   const std::string key = IdKey(options, name);
-  absl::StatusOr<std::string> value = store.Get(key, options.timeout);
+  absl::StatusOr<std::string> value =
+      store.Get(key, std::max(deadline - absl::Now(), absl::ZeroDuration()));
   if (!value.ok()) return value.status();
   if (value->size() != PP_NCCL_ID_BYTES) {
     return absl::DataLossError(absl::StrCat("rendezvous key ", key, " has ", value->size(),
@@ -148,30 +210,43 @@ absl::Status FetchId(KvStore& store, const TransportOptions& options, const std:
   return absl::OkStatus();
 }
 
-// Communicator ids: "world" made by rank 0, "a-b" (a sends to b) made by a (point to point
-// only). Every id this rank makes is published before any is fetched, so no rank waits on a
-// peer that is itself waiting.
+// Communicator ids: "world" made by rank 0, "a-b-c" (a sends to b on channel c) made by a. Every
+// id this rank makes is published before any is fetched, so no rank waits on a peer that is
+// itself waiting.
 absl::StatusOr<NcclIds> ExchangeIds(KvStore& store, const CudaPlugin& plugin,
-                                    const TransportOptions& options) {
-  NcclIds ids{"", std::vector<std::string>(options.size), std::vector<std::string>(options.size)};
-  if (options.rank == 0) {
+                                    const TransportOptions& options,
+                                    const std::vector<int>& peers) {
+  const size_t channels = static_cast<size_t>(options.channels);
+  const size_t pairs = peers.size() * channels;
+  NcclIds ids{"", std::vector<std::string>(pairs), std::vector<std::string>(pairs)};
+  const int me = options.rank;
+  if (me == 0) {
     if (absl::Status s = MakeId(store, plugin, options, "world", &ids.world); !s.ok()) return s;
   }
-  const int pair_peers = options.point_to_point ? options.size : 0;
-  for (int peer = 0; peer < pair_peers; ++peer) {
-    if (peer == options.rank) continue;
-    const std::string name = absl::StrCat(options.rank, "-", peer);
-    if (absl::Status s = MakeId(store, plugin, options, name, &ids.send[peer]); !s.ok()) return s;
+  for (size_t at = 0; at < pairs; ++at) {
+    const std::string name = absl::StrCat(me, "-", peers[at / channels], "-", at % channels);
+    if (absl::Status s = MakeId(store, plugin, options, name, &ids.send[at]); !s.ok()) return s;
   }
-  if (options.rank != 0) {
-    if (absl::Status s = FetchId(store, options, "world", &ids.world); !s.ok()) return s;
+  const absl::Time deadline = absl::Now() + options.timeout;
+  if (me != 0) {
+    if (absl::Status s = FetchId(store, options, "world", deadline, &ids.world); !s.ok()) {
+      return s;
+    }
   }
-  for (int peer = 0; peer < pair_peers; ++peer) {
-    if (peer == options.rank) continue;
-    const std::string name = absl::StrCat(peer, "-", options.rank);
-    if (absl::Status s = FetchId(store, options, name, &ids.recv[peer]); !s.ok()) return s;
+  for (size_t at = 0; at < pairs; ++at) {
+    const std::string name = absl::StrCat(peers[at / channels], "-", me, "-", at % channels);
+    if (absl::Status s = FetchId(store, options, name, deadline, &ids.recv[at]); !s.ok()) {
+      return s;
+    }
   }
   return ids;
+}
+
+// Pointers into `strings`, which must outlive them.
+std::vector<const char*> Pointers(const std::vector<std::string>& strings) {
+  std::vector<const char*> pointers;
+  for (const std::string& s : strings) pointers.push_back(s.data());
+  return pointers;
 }
 
 }  // namespace
@@ -182,23 +257,26 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
     return absl::InvalidArgumentError(
         absl::StrCat("bad rank ", options.rank, " for world size ", options.size));
   }
+  absl::StatusOr<std::vector<int>> peers = PairPeers(options);
+  if (!peers.ok()) return peers.status();
   absl::StatusOr<const CudaPlugin*> loaded = PluginFor(options);
   if (!loaded.ok()) return loaded.status();
   const CudaPlugin& plugin = **loaded;
-  absl::StatusOr<NcclIds> ids = ExchangeIds(store, plugin, options);
+  absl::StatusOr<NcclIds> ids = ExchangeIds(store, plugin, options, *peers);
   if (!ids.ok()) return ids.status();
-  std::vector<const char*> send_ids(options.size, nullptr), recv_ids(options.size, nullptr);
-  for (int peer = 0; peer < options.size; ++peer) {
-    send_ids[peer] = ids->send[peer].data();
-    recv_ids[peer] = ids->recv[peer].data();
-  }
-  const PpNcclConfig config{options.rank,
-                            options.size,
-                            options.cuda_device,
-                            absl::ToDoubleSeconds(options.timeout),
-                            ids->world.data(),
-                            options.point_to_point ? send_ids.data() : nullptr,
-                            options.point_to_point ? recv_ids.data() : nullptr};
+  const std::vector<const char*> send_ids = Pointers(ids->send), recv_ids = Pointers(ids->recv);
+  PpNcclConfig config{};
+  config.rank = options.rank;
+  config.size = options.size;
+  config.device = options.cuda_device;
+  config.timeout_seconds = absl::ToDoubleSeconds(options.timeout);
+  config.world_id = ids->world.data();
+  config.channels = options.channels;
+  config.num_peers = static_cast<int>(peers->size());
+  config.peers = peers->data();
+  config.send_ids = send_ids.data();
+  config.recv_ids = recv_ids.data();
+  config.eager = options.eager ? 1 : 0;
   PpNccl* nccl = nullptr;
   PpCudaError error{};
   if (int code = plugin.nccl_connect(&config, &nccl, &error); code != 0) {

@@ -2,15 +2,27 @@
 // runtime needs, behind one interface with two implementations: Gloo over TCP (CPU) and NCCL (GPU).
 //
 // Contract:
-// - Isend/Irecv start an operation and return at once; Wait completes it. Memory passed to them
-//   must stay valid and untouched until Wait returns. Messages between two ranks match by `tag`
-//   (only the low 62 bits are used); two messages with the same (peer, tag) match in order.
+// - Isend/Irecv start an operation and return at once (but see "connecting"); Wait completes it.
+//   Memory passed to them must stay valid and untouched until Wait returns.
+// - Matching is by posting order, per channel: between an ordered pair of ranks (sender,
+//   receiver), the k-th Isend to the receiver on channel c meets the receiver's k-th Irecv from
+//   the sender on channel c. This is NCCL's rule (the operations of one communicator run in issue
+//   order and carry no tag), and every caller must post so that it alone pairs the right
+//   messages. `tag` names the message for checks and errors only: Gloo also matches by it, the
+//   fifo transport fails a Wait whose sender posted another tag or size in that place (naming
+//   both messages), NCCL ignores it. Channels are [0, options.channels); tags use 56 bits.
+// - Connecting: a channel with a peer listed in TransportOptions::peers (every rank when empty)
+//   is connected by Connect*, before it returns, unless options.eager is false. Any other pair
+//   connects lazily, as NCCL does: the first operation on a
+//   channel blocks until the peer's first operation on that channel (NCCL, fifo), or fails
+//   (NCCL, a peer it made no communicator for).
 // - Every blocking call (Wait, collectives, connecting) gives up after the transport's timeout
 //   with DeadlineExceeded or Unavailable naming the peer/operation; Abort() makes pending and
 //   future waits fail with Aborted. After any error the transport is unusable: drop it.
 // - Peers find each other through a KvStore (the coordinator's KvSet/KvGet RPCs in the daemon,
 //   an in-memory map in tests); every key is prefixed by TransportOptions::prefix.
-// - Gloo buffers are host memory; NCCL buffers are device memory of the transport's device.
+// - Gloo and fifo buffers are host memory; NCCL buffers are device memory of the transport's
+//   device.
 #ifndef PP_WORKER_COMM_TRANSPORT_H_
 #define PP_WORKER_COMM_TRANSPORT_H_
 
@@ -45,14 +57,28 @@ std::unique_ptr<KvStore> NewCoordinatorKvStore(pp::v1::WorkerRegistry::StubInter
 
 using Handle = int64_t;
 
+// The pipeline's channels: activations flow on one, gradients on the other, so each kind keeps
+// its own posting order (coordinator/plan/validate.h checks every program for it).
+inline constexpr int kActivationChannel = 0;
+inline constexpr int kGradientChannel = 1;
+inline constexpr int kPipelineChannels = 2;
+inline constexpr int kMaxChannels = 8;
+// The tag of a boundary message: its kind, the lower stage of its edge (lo -> lo+1) and its
+// microbatch, each below 2^27. DescribeTag names it ("gradient 2->3 mb 5"); any other tag is
+// named by its number.
+uint64_t BoundaryTag(bool gradient, int lo_stage, int microbatch);
+std::string DescribeTag(uint64_t tag);
+
 class Transport {
  public:
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
-  virtual absl::StatusOr<Handle> Isend(int peer, uint64_t tag, const float* data, size_t n) = 0;
-  virtual absl::StatusOr<Handle> Irecv(int peer, uint64_t tag, float* data, size_t n) = 0;
+  virtual absl::StatusOr<Handle> Isend(int peer, int channel, uint64_t tag, const float* data,
+                                       size_t n) = 0;
+  virtual absl::StatusOr<Handle> Irecv(int peer, int channel, uint64_t tag, float* data,
+                                       size_t n) = 0;
   virtual absl::Status Wait(Handle handle) = 0;
 
   // Every rank's `mine`, indexed by rank (lengths may differ). Host memory for both backends.
@@ -75,11 +101,28 @@ struct TransportOptions {
   // False: collectives only (a data- or tensor-parallel group). NCCL then makes no two-rank
   // communicators, and Isend/Irecv fail with FailedPrecondition; Gloo ignores it.
   bool point_to_point = true;
+  // Point-to-point channels per ordered pair, [1, kMaxChannels].
+  int channels = kPipelineChannels;
+  // The ranks this one exchanges point-to-point messages with, connected eagerly (see the
+  // contract); empty: every other rank. Must be symmetric: p lists this rank when it is listed.
+  // NCCL makes communicators for these peers alone (2 x channels each: a bounded number).
+  std::vector<int> peers;
+  // False: no channel connects at start, every one lazily (tests of NCCL's lazy connect).
+  bool eager = true;
 };
 
 // Connects a full mesh of Gloo TCP pairs through `store`. Fails within options.timeout when a
 // peer never shows up.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGloo(KvStore& store,
+                                                       const TransportOptions& options);
+
+// Gloo underneath, NCCL's rules on top (test builds and PP_TEST_TRANSPORT=fifo): per ordered pair
+// and channel, messages match strictly in posting order whatever their tags; a channel with a
+// peer not in options.peers connects lazily (its first operation blocks until the peer's first
+// one, bounded by the timeout); a receive completes only after the matching send was posted; a
+// hidden header carries the sender's tag and size, so a message that NCCL would silently deliver
+// into the wrong receive fails the Wait with both messages named.
+absl::StatusOr<std::unique_ptr<Transport>> ConnectFifo(KvStore& store,
                                                        const TransportOptions& options);
 
 // NCCL communicators over options.cuda_device, from the CUDA plugin libpp_cuda.so (loaded here,
@@ -88,6 +131,13 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectGloo(KvStore& store,
 // FailedPrecondition.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
                                                        const TransportOptions& options);
+
+// The transport a worker uses on `device` (common/device.h): NCCL on cuda:N (options.cuda_device
+// set from it); on the CPU fifo when the environment variable PP_TEST_TRANSPORT is "fifo", Gloo
+// when it is unset, empty or "gloo" (anything else: InvalidArgument).
+absl::StatusOr<std::unique_ptr<Transport>> ConnectForDevice(KvStore& store,
+                                                            TransportOptions options,
+                                                            const std::string& device);
 
 // One mesh group's parallel::Collectives over a transport connected for that group alone (its
 // own rendezvous keys): AllReduceSum is the transport's, AllGather goes through host memory.

@@ -11,7 +11,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
-#include "common/device.h"
 #include "common/hf_gpt2.h"
 #include "common/job_spec.h"
 #include "common/step_math.h"
@@ -58,23 +57,22 @@ absl::Status CheckPlan(const pp::v1::TaskPlan& plan) {
 }
 
 // Connects `rank` of a group of `size` ranks whose rendezvous keys live under `prefix`; a
-// data- or tensor-parallel group needs collectives only (point_to_point false).
+// data- or tensor-parallel group needs collectives only (no `peers`), the pipeline's transport
+// connects its point-to-point channels with `peers` before any receive is posted.
 absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(int rank, int size,
                                                          const std::string& prefix,
                                                          const TaskEnv& env,
-                                                         bool point_to_point) {
+                                                         const std::vector<int>* peers) {
   comm::TransportOptions options;
   options.rank = rank;
   options.size = size;
   options.prefix = prefix;
-  options.point_to_point = point_to_point;
+  // A pipeline rank with no neighbour (D = 1) needs no point-to-point channel either.
+  options.point_to_point = peers != nullptr && !peers->empty();
+  if (options.point_to_point) options.peers = *peers;
   options.hostname = env.hostname;
   options.timeout = env.comm_timeout;
-  absl::StatusOr<common::Device> device = common::ParseDevice(env.device);
-  if (!device.ok()) return device.status();
-  if (!device->cuda) return comm::ConnectGloo(*env.kv, options);
-  options.cuda_device = device->cuda_index;
-  return comm::ConnectNccl(*env.kv, options);
+  return comm::ConnectForDevice(*env.kv, options, env.device);
 }
 
 }  // namespace
@@ -255,9 +253,11 @@ absl::Status Task::SetUp(Running& running) {
   if (!model_compute.ok()) return model_compute.status();
   running.compute = *std::move(model_compute);
   if (absl::Status s = Resume(*running.compute); !s.ok()) return s;
+  const bool eval = common::EvalEnabled(plan_.spec());
+  const std::vector<int> peers = executor::CommPeers(
+      eval ? std::vector{&plan_.program(), &plan_.eval_program()} : std::vector{&plan_.program()});
   absl::StatusOr<std::unique_ptr<comm::Transport>> transport =
-      Connect(plan_.rank(), plan_.world_size(), plan_.rendezvous_prefix(), env_,
-              /*point_to_point=*/true);
+      Connect(plan_.rank(), plan_.world_size(), plan_.rendezvous_prefix(), env_, &peers);
   if (!transport.ok()) return transport.status();
   running.transport = *std::move(transport);
   executor::ExecutorOptions options;
@@ -269,7 +269,7 @@ absl::Status Task::SetUp(Running& running) {
       options, plan_.program(), running.compute.get(), running.transport.get());
   if (!executor.ok()) return executor.status();
   running.executor = *std::move(executor);
-  if (common::EvalEnabled(plan_.spec())) {
+  if (eval) {
     if (plan_.eval_program().actions().empty()) {
       return absl::InvalidArgumentError("spec.eval is set but the plan has no eval_program");
     }
@@ -294,7 +294,7 @@ absl::Status Task::ConnectGroups(Running& running) {
                            std::unique_ptr<parallel::Collectives>& group) -> absl::Status {
     absl::StatusOr<std::unique_ptr<comm::Transport>> connected =
         Connect(rank, size, absl::StrCat(plan_.rendezvous_prefix(), key, "/"), env_,
-                /*point_to_point=*/false);
+                /*peers=*/nullptr);
     if (!connected.ok()) return connected.status();
     transport = std::move(*connected);
     group = comm::GroupCollectives(transport.get());

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,8 +13,6 @@ namespace pp::executor {
 namespace {
 
 using pp::v1::ActionKind;
-
-constexpr uint64_t kGradientTagBit = uint64_t{1} << 60;
 
 bool IsComm(ActionKind kind) {
   return kind == pp::v1::SEND_ACTIVATION || kind == pp::v1::RECV_ACTIVATION ||
@@ -48,16 +47,28 @@ absl::Status Annotate(const absl::Status& status, int rank, size_t index,
 
 }  // namespace
 
+std::vector<int> CommPeers(const std::vector<const pp::v1::RankProgram*>& programs) {
+  std::set<int> peers;
+  for (const pp::v1::RankProgram* program : programs) {
+    for (const pp::v1::Action& action : program->actions()) {
+      if (IsComm(action.kind()) && action.has_peer()) peers.insert(action.peer());
+    }
+  }
+  return std::vector<int>(peers.begin(), peers.end());
+}
+
 const char* PhaseName(Phase phase) {
   static const char* const kNames[kNumPhases] = {
       "forward", "backward", "backward_input", "backward_weight", "optimizer", "send", "recv"};
   return kNames[static_cast<int>(phase)];
 }
 
-// One program action, resolved: comm actions know their edge (lo -> lo+1) and message tag.
+// One program action, resolved: comm actions know their edge (lo -> lo+1), their channel (one
+// per kind: the transport matches each channel's messages in posting order) and message tag.
 struct Executor::Op {
   pp::v1::Action action;
   int lo = -1;
+  int channel = 0;
   uint64_t tag = 0;
 };
 
@@ -143,8 +154,8 @@ absl::StatusOr<Executor::Op> Executor::ResolveAction(const ExecutorOptions& opti
                             ")"));
   }
   const bool gradient = action.kind() == pp::v1::SEND_GRAD || action.kind() == pp::v1::RECV_GRAD;
-  op.tag = (gradient ? kGradientTagBit : 0) | (static_cast<uint64_t>(op.lo) << 30) |
-           static_cast<uint64_t>(action.microbatch());
+  op.channel = gradient ? comm::kGradientChannel : comm::kActivationChannel;
+  op.tag = comm::BoundaryTag(gradient, op.lo, action.microbatch());
   return op;
 }
 
@@ -190,7 +201,7 @@ absl::Status Executor::PostReceivesUpTo(size_t index, Buffers& buffers) {
     }
     buffers.bytes += static_cast<int64_t>(n * sizeof(float));
     absl::StatusOr<comm::Handle> handle =
-        transport_->Irecv(op.action.peer(), op.tag, data, n);
+        transport_->Irecv(op.action.peer(), op.channel, op.tag, data, n);
     if (!handle.ok()) {
       compute_->FreeBuffer(data);
       return Annotate(handle.status(), options_.rank, buffers.next_receive, op.action);
@@ -350,7 +361,8 @@ absl::Status Executor::ExecuteSendGrad(size_t index, Buffers& buffers) {
 // Starts sending `data` (n floats) to the op's peer; it is freed once the send completed.
 absl::Status Executor::Send(size_t index, Buffers& buffers, float* data, size_t n) {
   const Op& op = ops_[index];
-  absl::StatusOr<comm::Handle> handle = transport_->Isend(op.action.peer(), op.tag, data, n);
+  absl::StatusOr<comm::Handle> handle =
+      transport_->Isend(op.action.peer(), op.channel, op.tag, data, n);
   if (!handle.ok()) {
     Release(buffers, data, n);
     return Annotate(handle.status(), options_.rank, index, op.action);

@@ -4,7 +4,12 @@
 // Contract:
 // - Comm actions may name either end of their edge in `stage` (the sending or the receiving
 //   stage); each is resolved against stage_to_rank to the edge (s -> s+1) it moves, and both ends
-//   tag the message (activation|gradient, s, microbatch). `peer` must be the other end's rank.
+//   tag the message (comm::BoundaryTag: activation|gradient, s, microbatch). `peer` must be the
+//   other end's rank. Activations travel on comm::kActivationChannel, gradients on
+//   kGradientChannel, and a transport matches each channel's messages in posting order (NCCL's
+//   rule): between two ranks, the program must send and receive each kind in one order. The
+//   planner's validator refuses programs that do not (coordinator/plan/validate.h); the fifo
+//   transport fails the step naming both messages if one gets here.
 // - Receives are posted `recv_lookahead` actions ahead of their RECV (all at step start when
 //   negative); sends complete in the background and are awaited at the end of the step. Boundary
 //   buffers are freed as soon as their consumer ran (or their send completed).
@@ -87,6 +92,9 @@ struct ExecutorOptions {
   // Test hook (slowdown.h): stretches every compute action, counts training steps. Null: none.
   Slowdown* slowdown = nullptr;
 };
+
+// The ranks `programs` send to or receive from (sorted, unique): TransportOptions::peers.
+std::vector<int> CommPeers(const std::vector<const pp::v1::RankProgram*>& programs);
 
 // Phases of pp_busy_seconds_total.
 enum class Phase { kForward, kBackward, kBackwardInput, kBackwardWeight, kOptimizer, kSend, kRecv };

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint.h"
+#include "common/file_io.h"
 #include "common/hf_gpt2.h"
 #include "common/job_spec.h"
 #include "common/manifest.h"
@@ -285,6 +286,16 @@ int TrainMain(const std::string& spec_path, const TrainOptions& options) {
   if (!result->evals.empty()) {
     std::cout << absl::StrFormat("eval loss %.6f after step %d\n", result->evals.back().loss,
                                  result->evals.back().step);
+  }
+  if (!options.losses_path.empty()) {
+    std::string text;
+    for (size_t i = 0; i < result->losses.size(); ++i) {
+      absl::StrAppendFormat(&text, "%d %.17g\n", i + 1, result->losses[i]);
+    }
+    if (absl::Status s = common::WriteFileAtomic(options.losses_path, text); !s.ok()) {
+      std::cerr << "train " << spec_path << ": losses file: " << s.message() << "\n";
+      return 1;
+    }
   }
   return 0;
 }

@@ -38,6 +38,8 @@ struct TrainOptions {
   int steps = 0;                // 0: the spec's train.steps
   std::string checkpoint_root;  // empty: no checkpoints
   std::ostream* log = nullptr;  // one line per step when set
+  // TrainMain only: where to write "STEP LOSS" per step (%.17g: equal text is equal bits).
+  std::string losses_path;
 };
 
 struct TrainResult {
@@ -57,8 +59,9 @@ struct TrainResult {
 // `spec` must have defaults applied and be valid (common/job_spec.h).
 absl::StatusOr<TrainResult> Train(const pp::v1::JobSpec& spec, const TrainOptions& options);
 
-// `ppctl train FILE`: load, default and validate the spec, train, log each step to stdout.
-// Returns the process exit code; errors are one line on stderr.
+// `ppctl train FILE`: load, default and validate the spec, train, log each step to stdout, and
+// write options.losses_path when set. Returns the process exit code; errors are one line on
+// stderr.
 int TrainMain(const std::string& spec_path, const TrainOptions& options);
 
 }  // namespace pp::trainer

@@ -102,6 +102,17 @@ TEST(TorchCsvTest, RefusesBrokenSchedulesAtTheOffendingCell) {
             std::string::npos);
 }
 
+// Valid under tag matching, not under NCCL's posting order (validate.h check 6): rank 0 sends
+// microbatch 0's activation first, rank 1 receives microbatch 1's first. The error names both.
+TEST(TorchCsvTest, RefusesAFileWhoseRanksDisagreeOnAChannelsOrder) {
+  EXPECT_EQ(MessageOf("0F0,0F1,0B0,0B1\r\n1F1,1B1,1F0,1B0\r\n"),
+            "line 2, column 1 ('1F1'): rank 1, action 0 (RECV_ACTIVATION stage 1 microbatch 1 "
+            "from rank 0): receive #1 on the activation channel from rank 0 meets rank 0's send "
+            "#1 on it, action 1 (SEND_ACTIVATION stage 0 microbatch 0 to rank 1): NCCL matches a "
+            "channel's messages by posting order alone, so between two ranks each kind must be "
+            "sent and received in one order");
+}
+
 TEST(TorchCsvTest, RefusesMalformedFilesSayingWhere) {
   EXPECT_EQ(MessageOf(""), "schedule file has no rows");
   EXPECT_EQ(MessageOf("0F0,0X0\r\n"),

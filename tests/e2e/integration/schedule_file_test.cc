@@ -89,6 +89,23 @@ TEST_F(ScheduleFileTest, BrokenOrMismatchedSchedulesAreRefusedAtSubmission) {
               HasSubstr("parallel.schedule_file: its schedule runs D=4 ranks with V=1 chunks and "
                         "M=8 microbatches, but the spec says parallel.pipeline=4, "
                         "parallel.chunks=1, train.microbatches=4"));
+
+  // Valid under tag matching, not under NCCL's posting order: rank 0 sends microbatch 0's
+  // activation first, rank 1 receives microbatch 1's first (plan validate.h, check 6).
+  pp::v1::JobSpec swapped = TinySpec("1f1b", 1, kSteps);
+  swapped.mutable_parallel()->clear_schedule();
+  swapped.mutable_parallel()->set_pipeline(2);
+  swapped.mutable_train()->set_microbatches(2);
+  swapped.mutable_parallel()->add_program("0F0,0F1,0B0,0B1");
+  swapped.mutable_parallel()->add_program("1F1,1B1,1F0,1B0");
+  refused = SubmitJob(cluster_->stub(), swapped);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("parallel.program[1], column 1 ('1F1'): rank 1, action 0 "
+                        "(RECV_ACTIVATION stage 1 microbatch 1 from rank 0): receive #1 on the "
+                        "activation channel from rank 0 meets rank 0's send #1 on it, action 1 "
+                        "(SEND_ACTIVATION stage 0 microbatch 0 to rank 1)"));
 }
 
 }  // namespace

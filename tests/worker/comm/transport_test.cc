@@ -1,4 +1,5 @@
-// Gloo transport between ranks in threads of this process, rendezvous through a memory store.
+// Gloo transport between ranks in threads of this process, rendezvous through a memory store
+// (fifo_transport_test.cc: the fifo transport on top of it).
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -61,15 +62,15 @@ TEST(GlooTransportTest, MessagesMatchByTagWhateverThePostingOrder) {
     for (size_t i = 0; i < b.size(); ++i) b[i] = -1.0f * i;
     if (rank == 0) {
       // Sends tag 1 first; the receiver posts tag 2 first.
-      absl::StatusOr<Handle> h1 = t.Isend(1, 1, a.data(), a.size());
-      absl::StatusOr<Handle> h2 = t.Isend(1, 2, b.data(), b.size());
+      absl::StatusOr<Handle> h1 = t.Isend(1, 0, 1, a.data(), a.size());
+      absl::StatusOr<Handle> h2 = t.Isend(1, 0, 2, b.data(), b.size());
       ASSERT_TRUE(h1.ok() && h2.ok());
       EXPECT_TRUE(t.Wait(*h2).ok());
       EXPECT_TRUE(t.Wait(*h1).ok());
     } else {
       std::vector<float> got_a(a.size()), got_b(b.size());
-      absl::StatusOr<Handle> h2 = t.Irecv(0, 2, got_b.data(), got_b.size());
-      absl::StatusOr<Handle> h1 = t.Irecv(0, 1, got_a.data(), got_a.size());
+      absl::StatusOr<Handle> h2 = t.Irecv(0, 0, 2, got_b.data(), got_b.size());
+      absl::StatusOr<Handle> h1 = t.Irecv(0, 0, 1, got_a.data(), got_a.size());
       ASSERT_TRUE(h1.ok() && h2.ok());
       ASSERT_TRUE(t.Wait(*h1).ok());
       ASSERT_TRUE(t.Wait(*h2).ok());
@@ -117,14 +118,14 @@ TEST(GlooTransportTest, SilentPeerTimesOutAndAbortWakesAWaiter) {
             ~CountDown() { latch.count_down(); }
           } count_down{rank1_done};
           std::vector<float> x(4);
-          absl::StatusOr<Handle> h = t.Irecv(0, 9, x.data(), x.size());
+          absl::StatusOr<Handle> h = t.Irecv(0, 0, 9, x.data(), x.size());
           ASSERT_TRUE(h.ok());
           absl::Status status = t.Wait(*h);
           EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
           EXPECT_NE(status.message().find("recv from rank 0"), std::string::npos) << status;
         } else {
           std::vector<float> x(4);
-          absl::StatusOr<Handle> h = t.Irecv(1, 10, x.data(), x.size());
+          absl::StatusOr<Handle> h = t.Irecv(1, 0, 10, x.data(), x.size());
           ASSERT_TRUE(h.ok());
           std::thread aborter([&] {
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -133,7 +134,7 @@ TEST(GlooTransportTest, SilentPeerTimesOutAndAbortWakesAWaiter) {
           absl::Status status = t.Wait(*h);
           aborter.join();
           EXPECT_EQ(status.code(), absl::StatusCode::kAborted) << status;
-          EXPECT_EQ(t.Isend(1, 3, x.data(), x.size()).status().code(),
+          EXPECT_EQ(t.Isend(1, 0, 3, x.data(), x.size()).status().code(),
                     absl::StatusCode::kAborted);
           rank1_done.wait();
         }
@@ -144,8 +145,8 @@ TEST(GlooTransportTest, SilentPeerTimesOutAndAbortWakesAWaiter) {
 TEST(GlooTransportTest, BadPeerIsRefused) {
   RunRanks(2, [](int rank, Transport& t) {
     float x = 0;
-    EXPECT_EQ(t.Isend(rank, 1, &x, 1).status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(t.Irecv(5, 1, &x, 1).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(t.Isend(rank, 0, 1, &x, 1).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(t.Irecv(5, 0, 1, &x, 1).status().code(), absl::StatusCode::kInvalidArgument);
   });
 }
 

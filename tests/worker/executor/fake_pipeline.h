@@ -305,10 +305,17 @@ struct RankOutcome {
   absl::Status status;
 };
 
+// How RunPipeline connects each rank: Gloo (tag matching) or fifo (NCCL's rules).
+using Connector = absl::StatusOr<std::unique_ptr<comm::Transport>> (*)(
+    comm::KvStore&, const comm::TransportOptions&);
+
+// Runs `steps` steps of `programs` (one per rank, ranks as threads), each rank's transport
+// connected by `connect` with its programs' peers connected eagerly, as the worker does.
 inline std::vector<RankOutcome> RunPipeline(const std::vector<pp::v1::RankProgram>& programs,
                                             const std::vector<int>& where, int M, int steps,
                                             int recv_lookahead = -1,
-                                            const FakeCompute::Poison& poison = {}) {
+                                            const FakeCompute::Poison& poison = {},
+                                            Connector connect = comm::ConnectGloo) {
   const int D = static_cast<int>(programs.size());
   const int S = static_cast<int>(where.size());
   std::unique_ptr<comm::KvStore> store = comm::NewMemoryKvStore();
@@ -321,7 +328,9 @@ inline std::vector<RankOutcome> RunPipeline(const std::vector<pp::v1::RankProgra
       topts.rank = r;
       topts.size = D;
       topts.timeout = absl::Seconds(10);
-      absl::StatusOr<std::unique_ptr<comm::Transport>> transport = comm::ConnectGloo(*store, topts);
+      topts.peers = CommPeers({&programs[r]});
+      topts.eager = !topts.peers.empty();
+      absl::StatusOr<std::unique_ptr<comm::Transport>> transport = connect(*store, topts);
       if (!transport.ok()) {
         out.status = transport.status();
         return;
@@ -358,6 +367,80 @@ inline std::vector<int> OnePerRank(int D) {
   std::vector<int> where(D);
   for (int r = 0; r < D; ++r) where[r] = r;
   return where;
+}
+
+struct Run {
+  std::vector<double> losses;  // per step
+  std::vector<float> weights;  // every stage, stage order
+};
+
+// The reference, all stages in one compute: forwards of every microbatch, then backwards in
+// microbatch order.
+inline Run Sequential(int S, int M, int steps) {
+  std::vector<int> all(S);
+  for (int s = 0; s < S; ++s) all[s] = s;
+  FakeCompute compute(all, S, M);
+  Run run;
+  for (int step = 0; step < steps; ++step) {
+    EXPECT_TRUE(compute.BeginStep(step).ok());
+    double sum = 0;
+    for (int mb = 0; mb < M; ++mb) {
+      std::vector<float> x(kN), y(kN);
+      for (int s = 0; s < S; ++s) {
+        absl::StatusOr<double> loss = compute.Forward(s, mb, x.data(), y.data());
+        if (s + 1 == S) sum += *loss;
+        x = y;
+      }
+    }
+    for (int mb = 0; mb < M; ++mb) {
+      std::vector<float> g(kN), g_in(kN);
+      for (int s = S - 1; s >= 0; --s) {
+        EXPECT_TRUE(compute.Backward(s, mb, g.data(), g_in.data()).ok());
+        g = g_in;
+      }
+    }
+    float scale = *compute.ClipScale(compute.GradSumSquares());
+    EXPECT_TRUE(compute.OptimizerStep(step, scale).ok());
+    run.losses.push_back(sum / M);
+  }
+  run.weights = compute.Weights();
+  return run;
+}
+
+// The outcomes of a pipeline run equal Sequential's losses and weights, bitwise; only the rank
+// holding the last stage has losses.
+inline void ExpectBitwiseEqual(const std::vector<RankOutcome>& outcomes,
+                               const std::vector<int>& where, int M, int steps) {
+  bool failed = false;  // every rank's error is shown: the first is often only the echo of another
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    EXPECT_TRUE(outcomes[r].status.ok()) << "rank " << r << ": " << outcomes[r].status;
+    failed = failed || !outcomes[r].status.ok();
+  }
+  if (failed) return;
+  const int S = static_cast<int>(where.size());
+  Run reference = Sequential(S, M, steps);
+  std::vector<float> weights;  // gathered in stage order
+  for (int s = 0; s < S; ++s) {
+    const RankOutcome& out = outcomes[where[s]];
+    int index = 0;  // position of s among its rank's stages
+    for (int t = 0; t < s; ++t) index += where[t] == where[s];
+    weights.insert(weights.end(), out.weights.begin() + index * 2 * kN,
+                   out.weights.begin() + (index + 1) * 2 * kN);
+  }
+  ASSERT_EQ(weights.size(), reference.weights.size());
+  EXPECT_EQ(std::memcmp(weights.data(), reference.weights.data(), weights.size() * sizeof(float)),
+            0);
+  const RankOutcome& last = outcomes[where[S - 1]];
+  ASSERT_EQ(last.steps.size(), static_cast<size_t>(steps));
+  for (int step = 0; step < steps; ++step) {
+    ASSERT_TRUE(last.steps[step].has_loss);
+    EXPECT_EQ(std::memcmp(&last.steps[step].loss, &reference.losses[step], sizeof(double)), 0)
+        << "step " << step << ": " << last.steps[step].loss << " vs " << reference.losses[step];
+  }
+  for (size_t r = 0; r < outcomes.size(); ++r) {
+    if (static_cast<int>(r) == where[S - 1]) continue;
+    for (const StepResult& step : outcomes[r].steps) EXPECT_FALSE(step.has_loss);
+  }
 }
 
 }  // namespace pp::executor
