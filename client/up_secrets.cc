@@ -7,7 +7,11 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
-#include <filesystem>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/escaping.h"
@@ -74,14 +78,27 @@ absl::Status NewCert(const std::string& name, X509* issuer, EVP_PKEY* issuer_key
   return absl::OkStatus();
 }
 
-// `bytes` into `path`; mode 0600 when `secret`.
+// `bytes` into `path`; created 0600 when `secret` (no chmod after: no moment readable by others).
 absl::Status Write(const std::string& path, const std::string& bytes, bool secret) {
-  if (absl::Status s = common::WriteFileAtomic(path, bytes); !s.ok()) return s;
-  if (!secret) return absl::OkStatus();
-  std::error_code error;
-  std::filesystem::permissions(
-      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write, error);
-  if (error) return absl::InternalError(absl::StrCat("chmod 0600 ", path, ": ", error.message()));
+  return common::WriteFileAtomic(path, bytes, secret ? 0600 : 0644);
+}
+
+// The secrets' folder: made 0700, and refused when another user owns it or may write into it (a
+// world-writable folder under /tmp lets anyone swap a key or read one in the making).
+absl::Status PrivateDir(const std::string& dir) {
+  if (absl::Status made = common::MakeDirs(dir); !made.ok()) return made;
+  struct stat info;
+  if (::lstat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, ": not a folder"));
+  }
+  if (info.st_uid != ::geteuid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, ": owned by uid ", info.st_uid, ", not this user (", ::geteuid(),
+                     "); give ppctl up a --data_dir of your own"));
+  }
+  if (::chmod(dir.c_str(), 0700) != 0) {
+    return absl::InternalError(absl::StrCat("chmod 0700 ", dir, ": ", std::strerror(errno)));
+  }
   return absl::OkStatus();
 }
 
@@ -113,7 +130,7 @@ std::vector<std::string> UpSecrets::DaemonFlags(const std::string& name) const {
 absl::StatusOr<UpSecrets> MakeUpSecrets(const std::string& dir,
                                         const std::vector<std::string>& names) {
   UpSecrets secrets{dir, dir + "/ca.crt", dir + "/tokens", dir + "/token"};
-  if (absl::Status made = common::MakeDirs(dir); !made.ok()) return made;
+  if (absl::Status made = PrivateDir(dir); !made.ok()) return made;
   Key ca_key(nullptr, &EVP_PKEY_free);
   Cert ca(nullptr, &X509_free);
   if (absl::Status s = NewCert("ppctl-up-ca", nullptr, nullptr, &ca_key, &ca); !s.ok()) return s;

@@ -4,8 +4,8 @@
 // Contract: MakeUpSecrets(dir, names) writes dir/ca.crt, dir/NAME.crt and dir/NAME.key for each
 // name (CN=NAME; subject alternative names NAME, localhost and 127.0.0.1: every daemon of ppctl up
 // listens on loopback), dir/tokens (ppcoord's --auth_tokens: one admin line) and dir/token (the
-// token alone, for ppctl --token_file). Keys and token files get mode 0600. Earlier files there
-// are replaced. The CA's key is not kept: nothing more can be signed once the run is over.
+// token alone, for ppctl --token_file). Keys and token files are created 0600, in `dir` made 0700;
+// a `dir` another user owns is refused (FailedPrecondition). Earlier files there are replaced. The CA's key is not kept: nothing more can be signed once the run is over.
 // Errors: Internal naming the OpenSSL step, or the file-system error.
 #ifndef PP_CLIENT_UP_SECRETS_H_
 #define PP_CLIENT_UP_SECRETS_H_

@@ -57,11 +57,11 @@ absl::Status MakeDirs(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes) {
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes, unsigned mode) {
   // A unique temporary name per process and call, so concurrent writers never share one.
   static std::atomic<uint64_t> counter{0};
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return ErrnoError("cannot create", tmp);
   absl::Status status = WriteAll(fd, bytes, tmp);
   if (status.ok() && ::fsync(fd) != 0) status = ErrnoError("cannot fsync", tmp);

@@ -19,7 +19,10 @@
 
 namespace pp::common {
 
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes);
+// `mode`: the new file's permission bits (before the umask); 0600 for a secret, which is then
+// never readable by others, not even for a moment.
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes,
+                             unsigned mode = 0644);
 // The whole file, read (not mapped); DataLoss before any read when it holds over `max_bytes`.
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      uint64_t max_bytes = UINT64_MAX);

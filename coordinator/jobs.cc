@@ -462,12 +462,16 @@ std::optional<LiveAttempt> JobManager::LiveAttemptOf(const std::string& job_id) 
     live.attempt = rec->calibrating->attempt;
     for (const pp::v1::RankPlacement& p : rec->calibrating->placement) {
       live.workers.push_back(p.worker());
+      live.ranks.push_back(p.rank());
     }
     return live;
   }
   if (rec->job.state() != pp::v1::RUNNING) return std::nullopt;
   live.attempt = rec->job.attempt();
-  for (const pp::v1::RankPlacement& p : rec->job.placement()) live.workers.push_back(p.worker());
+  for (const pp::v1::RankPlacement& p : rec->job.placement()) {
+    live.workers.push_back(p.worker());
+    live.ranks.push_back(p.rank());
+  }
   return live;
 }
 

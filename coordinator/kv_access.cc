@@ -19,6 +19,9 @@ std::optional<KeyScope> ScopeOfKey(absl::string_view key) {
   if (digits.empty() || !std::all_of(digits.begin(), digits.end(), absl::ascii_isdigit)) {
     return std::nullopt;
   }
+  // Canonical numbers only: "job/01/" and "job/001/" would name attempt 1 under prefixes of their
+  // own, each with its own share of the store (rendezvous.cc limits keys by their prefix text).
+  if (digits.size() > 1 && digits[0] == '0') return std::nullopt;
   KeyScope scope;
   scope.job_id = std::string(key.substr(0, first));
   if (!absl::SimpleAtoi(digits, &scope.attempt)) return std::nullopt;
@@ -43,6 +46,23 @@ absl::Status CheckKvAccess(const std::string& key, const std::optional<LiveAttem
       "rendezvous key \"", key, "\" belongs to job ", scope->job_id, " attempt ", scope->attempt,
       ": the caller (", absl::StrJoin(caller_names, ", "),
       ") is not a worker placed on that attempt while it runs"));
+}
+
+absl::Status CheckReportAccess(const std::string& job_id, int attempt, int rank,
+                               const std::optional<LiveAttempt>& live,
+                               const std::vector<std::string>& caller_names) {
+  if (!live.has_value() || live->attempt != attempt) return absl::OkStatus();
+  for (size_t i = 0; i < live->workers.size() && i < live->ranks.size(); ++i) {
+    if (live->ranks[i] != rank) continue;
+    if (std::find(caller_names.begin(), caller_names.end(), live->workers[i]) !=
+        caller_names.end()) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat("a report on job ", job_id, " attempt ", attempt, " rank ", rank,
+                   " comes only from the worker placed on that rank; the caller (",
+                   absl::StrJoin(caller_names, ", "), ") is not"));
 }
 
 }  // namespace pp::coordinator

@@ -1,5 +1,5 @@
-// Who may read and write a rendezvous key (internal): the pure rule behind WorkerRegistry.KvSet
-// and KvGet when ppcoord serves TLS. A key "<job>/<attempt>/..." (TaskPlan.rendezvous_prefix)
+// Who may read and write a rendezvous key, and who may report on a rank (internal): the pure rules
+// behind WorkerRegistry.KvSet, KvGet and the Report* calls when ppcoord serves TLS. A key "<job>/<attempt>/..." (TaskPlan.rendezvous_prefix)
 // belongs to that attempt of that job; only a worker placed on it, while it is the job's live
 // attempt, may touch it. A caller is a worker by a name in its client certificate
 // (common::PeerNames), as RegisterWorker already demands of a worker's name.
@@ -22,14 +22,15 @@ struct KeyScope {
   int attempt = 0;
 };
 
-// The scope of "<job>/<attempt>/<rest>" (a non-empty job id, a decimal attempt >= 0, a rest that
-// may be empty); nullopt for any other key.
+// The scope of "<job>/<attempt>/<rest>" (a non-empty job id, a decimal attempt >= 0 written
+// without leading zeros, a rest that may be empty); nullopt for any other key.
 std::optional<KeyScope> ScopeOfKey(absl::string_view key);
 
-// A RUNNING job's attempt and the workers placed on it.
+// A RUNNING job's attempt and the workers placed on it: workers[i] holds rank ranks[i].
 struct LiveAttempt {
   int attempt = 0;
   std::vector<std::string> workers;
+  std::vector<int> ranks;
 };
 
 // OK when `key` is scoped to `live` (the live attempt of the key's job; nullopt when that job is
@@ -40,6 +41,15 @@ struct LiveAttempt {
 // PERMISSION_DENIED too.
 absl::Status CheckKvAccess(const std::string& key, const std::optional<LiveAttempt>& live,
                            const std::vector<std::string>& caller_names);
+
+// The rule behind WorkerRegistry.ReportStep, ReportTask and ReportCheckpoint under TLS: a report
+// about rank `rank` of attempt `attempt` of a job is taken only from the worker placed on that
+// rank of that attempt, while it is the job's live attempt (`live`, as for keys). A report about
+// an attempt that is not live is let through: JobManager answers it with abort and changes
+// nothing. Otherwise PERMISSION_DENIED naming the job, attempt, rank and the caller's names.
+absl::Status CheckReportAccess(const std::string& job_id, int attempt, int rank,
+                               const std::optional<LiveAttempt>& live,
+                               const std::vector<std::string>& caller_names);
 
 }  // namespace pp::coordinator
 

@@ -216,6 +216,9 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
   grpc::Status ReportStep(grpc::ServerContext* context, const pp::v1::StepReport* request,
                           pp::v1::ReportResponse* response) override {
     if (absl::Status s = CheckWorker(*context, nullptr); !s.ok()) return Answer("ReportStep", s);
+    if (absl::Status s = CheckReporter(*context, *request); !s.ok()) {
+      return Answer("ReportStep", s);
+    }
     *response = jobs_->ReportStep(*request);
     return grpc::Status::OK;
   }
@@ -224,6 +227,9 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
                           pp::v1::ReportResponse* response) override {
     if (absl::Status s = CheckWorker(*context, &request->worker()); !s.ok())
       return Answer("ReportTask", s);
+    if (absl::Status s = CheckReporter(*context, *request); !s.ok()) {
+      return Answer("ReportTask", s);
+    }
     *response = jobs_->ReportTask(*request);
     return grpc::Status::OK;
   }
@@ -233,6 +239,9 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
                                 pp::v1::ReportResponse* response) override {
     if (absl::Status s = CheckWorker(*context, nullptr); !s.ok())
       return Answer("ReportCheckpoint", s);
+    if (absl::Status s = CheckReporter(*context, *request); !s.ok()) {
+      return Answer("ReportCheckpoint", s);
+    }
     *response = jobs_->ReportCheckpoint(*request);
     return grpc::Status::OK;
   }
@@ -303,6 +312,16 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
       if (absl::Status s = CheckKvAccess(key, live, names); !s.ok()) return s;
     }
     return absl::OkStatus();
+  }
+
+  // With TLS, a report on a rank of the live attempt comes from the worker placed on that rank
+  // (kv_access.h CheckReportAccess): another certificate of the CA cannot fail, finish or drain
+  // someone else's job.
+  template <typename Report>
+  absl::Status CheckReporter(const grpc::ServerContext& context, const Report& report) const {
+    if (!tls_) return absl::OkStatus();
+    return CheckReportAccess(report.job_id(), report.attempt(), report.rank(),
+                             jobs_->LiveAttemptOf(report.job_id()), common::PeerNames(context));
   }
 
   JobManager* jobs_;

@@ -76,6 +76,13 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   }
   JobRecord* rec = FindLocked(report.job_id());
   pp::v1::Job& job = rec->job;
+  if (report.step() < 1 || report.step() > job.spec().train().steps()) {
+    // No worker trains such a step: a broken or forged report, which must not move the stop
+    // step (newest + 1 overflows at INT_MAX) or the summaries.
+    Log(absl::StrCat("job ", job.id(), ": ignored a report of step ", report.step(), " from rank ",
+                     report.rank(), " (steps run 1..", job.spec().train().steps(), ")"));
+    return response;
+  }
   // Ranks finish step s before any rank finishes s + 2 (the clip norm is gathered every step),
   // and every rank reports each step: each one still reports newest + 1 after this answer.
   rec->newest_reported_step = std::max(rec->newest_reported_step, report.step());

@@ -2,6 +2,11 @@
 // attempt, by a name of its certificate.
 #include "coordinator/kv_access.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -13,7 +18,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const LiveAttempt kAttempt2{.attempt = 2, .workers = {"w0", "w1"}};
+const LiveAttempt kAttempt2{.attempt = 2, .workers = {"w0", "w1"}, .ranks = {0, 1}};
 
 TEST(KvAccessTest, ScopeIsTheJobAndTheAttemptOfTheKey) {
   std::optional<KeyScope> scope = ScopeOfKey("train-000003/2/gloo/rank0");
@@ -23,7 +28,7 @@ TEST(KvAccessTest, ScopeIsTheJobAndTheAttemptOfTheKey) {
   ASSERT_TRUE(ScopeOfKey("j/0/").has_value());
   EXPECT_EQ(ScopeOfKey("j/0/")->attempt, 0);
   for (const char* key : {"", "j", "j/", "j/2", "/2/x", "j//x", "j/x/y", "j/+2/x", "j/ 2/x",
-                          "j/-1/x", "j/99999999999/x"}) {
+                          "j/-1/x", "j/99999999999/x", "j/02/x", "j/00/x", "j/000/"}) {
     EXPECT_FALSE(ScopeOfKey(key).has_value()) << key;
   }
 }
@@ -70,6 +75,24 @@ TEST(KvAccessTest, AKeyOutsideEveryAttemptIsRefused) {
 TEST(KvAccessTest, ARefusalDoesNotNameTheAttemptsWorkers) {
   const absl::Status refused = CheckKvAccess("j/2/x", kAttempt2, {"w9"});
   EXPECT_THAT(refused.message(), AllOf(Not(HasSubstr("w0")), Not(HasSubstr("w1"))));
+}
+
+TEST(ReportAccessTest, OnlyTheWorkerPlacedOnTheRankReportsOnIt) {
+  EXPECT_TRUE(CheckReportAccess("j", 2, 1, kAttempt2, {"localhost", "w1"}).ok());
+  for (const auto& [rank, names] :
+       {std::pair<int, std::vector<std::string>>{1, {"w0"}}, {0, {"w1"}}, {0, {"spare"}},
+        {5, {"w0", "w1"}}, {0, {}}}) {
+    const absl::Status refused = CheckReportAccess("j", 2, rank, kAttempt2, names);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << rank;
+    EXPECT_THAT(refused.message(), HasSubstr(absl::StrCat("job j attempt 2 rank ", rank)));
+  }
+}
+
+// A report on an attempt that is not running changes nothing in JobManager (it answers abort),
+// and that answer is what tells a worker of an ended attempt to stop.
+TEST(ReportAccessTest, ReportsOnAnAttemptThatDoesNotRunGoThrough) {
+  EXPECT_TRUE(CheckReportAccess("j", 1, 0, kAttempt2, {"spare"}).ok());
+  EXPECT_TRUE(CheckReportAccess("j", 2, 0, std::nullopt, {"spare"}).ok());
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
-// The rendezvous with real processes and mutual TLS: ppcoord and ppworkers on loopback with
-// certificates made by openssl in the test. A job attempt's keys ("<job>/<attempt>/...") are read
-// and written only by the workers placed on that attempt while it runs, whatever else holds a
-// certificate of the same CA: a spare worker, an ops tool, a worker of an earlier attempt.
+// The rendezvous and the worker reports with real processes and mutual TLS: ppcoord and
+// ppworkers on loopback with certificates made by openssl in the test. A job attempt's keys
+// ("<job>/<attempt>/...") are read and written only by the workers placed on that attempt while it
+// runs, and a report on a rank comes only from the worker placed on that rank, whatever else holds
+// a certificate of the same CA: a spare worker, an ops tool, a worker of an earlier attempt.
 #include <signal.h>
 
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -193,6 +196,78 @@ TEST_F(KvScopeTest, AWorkerOfAnEarlierAttemptIsRefusedAfterARestart) {
   const grpc::Status old = Set(*As(kept), Prefix(first) + "probe", "v");
   EXPECT_EQ(old.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(old.error_message(), HasSubstr(absl::StrCat("attempt ", first.attempt())));
+}
+
+// Before: a spare worker's certificate failed another user's job with one ReportTask, finished a
+// 1,000,000-step job at step 0, or drained it without end (security.md "Reports").
+TEST_F(KvScopeTest, ReportsOnARankComeOnlyFromTheWorkerPlacedOnIt) {
+  ASSERT_NO_FATAL_FAILURE(StartSecureCluster(2));
+  absl::StatusOr<std::string> id = testing_support::SubmitJob(cluster_->stub(), LongSpec(0));
+  ASSERT_TRUE(id.ok()) << id.status();
+  const pp::v1::Job job = WaitRunning(*id, -1);
+  ASSERT_EQ(job.placement_size(), 2);
+  const std::string worker0 = job.placement(0).worker();
+  auto deadline = [](grpc::ClientContext& context) {
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  };
+  // (caller, rank): a stranger on either rank, and a placed worker on the other one's rank.
+  for (const auto& [caller, rank] : {std::pair<std::string, int>{"spare", 0}, {"spare", 1},
+                                     {"ops", 0}, {worker0, 1}}) {
+    SCOPED_TRACE(absl::StrCat(caller, " on rank ", rank));
+    pp::v1::ReportResponse response;
+    pp::v1::TaskReport failed;
+    failed.set_job_id(*id);
+    failed.set_attempt(job.attempt());
+    failed.set_rank(rank);
+    failed.set_worker(caller);
+    failed.set_ok(false);
+    failed.set_error("forged");
+    grpc::ClientContext task_context;
+    deadline(task_context);
+    const grpc::Status task = As(caller)->ReportTask(&task_context, failed, &response);
+    EXPECT_EQ(task.error_code(), grpc::StatusCode::PERMISSION_DENIED) << task.error_message();
+    EXPECT_THAT(task.error_message(), HasSubstr(absl::StrCat("rank ", rank)));
+
+    pp::v1::StepReport step;
+    step.set_job_id(*id);
+    step.set_attempt(job.attempt());
+    step.set_rank(rank);
+    step.set_step(5);
+    step.set_draining(true);
+    grpc::ClientContext step_context;
+    deadline(step_context);
+    EXPECT_EQ(As(caller)->ReportStep(&step_context, step, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+
+    pp::v1::CheckpointReport shard;
+    shard.set_job_id(*id);
+    shard.set_attempt(job.attempt());
+    shard.set_rank(rank);
+    shard.set_step(1);
+    shard.set_ok(false);
+    grpc::ClientContext shard_context;
+    deadline(shard_context);
+    EXPECT_EQ(As(caller)->ReportCheckpoint(&shard_context, shard, &response).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // A step no worker trains, from the placed worker itself, is ignored: no stop step past the
+  // end (newest + 1 overflowed at INT_MAX), no summary.
+  pp::v1::StepReport huge;
+  huge.set_job_id(*id);
+  huge.set_attempt(job.attempt());
+  huge.set_rank(0);
+  huge.set_step(std::numeric_limits<int32_t>::max());
+  huge.set_draining(true);
+  grpc::ClientContext huge_context;
+  deadline(huge_context);
+  pp::v1::ReportResponse answer;
+  ASSERT_TRUE(As(worker0)->ReportStep(&huge_context, huge, &answer).ok());
+  EXPECT_EQ(answer.stop_after_step(), 0);
+
+  const pp::v1::Job still = WaitRunning(*id, -1);
+  EXPECT_EQ(still.state(), pp::v1::RUNNING) << "no forged report moved the job";
+  EXPECT_EQ(still.attempt(), job.attempt());
+  EXPECT_LT(still.step(), 1000);
 }
 
 }  // namespace

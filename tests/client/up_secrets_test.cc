@@ -1,0 +1,66 @@
+// ppctl up's secrets (client/up_secrets.h): keys and tokens are created 0600 in a 0700 folder,
+// never readable by others in between, and a folder another user owns is refused.
+#include "client/up_secrets.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace pp::client {
+namespace {
+
+namespace fs = std::filesystem;
+
+unsigned ModeOf(const std::string& path) {
+  struct stat info;
+  EXPECT_EQ(::stat(path.c_str(), &info), 0) << path;
+  return info.st_mode & 0777;
+}
+
+class UpSecretsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::path(::testing::TempDir()) / absl::StrCat("up-secrets-", ::getpid());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(UpSecretsTest, KeysAndTokensAre0600InA0700Folder) {
+  // A permissive umask: the modes must come from the creation, not from the caller's umask.
+  const mode_t old = ::umask(0);
+  absl::StatusOr<UpSecrets> secrets = MakeUpSecrets((dir_ / "tls").string(), {"ppcoord", "w0"});
+  ::umask(old);
+  ASSERT_TRUE(secrets.ok()) << secrets.status();
+  EXPECT_EQ(ModeOf((dir_ / "tls").string()), 0700u);
+  for (const std::string& secret : {secrets->Key("ppcoord"), secrets->Key("w0"),
+                                    secrets->tokens_file, secrets->token_file}) {
+    EXPECT_EQ(ModeOf(secret), 0600u) << secret;
+  }
+  EXPECT_EQ(ModeOf(secrets->Cert("w0")), 0644u);
+  EXPECT_EQ(ModeOf(secrets->ca), 0644u);
+}
+
+TEST_F(UpSecretsTest, AFolderOfAnotherUserIsRefused) {
+  const fs::path tls = dir_ / "tls";
+  fs::create_directories(tls);
+  fs::permissions(tls, fs::perms::all);  // 0777, as a shared /tmp folder may be
+  // As root (CI and this project's machines) the folder is handed to nobody; as another user
+  // it cannot be, and the owner check is then out of this test's reach.
+  ASSERT_EQ(::geteuid(), 0u) << "this test needs root to make a folder of another user";
+  ASSERT_EQ(::chown(tls.c_str(), 65534, 65534), 0);
+  absl::StatusOr<UpSecrets> secrets = MakeUpSecrets(tls.string(), {"w0"});
+  EXPECT_EQ(secrets.status().code(), absl::StatusCode::kFailedPrecondition) << secrets.status();
+  EXPECT_NE(secrets.status().message().find("owned by uid 65534"), std::string::npos)
+      << secrets.status();
+  EXPECT_FALSE(fs::exists(tls / "ca.crt")) << "nothing is written into it";
+}
+
+}  // namespace
+}  // namespace pp::client
