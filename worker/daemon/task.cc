@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
@@ -23,6 +24,15 @@ absl::Status CheckPlan(const pp::v1::TaskPlan& plan) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("task plan of job ", plan.job_id(), ": ", why));
   };
+  // The job id names folders (checkpoint_dir/<job>/step-N): only what ppcoord's MakeJobId makes,
+  // so that a plan from an unauthenticated caller cannot write outside the checkpoint root.
+  const std::string& id = plan.job_id();
+  if (id.empty() || id.size() > 64 || id.front() == '-' ||
+      !std::all_of(id.begin(), id.end(), [](char c) {
+        return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-';
+      })) {
+    return bad("job_id must be 1 to 64 of a-z, 0-9 and '-', not starting with '-'");
+  }
   if (plan.world_size() < 1) return bad(absl::StrCat("world_size ", plan.world_size()));
   if (plan.rank() < 0 || plan.rank() >= plan.world_size()) {
     return bad(absl::StrCat("rank ", plan.rank(), " outside world size ", plan.world_size()));

@@ -24,6 +24,7 @@ namespace {
 
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class NoReports : public TaskReporter {
  public:
@@ -83,6 +84,21 @@ TEST(PlanChecksTest, RefusesAWorldThatIsNotTheMesh) {
   absl::Status status = RunPlan(plan);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("world_size 3"));
+}
+
+// Without TLS anyone may call RunTask: a job id that is a path would write its shards outside
+// the checkpoint root (checkpoint_dir/<job>/step-N).
+TEST(PlanChecksTest, RefusesAJobIdThatIsNotOneMakeJobIdMakes) {
+  for (const char* id : {"../../x", "a/b", "", ".", "UPPER", "-lead", "x y"}) {
+    pp::v1::TaskPlan plan = MeshPlan();
+    plan.set_job_id(id);
+    absl::Status status = RunPlan(plan);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << id;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("job_id must be")) << id;
+  }
+  pp::v1::TaskPlan plan = MeshPlan();
+  plan.set_job_id("tiny-model-12");
+  EXPECT_THAT(std::string(RunPlan(plan).message()), Not(HasSubstr("job_id"))) << "a real id";
 }
 
 TEST(PlanChecksTest, RefusesARankThatIsNotItsCoordinates) {
