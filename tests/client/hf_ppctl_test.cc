@@ -1,48 +1,24 @@
 // Runs the real ppctl binary: `ppctl sample` (deterministic per seed, any CKPT_DIR form),
 // `ppctl export` then `ppctl import` without transformers (the folder they write and read), their
 // --help, and bad arguments as one line. tests/client/hf_transformers_test.py holds the checks
-// against transformers itself. tests/client/hf_transformers_test.py holds the checks
 // against transformers itself.
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/client/ppctl_run.h"
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using Result = pp::testing_support::PpctlResult;
+using pp::testing_support::Slurp;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-Result Ppctl(const std::string& args) {
-  static int calls = 0;
-  const std::string base = absl::StrCat(::testing::TempDir(), "/hf-ppctl-", getpid(), "-", calls++);
-  const std::string out = base + ".out", err = base + ".err";
-  const int status =
-      std::system(absl::StrCat(PPCTL_PATH, " ", args, " >", out, " 2>", err).c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = Slurp(out);
-  r.err = Slurp(err);
-  std::remove(out.c_str());
-  std::remove(err.c_str());
-  return r;
-}
+Result Ppctl(const std::string& args) { return pp::testing_support::RunPpctl(PPCTL_PATH, args); }
 
 // A folder of this test process with a trained checkpoint (tiny model, 4 steps) under ckpt/t/.
 class HfPpctlTest : public ::testing::Test {

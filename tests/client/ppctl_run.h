@@ -22,7 +22,7 @@ struct PpctlResult {
 };
 
 inline std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   std::stringstream text;
   text << in.rdbuf();
   return text.str();

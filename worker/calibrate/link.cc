@@ -162,6 +162,22 @@ absl::StatusOr<Link> Ping(Calibration& calibration, PingPong& pings, int peer,
   return LinkFromRoundTrips(small, large, k * bytes);
 }
 
+// One channel with each neighbour, connected before the first ping: a ping's echo is received
+// before the answering rank's first send on that channel.
+comm::TransportOptions LinkOptions(const pp::v1::CalibrateRequest& request,
+                                   const std::string& hostname, absl::Time deadline) {
+  comm::TransportOptions options;
+  options.rank = request.rank();
+  options.size = request.world_size();
+  options.prefix = request.rendezvous_prefix();
+  options.hostname = hostname;
+  options.timeout = std::max(deadline - absl::Now(), absl::Milliseconds(1));
+  options.channels = 1;
+  if (options.rank > 0) options.peers.push_back(options.rank - 1);
+  if (options.rank + 1 < options.size) options.peers.push_back(options.rank + 1);
+  return options;
+}
+
 }  // namespace
 
 absl::Status Calibration::MeasureLinks(pp::v1::RankCalibration& out) {
@@ -182,19 +198,9 @@ absl::Status Calibration::MeasureLinks(pp::v1::RankCalibration& out) {
   if (absl::Status s = Check(); !s.ok()) {
     return has_link ? failed("the link to the next rank", s) : absl::OkStatus();
   }
-  comm::TransportOptions options;
-  options.rank = rank;
-  options.size = world;
-  options.prefix = request_.rendezvous_prefix();
-  options.hostname = env_.hostname;
-  options.timeout = std::max(deadline_ - absl::Now(), absl::Milliseconds(1));
-  options.channels = 1;
-  // The neighbours, connected before the first ping: a ping's echo is received before the
-  // answering rank's first send on that channel.
-  if (rank > 0) options.peers.push_back(rank - 1);
-  if (has_link) options.peers.push_back(rank + 1);
   absl::StatusOr<std::unique_ptr<comm::Transport>> transport =
-      comm::ConnectForDevice(*env_.kv, options, env_.device);
+      comm::ConnectForDevice(*env_.kv, LinkOptions(request_, env_.hostname, deadline_),
+                             env_.device);
   if (!transport.ok()) {
     return has_link ? failed("connecting to the other ranks", transport.status())
                     : absl::OkStatus();

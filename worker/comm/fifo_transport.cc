@@ -292,34 +292,18 @@ class FifoTransport : public Transport {
   std::map<Comm, std::array<float, 2>> hello_slots_ ABSL_GUARDED_BY(mu_);
 };
 
-std::vector<int> EagerPeers(const TransportOptions& options) {
-  if (!options.eager || !options.point_to_point) return {};
-  if (!options.peers.empty()) return options.peers;
-  std::vector<int> all;
-  for (int r = 0; r < options.size; ++r) {
-    if (r != options.rank) all.push_back(r);
-  }
-  return all;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Transport>> ConnectFifo(KvStore& store,
                                                        const TransportOptions& options) {
-  if (options.channels < 1 || options.channels > kMaxChannels) {
-    return absl::InvalidArgumentError(absl::StrCat("channels ", options.channels, " outside [1, ",
-                                                   kMaxChannels, "]"));
-  }
-  for (int peer : options.peers) {
-    if (peer < 0 || peer >= options.size || peer == options.rank) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, ": bad peer ", peer,
-                                                     " (world size ", options.size, ")"));
-    }
-  }
+  absl::StatusOr<std::vector<int>> peers = PointToPointPeers(options);
+  if (!peers.ok()) return peers.status();
   absl::StatusOr<std::unique_ptr<Transport>> gloo = ConnectGloo(store, options);
   if (!gloo.ok()) return gloo.status();
   auto fifo = std::make_unique<FifoTransport>(*std::move(gloo), options.channels, options.timeout);
-  if (absl::Status s = fifo->ConnectEagerly(EagerPeers(options)); !s.ok()) return s;
+  if (options.eager) {
+    if (absl::Status s = fifo->ConnectEagerly(*peers); !s.ok()) return s;
+  }
   return fifo;
 }
 

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -148,31 +147,6 @@ absl::StatusOr<const CudaPlugin*> PluginFor(const TransportOptions& options) {
   return plugin;
 }
 
-// The point-to-point peers of options (none for collectives only, every other rank when the
-// list is empty), checked: in range, not this rank, no repeats; channels in [1, kMaxChannels].
-absl::StatusOr<std::vector<int>> PairPeers(const TransportOptions& options) {
-  if (!options.point_to_point) return std::vector<int>{};
-  if (options.channels < 1 || options.channels > kMaxChannels) {
-    return absl::InvalidArgumentError(absl::StrCat("NCCL transport: ", options.channels,
-                                                   " channels, not in [1, ", kMaxChannels, "]"));
-  }
-  std::vector<int> peers = options.peers;
-  if (peers.empty()) {
-    for (int r = 0; r < options.size; ++r) {
-      if (r != options.rank) peers.push_back(r);
-    }
-  }
-  std::set<int> seen;
-  for (int peer : peers) {
-    if (peer < 0 || peer >= options.size || peer == options.rank || !seen.insert(peer).second) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank,
-                                                     ": bad or repeated NCCL peer ", peer,
-                                                     " (world size ", options.size, ")"));
-    }
-  }
-  return peers;
-}
-
 // The ncclUniqueIds of a rank's communicators: "world", and per peer i and channel c (at
 // i * channels + c) the pair it sends on and the pair it receives on.
 struct NcclIds {
@@ -257,7 +231,7 @@ absl::StatusOr<std::unique_ptr<Transport>> ConnectNccl(KvStore& store,
     return absl::InvalidArgumentError(
         absl::StrCat("bad rank ", options.rank, " for world size ", options.size));
   }
-  absl::StatusOr<std::vector<int>> peers = PairPeers(options);
+  absl::StatusOr<std::vector<int>> peers = PointToPointPeers(options);
   if (!peers.ok()) return peers.status();
   absl::StatusOr<const CudaPlugin*> loaded = PluginFor(options);
   if (!loaded.ok()) return loaded.status();

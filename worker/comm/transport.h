@@ -111,6 +111,11 @@ struct TransportOptions {
   bool eager = true;
 };
 
+// The point-to-point peers `options` asks for: options.peers, or every other rank when it is
+// empty; none when !options.point_to_point. InvalidArgument for a peer out of range, this rank or
+// a repeat, and for channels outside [1, kMaxChannels].
+absl::StatusOr<std::vector<int>> PointToPointPeers(const TransportOptions& options);
+
 // Connects a full mesh of Gloo TCP pairs through `store`. Fails within options.timeout when a
 // peer never shows up.
 absl::StatusOr<std::unique_ptr<Transport>> ConnectGloo(KvStore& store,

@@ -124,6 +124,28 @@ class KvScopeTest : public testing_support::ClusterTest {
     return job.ok() ? *job : pp::v1::Job();
   }
 
+  // A report of kind Report on `rank` of `job`'s attempt.
+  template <typename Report>
+  static Report About(const pp::v1::Job& job, int rank) {
+    Report report;
+    report.set_job_id(job.id());
+    report.set_attempt(job.attempt());
+    report.set_rank(rank);
+    return report;
+  }
+
+  // `report` through the registry's `method` as the holder of `caller`'s certificate.
+  template <typename Report>
+  grpc::Status Send(const std::string& caller,
+                    grpc::Status (pp::v1::WorkerRegistry::Stub::*method)(
+                        grpc::ClientContext*, const Report&, pp::v1::ReportResponse*),
+                    const Report& report, pp::v1::ReportResponse* response = nullptr) const {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    pp::v1::ReportResponse ignored;
+    return (*As(caller).*method)(&context, report, response != nullptr ? response : &ignored);
+  }
+
   static std::string Prefix(const pp::v1::Job& job) {
     return absl::StrCat(job.id(), "/", job.attempt(), "/");
   }
@@ -207,61 +229,38 @@ TEST_F(KvScopeTest, ReportsOnARankComeOnlyFromTheWorkerPlacedOnIt) {
   const pp::v1::Job job = WaitRunning(*id, -1);
   ASSERT_EQ(job.placement_size(), 2);
   const std::string worker0 = job.placement(0).worker();
-  auto deadline = [](grpc::ClientContext& context) {
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-  };
+  using Stub = pp::v1::WorkerRegistry::Stub;
   // (caller, rank): a stranger on either rank, and a placed worker on the other one's rank.
   for (const auto& [caller, rank] : {std::pair<std::string, int>{"spare", 0}, {"spare", 1},
                                      {"ops", 0}, {worker0, 1}}) {
     SCOPED_TRACE(absl::StrCat(caller, " on rank ", rank));
-    pp::v1::ReportResponse response;
-    pp::v1::TaskReport failed;
-    failed.set_job_id(*id);
-    failed.set_attempt(job.attempt());
-    failed.set_rank(rank);
+    auto failed = About<pp::v1::TaskReport>(job, rank);
     failed.set_worker(caller);
     failed.set_ok(false);
     failed.set_error("forged");
-    grpc::ClientContext task_context;
-    deadline(task_context);
-    const grpc::Status task = As(caller)->ReportTask(&task_context, failed, &response);
+    const grpc::Status task = Send(caller, &Stub::ReportTask, failed);
     EXPECT_EQ(task.error_code(), grpc::StatusCode::PERMISSION_DENIED) << task.error_message();
     EXPECT_THAT(task.error_message(), HasSubstr(absl::StrCat("rank ", rank)));
 
-    pp::v1::StepReport step;
-    step.set_job_id(*id);
-    step.set_attempt(job.attempt());
-    step.set_rank(rank);
+    auto step = About<pp::v1::StepReport>(job, rank);
     step.set_step(5);
     step.set_draining(true);
-    grpc::ClientContext step_context;
-    deadline(step_context);
-    EXPECT_EQ(As(caller)->ReportStep(&step_context, step, &response).error_code(),
+    EXPECT_EQ(Send(caller, &Stub::ReportStep, step).error_code(),
               grpc::StatusCode::PERMISSION_DENIED);
 
-    pp::v1::CheckpointReport shard;
-    shard.set_job_id(*id);
-    shard.set_attempt(job.attempt());
-    shard.set_rank(rank);
+    auto shard = About<pp::v1::CheckpointReport>(job, rank);
     shard.set_step(1);
     shard.set_ok(false);
-    grpc::ClientContext shard_context;
-    deadline(shard_context);
-    EXPECT_EQ(As(caller)->ReportCheckpoint(&shard_context, shard, &response).error_code(),
+    EXPECT_EQ(Send(caller, &Stub::ReportCheckpoint, shard).error_code(),
               grpc::StatusCode::PERMISSION_DENIED);
   }
   // A step no worker trains, from the placed worker itself, is ignored: no stop step past the
   // end (newest + 1 overflowed at INT_MAX), no summary.
-  pp::v1::StepReport huge;
-  huge.set_job_id(*id);
-  huge.set_attempt(job.attempt());
-  huge.set_rank(0);
+  auto huge = About<pp::v1::StepReport>(job, 0);
   huge.set_step(std::numeric_limits<int32_t>::max());
   huge.set_draining(true);
-  grpc::ClientContext huge_context;
-  deadline(huge_context);
   pp::v1::ReportResponse answer;
-  ASSERT_TRUE(As(worker0)->ReportStep(&huge_context, huge, &answer).ok());
+  ASSERT_TRUE(Send(worker0, &Stub::ReportStep, huge, &answer).ok());
   EXPECT_EQ(answer.stop_after_step(), 0);
 
   const pp::v1::Job still = WaitRunning(*id, -1);
