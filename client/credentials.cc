@@ -11,7 +11,8 @@
 
 ABSL_FLAG(std::string, ca, "",
           "server commands: PEM certificate of the CA that signed ppcoord's; gives TLS");
-ABSL_FLAG(std::string, cert, "", "server commands: PEM client certificate of --ca (an admin)");
+ABSL_FLAG(std::string, cert, "",
+          "server commands: PEM client certificate of --ca; an admin with OU=pipeline-admin");
 ABSL_FLAG(std::string, key, "", "server commands: PEM private key of --cert");
 ABSL_FLAG(std::string, token_file, "",
           "server commands: file holding the bearer token; default $PPCTL_TOKEN_FILE, else "

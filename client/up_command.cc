@@ -228,9 +228,7 @@ class Up {
     for (const std::string& name : files.names) {  // left by an earlier run in the same folder
       std::filesystem::remove(files.AddressFile(name));
     }
-    std::vector<std::string> holders = files.names;
-    holders.push_back("ppctl");
-    absl::StatusOr<UpSecrets> secrets = MakeUpSecrets(files.dir + "/tls", holders);
+    absl::StatusOr<UpSecrets> secrets = MakeUpSecrets(files.dir + "/tls", files.names, {"ppctl"});
     if (!secrets.ok()) return secrets.status();
     std::vector<std::string> coordinator_args = {
         "--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0", "--data_dir=" + data_dir,
@@ -265,7 +263,7 @@ class Up {
     std::cout << "reach it: ppctl --coordinator=" << coordinator << " --ca=" << secrets->ca
               << " --token_file=" << secrets->token_file << " list\n"
               << std::flush;
-    // ppctl up itself is an admin by its own certificate.
+    // ppctl up itself is an admin by its own certificate (OU=pipeline-admin); the daemons' are not.
     absl::StatusOr<pp::common::TlsConfig> tls =
         pp::common::LoadTls({secrets->Cert("ppctl"), secrets->Key("ppctl"), secrets->ca}, true, "");
     if (!tls.ok()) return tls.status();

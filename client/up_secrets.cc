@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,9 @@ using Cert = std::unique_ptr<X509, decltype(&X509_free)>;
 
 // Long enough for one run; short, because nothing revokes them.
 constexpr long kValidSeconds = 30L * 24 * 3600;
+// The subject OU that makes a client certificate an admin on ppcoord's job API
+// (coordinator/auth.h).
+constexpr char kAdminUnit[] = "pipeline-admin";
 
 absl::Status OpensslError(absl::string_view step) {
   return absl::InternalError(absl::StrCat("ppctl up: making its certificates: ", step, " failed"));
@@ -42,10 +46,10 @@ bool AddExtension(X509* cert, X509* issuer, int nid, const std::string& value) {
   return added;
 }
 
-// A new P-256 key and a certificate for CN=name: self-signed CA when `issuer` is null, else a
-// leaf signed by issuer / issuer_key.
-absl::Status NewCert(const std::string& name, X509* issuer, EVP_PKEY* issuer_key, Key* key_out,
-                     Cert* cert_out) {
+// A new P-256 key and a certificate for CN=name (and OU=pipeline-admin when `admin`): self-signed
+// CA when `issuer` is null, else a leaf signed by issuer / issuer_key.
+absl::Status NewCert(const std::string& name, bool admin, X509* issuer, EVP_PKEY* issuer_key,
+                     Key* key_out, Cert* cert_out) {
   Key key(EVP_EC_gen("P-256"), &EVP_PKEY_free);
   if (key == nullptr) return OpensslError("EC key generation");
   Cert cert(X509_new(), &X509_free);
@@ -61,6 +65,10 @@ absl::Status NewCert(const std::string& name, X509* issuer, EVP_PKEY* issuer_key
   X509_NAME* subject = X509_get_subject_name(cert.get());
   X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
                              reinterpret_cast<const unsigned char*>(name.c_str()), -1, -1, 0);
+  if (admin) {
+    X509_NAME_add_entry_by_txt(subject, "OU", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>(kAdminUnit), -1, -1, 0);
+  }
   const bool ca = issuer == nullptr;
   X509_set_issuer_name(cert.get(), ca ? subject : X509_get_subject_name(issuer));
   X509* signer = ca ? cert.get() : issuer;
@@ -128,18 +136,25 @@ std::vector<std::string> UpSecrets::DaemonFlags(const std::string& name) const {
 }
 
 absl::StatusOr<UpSecrets> MakeUpSecrets(const std::string& dir,
-                                        const std::vector<std::string>& names) {
+                                        const std::vector<std::string>& names,
+                                        const std::vector<std::string>& admins) {
   UpSecrets secrets{dir, dir + "/ca.crt", dir + "/tokens", dir + "/token"};
   if (absl::Status made = PrivateDir(dir); !made.ok()) return made;
   Key ca_key(nullptr, &EVP_PKEY_free);
   Cert ca(nullptr, &X509_free);
-  if (absl::Status s = NewCert("ppctl-up-ca", nullptr, nullptr, &ca_key, &ca); !s.ok()) return s;
+  if (absl::Status s = NewCert("ppctl-up-ca", false, nullptr, nullptr, &ca_key, &ca); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = WritePem(secrets, "ca", ca.get(), nullptr); !s.ok()) return s;
-  for (const std::string& name : names) {
-    Key key(nullptr, &EVP_PKEY_free);
-    Cert cert(nullptr, &X509_free);
-    if (absl::Status s = NewCert(name, ca.get(), ca_key.get(), &key, &cert); !s.ok()) return s;
-    if (absl::Status s = WritePem(secrets, name, cert.get(), key.get()); !s.ok()) return s;
+  for (const auto& [holders, admin] : {std::pair(&names, false), std::pair(&admins, true)}) {
+    for (const std::string& name : *holders) {
+      Key key(nullptr, &EVP_PKEY_free);
+      Cert cert(nullptr, &X509_free);
+      if (absl::Status s = NewCert(name, admin, ca.get(), ca_key.get(), &key, &cert); !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = WritePem(secrets, name, cert.get(), key.get()); !s.ok()) return s;
+    }
   }
   unsigned char random[32];
   if (RAND_bytes(random, sizeof(random)) != 1) return OpensslError("RAND_bytes");

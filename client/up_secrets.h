@@ -1,11 +1,14 @@
 // The throw-away secrets of one `ppctl up` run, so that even the laptop default runs secure: a CA,
 // a certificate it signs for each daemon and for ppctl itself, and an admin token, all made with
 // OpenSSL's C API (no hand-written crypto) under `dir`.
-// Contract: MakeUpSecrets(dir, names) writes dir/ca.crt, dir/NAME.crt and dir/NAME.key for each
-// name (CN=NAME; subject alternative names NAME, localhost and 127.0.0.1: every daemon of ppctl up
-// listens on loopback), dir/tokens (ppcoord's --auth_tokens: one admin line) and dir/token (the
-// token alone, for ppctl --token_file). Keys and token files are created 0600, in `dir` made 0700;
-// a `dir` another user owns is refused (FailedPrecondition). Earlier files there are replaced. The CA's key is not kept: nothing more can be signed once the run is over.
+// Contract: MakeUpSecrets(dir, names, admins) writes dir/ca.crt, dir/NAME.crt and dir/NAME.key for
+// each of `names` and `admins` (CN=NAME; subject alternative names NAME, localhost and 127.0.0.1:
+// every daemon of ppctl up listens on loopback; an admin's subject also has OU=pipeline-admin, the
+// mark of an admin client certificate, coordinator/auth.h), dir/tokens (ppcoord's --auth_tokens:
+// one admin line) and dir/token (the token alone, for ppctl --token_file). Keys and token files are
+// created 0600, in `dir` made 0700; a `dir` another user owns is refused (FailedPrecondition).
+// Earlier files there are replaced. The CA's key is not kept: nothing more can be signed once the
+// run is over.
 // Errors: Internal naming the OpenSSL step, or the file-system error.
 #ifndef PP_CLIENT_UP_SECRETS_H_
 #define PP_CLIENT_UP_SECRETS_H_
@@ -29,7 +32,8 @@ struct UpSecrets {
 };
 
 absl::StatusOr<UpSecrets> MakeUpSecrets(const std::string& dir,
-                                        const std::vector<std::string>& names);
+                                        const std::vector<std::string>& names,
+                                        const std::vector<std::string>& admins = {});
 
 }  // namespace pp::client
 

@@ -19,7 +19,11 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert (unencrypted)
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM certificate of the CA that signs every daemon's (and admin client's) certificate");
 ABSL_FLAG(bool, insecure, false,
-          "allow plaintext gRPC without authentication on a non-loopback --grpc address");
+          "allow plaintext gRPC without authentication on a non-loopback --grpc address (and "
+          "ppcoord's --auth_tokens without TLS)");
+ABSL_FLAG(std::string, deny_certs, "",
+          "file of SHA-256 fingerprints of revoked certificates, one a line ('#' comments): "
+          "calls presenting one are refused; read again on SIGHUP");
 
 namespace pp::common {
 namespace {
@@ -101,6 +105,7 @@ SecurityFlags SecurityFromFlags() {
   flags.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                absl::GetFlag(FLAGS_tls_ca)};
   flags.insecure = absl::GetFlag(FLAGS_insecure);
+  flags.deny_certs = absl::GetFlag(FLAGS_deny_certs);
   return flags;
 }
 

@@ -11,6 +11,8 @@
 #ifndef PP_COMMON_DAEMON_FLAGS_H_
 #define PP_COMMON_DAEMON_FLAGS_H_
 
+#include <string>
+
 #include "absl/flags/commandlineflag.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -31,11 +33,13 @@ absl::Status SetFlagToken(absl::string_view token, const char* next, bool* used_
                           absl::FunctionRef<absl::CommandLineFlag*(absl::string_view)> find);
 
 // The security flags both daemons take (defined here, so they read the same in both):
-// --tls_cert, --tls_key, --tls_ca (PEM files; all three or none) and --insecure (serve plaintext
-// on a non-loopback address). See common/tls.h. REQUIRES: after ParseDaemonFlags.
+// --tls_cert, --tls_key, --tls_ca (PEM files; all three or none), --insecure (serve plaintext
+// on a non-loopback address; ppcoord's --auth_tokens without TLS) and --deny_certs (revoked
+// certificates, common/cert_deny_list.h). See common/tls.h. REQUIRES: after ParseDaemonFlags.
 struct SecurityFlags {
   TlsPaths tls;
   bool insecure = false;
+  std::string deny_certs;  // empty: none
 };
 SecurityFlags SecurityFromFlags();
 

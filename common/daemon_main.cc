@@ -1,7 +1,10 @@
 #include "common/daemon_main.h"
 
+#include <signal.h>
+
 #include <iostream>
 #include <optional>
+#include <string>
 
 #include "absl/flags/usage.h"
 #include "common/daemon_flags.h"
@@ -9,6 +12,17 @@
 #include "common/stop_signals.h"
 
 namespace pp::common {
+namespace {
+
+// SIGHUP: one line, whatever reload says; the daemon keeps serving.
+void Reload(const DaemonMain& daemon) {
+  const absl::StatusOr<std::string> note =
+      daemon.reload ? daemon.reload() : std::string("nothing to reload");
+  std::cerr << daemon.name << ": SIGHUP: " << (note.ok() ? *note : note.status().message())
+            << "\n";
+}
+
+}  // namespace
 
 int RunDaemonMain(const DaemonMain& daemon, int argc, char** argv) {
   absl::SetProgramUsageMessage(daemon.usage);
@@ -20,7 +34,7 @@ int RunDaemonMain(const DaemonMain& daemon, int argc, char** argv) {
     return fail(parsed, kExitUsage);
   }
   // Before any thread starts: see common/stop_signals.h.
-  absl::StatusOr<StopSignals> stop = StopSignals::Install();
+  absl::StatusOr<StopSignals> stop = StopSignals::Install({SIGINT, SIGTERM, SIGHUP});
   if (!stop.ok()) return fail(stop.status(), kExitFailure);
   absl::StatusOr<DaemonAddresses> addresses = daemon.start();
   if (!addresses.ok()) return fail(addresses.status(), ExitCodeFor(addresses.status()));
@@ -30,7 +44,8 @@ int RunDaemonMain(const DaemonMain& daemon, int argc, char** argv) {
       return kExitFailure;
     }
   }
-  const std::optional<int> signal = stop->Wait(absl::InfiniteDuration());
+  std::optional<int> signal = stop->Wait(absl::InfiniteDuration());
+  for (; signal == SIGHUP; signal = stop->Wait(absl::InfiniteDuration())) Reload(daemon);
   std::cerr << daemon.name << ": signal " << signal.value_or(0) << ", shutting down\n";
   daemon.stop(signal.value_or(0));
   return kExitOk;

@@ -1,13 +1,15 @@
 // The main() of ppcoord and ppworker: one skeleton, so both daemons treat flags, signals, address
 // files and exit codes alike. RunDaemonMain does, in order:
 //   1. parse the flags (ParseDaemonFlags): a bad flag or argument exits 2;
-//   2. install the stop signals (StopSignals, SIGINT and SIGTERM) before any thread starts;
+//   2. install the signals (StopSignals: SIGINT, SIGTERM and SIGHUP) before any thread starts;
 //   3. start(): reads the flags and starts serving; its error exits ExitCodeFor(error)
 //      (InvalidArgument: 2, anything else: 1);
 //   4. write the addresses start() returned to the --address_file flag's path, if it names one
 //      (atomically, common/address_file.h); a failure exits 1;
-//   5. wait for a stop signal, call stop(signal), exit 0.
-// Every error is one stderr line "NAME: message". start and stop run on the calling thread.
+//   5. wait for a signal: SIGHUP calls reload() and logs the line it returns (or its error), and
+//      the daemon goes on; SIGINT or SIGTERM calls stop(signal) and exits 0.
+// Every error is one stderr line "NAME: message". start, reload and stop run on the calling
+// thread.
 #ifndef PP_COMMON_DAEMON_MAIN_H_
 #define PP_COMMON_DAEMON_MAIN_H_
 
@@ -26,6 +28,8 @@ struct DaemonMain {
   const absl::Flag<std::string>* address_file = nullptr;  // the --address_file flag
   std::function<absl::StatusOr<DaemonAddresses>()> start;
   std::function<void(int signal)> stop;
+  // SIGHUP: reads what may change while serving (the --deny_certs list) again.
+  std::function<absl::StatusOr<std::string>()> reload;
 };
 
 int RunDaemonMain(const DaemonMain& daemon, int argc, char** argv);

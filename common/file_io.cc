@@ -10,7 +10,10 @@
 #include <filesystem>
 #include <system_error>
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace pp::common {
 namespace {
@@ -79,13 +82,16 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes, u
 absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
   absl::StatusOr<RegularFile> file = RegularFile::Open(path);
   if (!file.ok()) return file.status();
-  if (file->size() > max_bytes) {
-    return absl::DataLossError(absl::StrCat(path, ": ", file->size(),
+  return ReadWhole(*file, max_bytes);
+}
+
+absl::StatusOr<std::string> ReadWhole(const RegularFile& file, uint64_t max_bytes) {
+  if (file.size() > max_bytes) {
+    return absl::DataLossError(absl::StrCat(file.path(), ": ", file.size(),
                                             " bytes exceeds the limit of ", max_bytes, " bytes"));
   }
-  std::string bytes(static_cast<size_t>(file->size()), '\0');
-  absl::Status status =
-      file->ReadAt(0, bytes.size(), reinterpret_cast<uint8_t*>(bytes.data()));
+  std::string bytes(static_cast<size_t>(file.size()), '\0');
+  absl::Status status = file.ReadAt(0, bytes.size(), reinterpret_cast<uint8_t*>(bytes.data()));
   if (!status.ok()) return status;
   return bytes;
 }
@@ -102,12 +108,48 @@ const char* FileKind(mode_t mode) {
   return "not a file";
 }
 
+// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+constexpr int kReadFlags = O_RDONLY | O_NONBLOCK | O_CLOEXEC;
+
 }  // namespace
 
 absl::StatusOr<RegularFile> RegularFile::Open(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
-  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  int fd = ::open(path.c_str(), kReadFlags);
   if (fd < 0) return ErrnoError("cannot open", path);
+  return Adopt(fd, path);
+}
+
+absl::StatusOr<RegularFile> RegularFile::OpenResolved(const std::string& resolved,
+                                                      const std::string& path) {
+  std::vector<std::string> parts = absl::StrSplit(resolved, '/', absl::SkipEmpty());
+  if (resolved.empty() || resolved.front() != '/' || parts.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a file (resolved to \"",
+                                                   resolved, "\")"));
+  }
+  // O_PATH: a folder is only walked through, it need not be readable.
+  int dir = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  for (size_t i = 0; dir >= 0 && i + 1 < parts.size(); ++i) {
+    const int next =
+        ::openat(dir, parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    ::close(dir);
+    dir = next;
+  }
+  const int fd =
+      dir < 0 ? -1 : ::openat(dir, parts.back().c_str(), kReadFlags | O_NOFOLLOW);
+  const int err = errno;
+  if (dir >= 0) ::close(dir);
+  if (fd >= 0) return Adopt(fd, path);
+  // A symlink: ELOOP as the last component, ENOTDIR before it (O_DIRECTORY | O_NOFOLLOW).
+  if (err == ELOOP || err == ENOTDIR) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": a symbolic link or not a folder on the way to ", resolved,
+        " (changed since it was resolved?)"));
+  }
+  errno = err;
+  return ErrnoError("cannot open", path);
+}
+
+absl::StatusOr<RegularFile> RegularFile::Adopt(int fd, const std::string& path) {
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     absl::Status status = ErrnoError("cannot stat", path);

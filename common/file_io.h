@@ -2,9 +2,11 @@
 // Contract: WriteFileAtomic either leaves `path` holding exactly `bytes` (written to a temporary
 // name in the same folder, fsynced, renamed over `path`, folder fsynced) or leaves any previous
 // `path` untouched and returns an error naming the file. Every read of a file named by a spec, a
-// plan or a manifest goes through RegularFile::Open, which never blocks (a FIFO or a device opens at
-// once) and refuses anything but a regular file. Nothing maps files: every read is a pread
-// (RegularFile::ReadAt), so a file truncated under the reader is a DataLoss error, never a SIGBUS. Errors name the file and the errno text.
+// plan or a manifest goes through RegularFile (Open, or OpenResolved for a file under a root:
+// common/path_roots.h OpenUnderRoots), which never blocks (a FIFO or a device opens at once) and
+// refuses anything but a regular file. Nothing maps files: every read is a pread
+// (RegularFile::ReadAt), so a file truncated under the reader is a DataLoss error, never a SIGBUS.
+// Errors name the file and the errno text, never the file's bytes.
 #ifndef PP_COMMON_FILE_IO_H_
 #define PP_COMMON_FILE_IO_H_
 
@@ -26,6 +28,9 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view bytes,
 // The whole file, read (not mapped); DataLoss before any read when it holds over `max_bytes`.
 absl::StatusOr<std::string> ReadFile(const std::string& path,
                                      uint64_t max_bytes = UINT64_MAX);
+class RegularFile;
+// ReadFile of a file already open.
+absl::StatusOr<std::string> ReadWhole(const RegularFile& file, uint64_t max_bytes = UINT64_MAX);
 // mkdir -p.
 absl::Status MakeDirs(const std::string& path);
 // fsync of a folder, so that a rename inside it survives a power cut.
@@ -37,6 +42,11 @@ absl::Status SyncDir(const std::string& path);
 class RegularFile {
  public:
   static absl::StatusOr<RegularFile> Open(const std::string& path);
+  // Opens `resolved`, an absolute path without symlinks or ".." (`path` as path_roots.h resolved
+  // it), one component at a time with O_NOFOLLOW: a symlink put in after the resolution is
+  // refused (InvalidArgument), not followed. Errors and path() name `path`.
+  static absl::StatusOr<RegularFile> OpenResolved(const std::string& resolved,
+                                                  const std::string& path);
   RegularFile(RegularFile&& other) noexcept;
   RegularFile& operator=(RegularFile&& other) noexcept;
   RegularFile(const RegularFile&) = delete;
@@ -54,6 +64,8 @@ class RegularFile {
  private:
   RegularFile(int fd, std::string path, uint64_t size)
       : fd_(fd), path_(std::move(path)), size_(size) {}
+  // Takes `fd`: a RegularFile when fstat says it is one; closed otherwise.
+  static absl::StatusOr<RegularFile> Adopt(int fd, const std::string& path);
   int fd_ = -1;
   std::string path_;
   uint64_t size_ = 0;

@@ -7,7 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_io.h"
 #include "common/hf_gpt2.h"
+#include "common/path_roots.h"
 #include "common/proto_io.h"
 #include "common/spec_bounds.h"
 
@@ -96,9 +98,8 @@ absl::StatusOr<pp::v1::ModelSpec> ParseHfGpt2Config(absl::string_view json,
     return Refuse(origin, absl::StrCat("over ", kMaxHfConfigBytes, " bytes"));
   }
   Struct root;
-  if (absl::Status s = JsonToMessage(json, &root); !s.ok()) {
-    return Refuse(origin, absl::StrCat("not a JSON object: ", s.message()));
-  }
+  // The parser's message quotes the bytes around the error: not passed on.
+  if (!JsonToMessage(json, &root).ok()) return Refuse(origin, "not a JSON object");
   pp::v1::ModelSpec model;
   const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", kMaxVocabSize},
                                                    {"n_positions", kMaxSeqLen},
@@ -129,6 +130,16 @@ absl::StatusOr<pp::v1::ModelSpec> ParseHfGpt2Config(absl::string_view json,
   model.set_n_layers(v[4]);
   model.set_tie_embeddings(tied);
   return model;
+}
+
+absl::StatusOr<pp::v1::ModelSpec> ReadHfGpt2Config(const std::string& dir,
+                                                   const std::vector<std::string>& data_roots) {
+  const std::string path = absl::StrCat(dir, "/", kHfConfigFile);
+  absl::StatusOr<RegularFile> file = OpenUnderRoots(kHfConfigFile, path, data_roots, "data_root");
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::string> json = ReadWhole(*file, kMaxHfConfigBytes);
+  if (!json.ok()) return json.status();
+  return ParseHfGpt2Config(*json, path);
 }
 
 std::string HfGpt2ConfigJson(const pp::v1::ModelSpec& m) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
+#include "common/path_roots.h"
 
 namespace pp::common {
 namespace {
@@ -167,8 +168,8 @@ absl::Status WriteHfGpt2(const std::string& dir, const pp::v1::ModelSpec& model,
   return WriteFileAtomic(absl::StrCat(dir, "/", kHfConfigFile), HfGpt2ConfigJson(model));
 }
 
-absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir) {
-  const std::string config_path = absl::StrCat(dir, "/", kHfConfigFile);
+absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir,
+                                       const std::vector<std::string>& data_roots) {
   const std::string weights_path = absl::StrCat(dir, "/", kHfWeightsFile);
   std::error_code ec;
   if (!std::filesystem::exists(weights_path, ec)) {
@@ -180,13 +181,16 @@ absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir) {
       }
     }
   }
-  absl::StatusOr<std::string> json = ReadFile(config_path, kMaxHfConfigBytes);
-  if (!json.ok()) return json.status();
   HfGpt2Model out;
-  absl::StatusOr<pp::v1::ModelSpec> model = ParseHfGpt2Config(*json, config_path);
+  absl::StatusOr<pp::v1::ModelSpec> model = ReadHfGpt2Config(dir, data_roots);
   if (!model.ok()) return model.status();
   out.model = *model;
-  absl::StatusOr<SafetensorsFile> file = ReadSafetensors(weights_path);
+  absl::StatusOr<RegularFile> weights =
+      OpenUnderRoots(kHfWeightsFile, weights_path, data_roots, "data_root");
+  if (!weights.ok()) return weights.status();
+  absl::StatusOr<std::string> bytes = ReadWhole(*weights);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<SafetensorsFile> file = ParseSafetensors(*bytes, weights_path);
   if (!file.ok()) return file.status();
   absl::StatusOr<std::map<std::string, Tensor>> tensors =
       FromHfGpt2Tensors(out.model, std::move(file->tensors), weights_path);
@@ -195,8 +199,9 @@ absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir) {
   return out;
 }
 
-absl::StatusOr<HfGpt2Model> ReadInitFrom(const pp::v1::ModelSpec& model) {
-  absl::StatusOr<HfGpt2Model> hf = ReadHfGpt2(model.init_from());
+absl::StatusOr<HfGpt2Model> ReadInitFrom(const pp::v1::ModelSpec& model,
+                                         const std::vector<std::string>& data_roots) {
+  absl::StatusOr<HfGpt2Model> hf = ReadHfGpt2(model.init_from(), data_roots);
   if (hf.ok()) return hf;
   return absl::Status(hf.status().code(),
                       absl::StrCat("model.init_from: ", hf.status().message()));

@@ -22,7 +22,9 @@
 // not compute (another activation, eps, n_inner, attention scaling, cross-attention), sizes past
 // common/spec_bounds.h, a missing, unknown, duplicate or misshapen tensor. config.json is parsed
 // with protobuf's JSON parser (into google.protobuf.Struct), after a size check; it never crashes
-// on hostile bytes (tests/fuzz/hf_config_fuzzer.cc). Thread-safe (no state).
+// on hostile bytes (tests/fuzz/hf_config_fuzzer.cc), and a refusal never quotes them (the
+// parser's message does: a config.json that is another file must not leak it). Thread-safe (no
+// state).
 #ifndef PP_COMMON_HF_GPT2_H_
 #define PP_COMMON_HF_GPT2_H_
 
@@ -72,13 +74,19 @@ struct HfGpt2Model {
   pp::v1::ModelSpec model;                // from config.json
   std::map<std::string, Tensor> tensors;  // our names
 };
-// Reads and converts an HF GPT-2 folder. A sharded one (model.safetensors.index.json) or one with
-// only pytorch_model.bin is refused by name.
-absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir);
+// <dir>/config.json, opened under `data_roots` (common/path_roots.h OpenUnderRoots: a symlink
+// whose target lies outside them is refused, empty roots allow any) and parsed.
+absl::StatusOr<pp::v1::ModelSpec> ReadHfGpt2Config(const std::string& dir,
+                                                   const std::vector<std::string>& data_roots);
+// Reads and converts an HF GPT-2 folder, each file opened under `data_roots` as config.json is. A
+// sharded one (model.safetensors.index.json) or one with only pytorch_model.bin is refused by name.
+absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir,
+                                       const std::vector<std::string>& data_roots = {});
 
 // ReadHfGpt2 of a spec's model.init_from (REQUIRES: set), its errors prefixed "model.init_from: ":
-// what a worker and the trainer start a job from.
-absl::StatusOr<HfGpt2Model> ReadInitFrom(const pp::v1::ModelSpec& model);
+// what a worker (under its --data_root) and the trainer start a job from.
+absl::StatusOr<HfGpt2Model> ReadInitFrom(const pp::v1::ModelSpec& model,
+                                         const std::vector<std::string>& data_roots = {});
 
 // OK when a job's model fields fit the HF model: every size the spec sets (non-zero) equals it,
 // and tie_embeddings is not asked for an untied model. Fills the unset sizes and the tie from

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/auto_plan_spec.h"
 #include "common/file_io.h"
 #include "common/hf_gpt2.h"
+#include "common/path_roots.h"
 #include "common/proto_io.h"
 #include "common/precision.h"
 #include "common/recompute.h"
@@ -221,52 +221,19 @@ absl::Status ValidateTrain(const pp::v1::TrainSpec& train) {
   return absl::OkStatus();
 }
 
-// Token count and largest token of the data file, read in chunks (not mapped: a file truncated
-// meanwhile is an error, not a SIGBUS).
-absl::Status ValidateDataFile(const pp::v1::DataSpec& data, const pp::v1::ModelSpec& model) {
-  if (data.path().empty()) return Field("data.path", "missing");
-  absl::StatusOr<RegularFile> file = RegularFile::Open(data.path());
-  if (!file.ok()) return Field("data.path", file.status().message());
-  int64_t tokens;
-  int64_t max_token = 0;
-  if (data.format() == "uint16") {
-    if (file->size() % 2 != 0) {
-      return Field("data.path", absl::StrCat(data.path(), " has an odd size (", file->size(),
-                                             " bytes) for uint16 tokens"));
-    }
-    tokens = static_cast<int64_t>(file->size() / 2);
-    std::vector<uint8_t> chunk(size_t{1} << 20);  // even: a token never straddles two chunks
-    for (uint64_t at = 0; at < file->size(); at += chunk.size()) {
-      size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), file->size() - at));
-      if (absl::Status read = file->ReadAt(at, n, chunk.data()); !read.ok()) {
-        return Field("data.path", read.message());
-      }
-      for (size_t i = 0; i < n; i += 2) {
-        max_token = std::max<int64_t>(max_token, chunk[i] | (chunk[i + 1] << 8));
-      }
-    }
-  } else {
-    tokens = static_cast<int64_t>(file->size());
-    max_token = 255;  // byte tokens: the vocabulary must hold every byte value
+// A data spec's fields: the format, and what a generated corpus needs. `field` is "data" or
+// "eval.data".
+absl::Status ValidateDataFields(absl::string_view field, const pp::v1::DataSpec& data,
+                                const pp::v1::ModelSpec& model) {
+  if (absl::Status s = Choice(absl::StrCat(field, ".format"), data.format(), kFormats); !s.ok()) {
+    return s;
   }
-  if (tokens < int64_t{model.seq_len()} + 1) {
-    return Field("data.path",
-                 absl::StrCat(data.path(), " holds ", tokens, " tokens, need at least ",
-                              "model.seq_len + 1 = ", model.seq_len() + 1));
+  if (data.format() != "generated") {
+    if (data.path().empty()) return Field(absl::StrCat(field, ".path"), "missing");
+    return absl::OkStatus();
   }
-  if (model.vocab_size() <= max_token) {
-    return Field("model.vocab_size",
-                 absl::StrCat(model.vocab_size(), " is too small for ", data.format(),
-                              " data with token ", max_token, " (need >= ", max_token + 1, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateData(const pp::v1::DataSpec& data, const pp::v1::ModelSpec& model) {
-  if (absl::Status s = Choice("data.format", data.format(), kFormats); !s.ok()) return s;
-  if (data.format() != "generated") return ValidateDataFile(data, model);
   if (data.generated_tokens() < int64_t{model.seq_len()} + 1) {
-    return Field("data.generated_tokens",
+    return Field(absl::StrCat(field, ".generated_tokens"),
                  absl::StrCat(data.generated_tokens(), " is fewer than ",
                               "model.seq_len + 1 = ", model.seq_len() + 1));
   }
@@ -278,23 +245,65 @@ absl::Status ValidateData(const pp::v1::DataSpec& data, const pp::v1::ModelSpec&
   return absl::OkStatus();
 }
 
-// Tokens of a data spec that passed ValidateData.
-absl::StatusOr<int64_t> DataTokens(const pp::v1::DataSpec& data) {
-  if (data.format() == "generated") return data.generated_tokens();
-  absl::StatusOr<RegularFile> file = RegularFile::Open(data.path());
-  if (!file.ok()) return Field("data.path", file.status().message());
-  return static_cast<int64_t>(file->size() / (data.format() == "uint16" ? 2 : 1));
+// The largest uint16 token of `file`, read in chunks (not mapped: a file truncated meanwhile is
+// an error, not a SIGBUS). REQUIRES: an even size.
+absl::StatusOr<int64_t> LargestToken(const RegularFile& file, absl::string_view field) {
+  int64_t max_token = 0;
+  std::vector<uint8_t> chunk(size_t{1} << 20);  // even: a token never straddles two chunks
+  for (uint64_t at = 0; at < file.size(); at += chunk.size()) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), file.size() - at));
+    if (absl::Status read = file.ReadAt(at, n, chunk.data()); !read.ok()) {
+      return Field(field, read.message());
+    }
+    for (size_t i = 0; i < n; i += 2) {
+      max_token = std::max<int64_t>(max_token, chunk[i] | (chunk[i + 1] << 8));
+    }
+  }
+  return max_token;
 }
 
-// A holdout must leave at least one window on each side (common::SplitWindows).
-absl::Status ValidateHoldout(const pp::v1::JobSpec& spec) {
+// The tokens of a data spec that passed ValidateDataFields; a file is opened under `roots`, and
+// its largest token checked against the vocabulary.
+absl::StatusOr<int64_t> ValidateDataFile(absl::string_view field, const pp::v1::DataSpec& data,
+                                         const pp::v1::ModelSpec& model,
+                                         const std::vector<std::string>& roots) {
+  if (data.format() == "generated") return data.generated_tokens();
+  const std::string path_field = absl::StrCat(field, ".path");
+  absl::StatusOr<RegularFile> file = OpenUnderRoots(path_field, data.path(), roots, "data_root");
+  if (!file.ok()) return absl::InvalidArgumentError(file.status().message());
+  int64_t tokens = static_cast<int64_t>(file->size());
+  int64_t max_token = 255;  // byte tokens: the vocabulary must hold every byte value
+  if (data.format() == "uint16") {
+    if (file->size() % 2 != 0) {
+      return Field(path_field, absl::StrCat(data.path(), " has an odd size (", file->size(),
+                                            " bytes) for uint16 tokens"));
+    }
+    tokens /= 2;
+    absl::StatusOr<int64_t> largest = LargestToken(*file, path_field);
+    if (!largest.ok()) return largest.status();
+    max_token = *largest;
+  }
+  if (tokens < int64_t{model.seq_len()} + 1) {
+    return Field(path_field,
+                 absl::StrCat(data.path(), " holds ", tokens, " tokens, need at least ",
+                              "model.seq_len + 1 = ", model.seq_len() + 1));
+  }
+  if (model.vocab_size() <= max_token) {
+    return Field("model.vocab_size",
+                 absl::StrCat(model.vocab_size(), " is too small for ", data.format(),
+                              " data with token ", max_token, " (need >= ", max_token + 1, ")"));
+  }
+  return tokens;
+}
+
+// A holdout of the training data's `tokens` must leave at least one window on each side
+// (common::SplitWindows).
+absl::Status ValidateHoldout(const pp::v1::JobSpec& spec, int64_t tokens) {
   const double fraction = spec.eval().holdout_fraction();
-  absl::StatusOr<int64_t> tokens = DataTokens(spec.data());
-  if (!tokens.ok()) return tokens.status();
-  const WindowSplit split = SplitWindows(*tokens, spec.model().seq_len(), fraction);
+  const WindowSplit split = SplitWindows(tokens, spec.model().seq_len(), fraction);
   if (split.held_out_starts < 1 || split.train_starts < 1) {
     return Field("eval.holdout_fraction",
-                 absl::StrCat(fraction, " of the ", *tokens - spec.model().seq_len(),
+                 absl::StrCat(fraction, " of the ", tokens - spec.model().seq_len(),
                               " window starts leaves ", split.held_out_starts,
                               " held-out and ", std::max<int64_t>(0, split.train_starts),
                               " training starts (seq_len ", spec.model().seq_len(),
@@ -304,8 +313,8 @@ absl::Status ValidateHoldout(const pp::v1::JobSpec& spec) {
 }
 
 // eval: off (batches 0, nothing else set), or batches >= 1 with exactly one of data and
-// holdout_fraction. Runs after the training data passed ValidateData.
-absl::Status ValidateEval(const pp::v1::JobSpec& spec) {
+// holdout_fraction.
+absl::Status ValidateEvalFields(const pp::v1::JobSpec& spec) {
   const pp::v1::EvalSpec& eval = spec.eval();
   const bool has_data = eval.has_data();
   const bool has_holdout = eval.holdout_fraction() != 0;
@@ -322,30 +331,23 @@ absl::Status ValidateEval(const pp::v1::JobSpec& spec) {
   if (has_data == has_holdout) {
     return Field("eval", "needs exactly one of eval.data and eval.holdout_fraction");
   }
-  if (has_holdout) {
-    if (!(eval.holdout_fraction() > 0 && eval.holdout_fraction() < 1)) {
-      return Field("eval.holdout_fraction",
-                   absl::StrCat("must be in (0, 1), got ", eval.holdout_fraction()));
-    }
-    return ValidateHoldout(spec);
+  if (has_data) return ValidateDataFields("eval.data", eval.data(), spec.model());
+  if (!(eval.holdout_fraction() > 0 && eval.holdout_fraction() < 1)) {
+    return Field("eval.holdout_fraction",
+                 absl::StrCat("must be in (0, 1), got ", eval.holdout_fraction()));
   }
-  absl::Status data = ValidateData(eval.data(), spec.model());
-  if (!data.ok() && absl::StartsWith(data.message(), "data.")) {
-    return absl::Status(data.code(), absl::StrCat("eval.", data.message()));
-  }
-  return data;
+  return absl::OkStatus();
 }
 
 // model.init_from: a Hugging Face GPT-2 folder whose config.json is the spec's model. Its weights
 // are checked where they are loaded (each worker, the trainer): reading them here would cost
 // ppcoord a copy of the model for every submission.
-absl::Status ValidateInitFrom(const pp::v1::ModelSpec& model) {
+absl::Status ValidateInitFrom(const pp::v1::ModelSpec& model,
+                              const std::vector<std::string>& roots) {
   if (model.init_from().empty()) return absl::OkStatus();
-  const std::string config = absl::StrCat(model.init_from(), "/", kHfConfigFile);
-  absl::StatusOr<std::string> json = ReadFile(config, kMaxHfConfigBytes);
-  if (!json.ok()) return Field("model.init_from", json.status().message());
-  absl::StatusOr<pp::v1::ModelSpec> hf = ParseHfGpt2Config(*json, config);
+  absl::StatusOr<pp::v1::ModelSpec> hf = ReadHfGpt2Config(model.init_from(), roots);
   if (!hf.ok()) return Field("model.init_from", hf.status().message());
+  const std::string config = absl::StrCat(model.init_from(), "/", kHfConfigFile);
   pp::v1::ModelSpec fitted = model;
   if (absl::Status s = FitModelSpec(*hf, config, &fitted); !s.ok()) return s;
   if (fitted.tie_embeddings() != model.tie_embeddings()) {
@@ -424,7 +426,7 @@ void ApplyDefaults(pp::v1::JobSpec* spec) {
   }
 }
 
-absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec) {
+absl::Status ValidateJobSpecFields(const pp::v1::JobSpec& spec) {
   if (absl::Status s = ValidateModel(spec.model()); !s.ok()) return s;
   if (absl::Status s = ValidateParallel(spec); !s.ok()) return s;
   if (absl::Status s = ValidateTrain(spec.train()); !s.ok()) return s;
@@ -443,13 +445,32 @@ absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec) {
     return Field("max_restarts",
                  absl::StrCat("must be <= ", kMaxRestarts, ", got ", spec.max_restarts()));
   }
-  if (absl::Status s = ValidateData(spec.data(), spec.model()); !s.ok()) return s;
-  if (absl::Status s = ValidateInitFrom(spec.model()); !s.ok()) return s;
-  return ValidateEval(spec);
+  if (absl::Status s = ValidateDataFields("data", spec.data(), spec.model()); !s.ok()) return s;
+  return ValidateEvalFields(spec);
+}
+
+absl::Status ValidateSpecFiles(const pp::v1::JobSpec& spec,
+                               const std::vector<std::string>& data_roots) {
+  absl::StatusOr<int64_t> tokens =
+      ValidateDataFile("data", spec.data(), spec.model(), data_roots);
+  if (!tokens.ok()) return tokens.status();
+  if (absl::Status s = ValidateInitFrom(spec.model(), data_roots); !s.ok()) return s;
+  const pp::v1::EvalSpec& eval = spec.eval();
+  if (eval.batches() == 0) return absl::OkStatus();
+  if (!eval.has_data()) return ValidateHoldout(spec, *tokens);
+  return ValidateDataFile("eval.data", eval.data(), spec.model(), data_roots).status();
+}
+
+absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec,
+                             const std::vector<std::string>& data_roots) {
+  if (absl::Status s = ValidateJobSpecFields(spec); !s.ok()) return s;
+  return ValidateSpecFiles(spec, data_roots);
 }
 
 std::vector<std::pair<std::string, std::string>> SpecInputPaths(const pp::v1::JobSpec& spec) {
-  std::vector<std::pair<std::string, std::string>> paths = {{"data.path", spec.data().path()}};
+  std::vector<std::pair<std::string, std::string>> paths;
+  // A generated data set names no file (and a missing path is ValidateData's error to give).
+  if (!spec.data().path().empty()) paths.emplace_back("data.path", spec.data().path());
   if (!spec.eval().data().path().empty()) {
     paths.emplace_back("eval.data.path", spec.eval().data().path());
   }

@@ -1,12 +1,20 @@
 // Loading, defaulting and validating a pp.v1.JobSpec (proto/pp/v1/job.proto).
 // Contract: LoadJobSpec parses only (proto3 JSON when the first non-blank character is '{', text
-// format otherwise); ApplyDefaults fills the documented zero-means-default fields; ValidateJobSpec
-// (call after ApplyDefaults) returns InvalidArgument whose message starts with the offending field
-// path, e.g. "model.n_heads: 5 does not divide model.d_model 128". It also opens the data file
-// (must exist and hold at least seq_len+1 tokens; uint16 tokens must be < vocab_size). The
-// schedule names and chunk rules are those of the schedule table (common/schedules.h); its rules
-// that depend on microbatch counts (ScheduleRule::constraints) are for the planner to apply.
-// Every size, and every product of sizes, is bounded before the data file is opened
+// format otherwise); ApplyDefaults fills the documented zero-means-default fields. Validation (call
+// after ApplyDefaults) returns InvalidArgument whose message starts with the offending field path,
+// e.g. "model.n_heads: 5 does not divide model.d_model 128", in two parts:
+// - ValidateJobSpecFields reads no file: cheap and bounded, so ppcoord may run it under its lock.
+// - ValidateSpecFiles (REQUIRES: ValidateJobSpecFields OK) opens every file the spec names under
+//   `data_roots` (common/path_roots.h OpenUnderRoots: inside a root, no symlink followed that was
+//   not checked, regular files only): each data file must hold at least seq_len+1 tokens, and
+//   uint16 tokens must be < vocab_size, which reads the whole file (in 1 MiB chunks, not mapped);
+//   an eval holdout must leave windows on both sides; model.init_from's config.json must be the
+//   spec's model. It blocks on the disk as long as that takes: never call it under a lock that
+//   others wait on. Its errors name the field and the path, never the files' bytes.
+// - ValidateJobSpec is both.
+// The schedule names and chunk rules are those of the schedule table (common/schedules.h); its
+// rules that depend on microbatch counts (ScheduleRule::constraints) are for the planner to apply.
+// Every size, and every product of sizes, is bounded before a file is opened
 // (common/spec_bounds.h).
 #ifndef PP_COMMON_JOB_SPEC_H_
 #define PP_COMMON_JOB_SPEC_H_
@@ -35,7 +43,12 @@ absl::StatusOr<pp::v1::JobSpec> LoadJobSpec(const std::string& path);
 // data.format "" -> "bytes", data.generated_tokens 0 -> 1 MiB (generated format only).
 void ApplyDefaults(pp::v1::JobSpec* spec);
 
-absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec);
+absl::Status ValidateJobSpecFields(const pp::v1::JobSpec& spec);
+absl::Status ValidateSpecFiles(const pp::v1::JobSpec& spec,
+                               const std::vector<std::string>& data_roots);
+// Empty `data_roots`: a file may lie anywhere.
+absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec,
+                             const std::vector<std::string>& data_roots = {});
 
 // The torch CSV (coordinator/plan/torch_csv.h) a spec carries: parallel.schedule_file, or
 // parallel.program's rows joined by "\n". Empty when the spec names a generated schedule.

@@ -37,7 +37,9 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Serve(
   try {
     // civetweb binds port 0 itself (GetListeningPorts says which), and reports a busy or
     // malformed address by throwing.
-    server->exposer_ = std::make_unique<prometheus::Exposer>(address.ToString());
+    server->exposer_ = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", address.ToString(), "num_threads", absl::StrCat(kThreads),
+        "request_timeout_ms", absl::StrCat(kRequestTimeoutMs), "enable_keep_alive", "no"});
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("--metrics=", address.ToString(), ": cannot listen: ", e.what()));

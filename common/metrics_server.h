@@ -2,6 +2,10 @@
 // Contract: Serve listens on `address` (port 0: a free port, which port() then names) and serves
 // `registry` there; a busy or malformed address is Unavailable "--metrics=ADDRESS: cannot listen:
 // WHY". Destroying the server stops serving promptly (well under civetweb's 2 s poll slice).
+// Idle connections cannot stall it for long (ppcoord's /metrics is a liveness probe): kThreads
+// connections are served at once, each by a thread of its own, and one that has not sent its whole
+// request within kRequestTimeoutMs of a thread taking it up (or stalls a read or write that long)
+// is closed, so a connection holds a thread about that long at most; no keep-alive.
 // Thread-safe as the registry is: metrics may change while a scrape reads them.
 #ifndef PP_COMMON_METRICS_SERVER_H_
 #define PP_COMMON_METRICS_SERVER_H_
@@ -18,6 +22,9 @@ namespace pp::common {
 
 class MetricsServer {
  public:
+  static constexpr int kThreads = 16;
+  static constexpr int kRequestTimeoutMs = 2000;
+
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Serve(
       const HostPort& address, std::shared_ptr<prometheus::Registry> registry);
   ~MetricsServer();

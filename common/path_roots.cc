@@ -28,12 +28,11 @@ bool Inside(const fs::path& path, const fs::path& root) {
   return true;
 }
 
-}  // namespace
-
-absl::Status CheckUnderRoots(absl::string_view field, const std::string& path,
-                             const std::vector<std::string>& roots, absl::string_view roots_flag) {
+// CheckUnderRoots of `path`, already resolved.
+absl::Status CheckResolved(absl::string_view field, const std::string& path,
+                           const fs::path& resolved, const std::vector<std::string>& roots,
+                           absl::string_view roots_flag) {
   if (roots.empty()) return absl::OkStatus();
-  const fs::path resolved = path.empty() ? fs::path() : Resolve(path);
   if (!resolved.empty()) {
     for (const std::string& root : roots) {
       const fs::path r = Resolve(root);
@@ -43,6 +42,27 @@ absl::Status CheckUnderRoots(absl::string_view field, const std::string& path,
   return absl::InvalidArgumentError(absl::StrCat(field, " \"", path, "\" is outside the allowed --",
                                                  roots_flag, " (", absl::StrJoin(roots, ", "),
                                                  ")"));
+}
+
+}  // namespace
+
+absl::Status CheckUnderRoots(absl::string_view field, const std::string& path,
+                             const std::vector<std::string>& roots, absl::string_view roots_flag) {
+  if (roots.empty()) return absl::OkStatus();
+  return CheckResolved(field, path, path.empty() ? fs::path() : Resolve(path), roots, roots_flag);
+}
+
+absl::StatusOr<RegularFile> OpenUnderRoots(absl::string_view field, const std::string& path,
+                                           const std::vector<std::string>& roots,
+                                           absl::string_view roots_flag) {
+  const fs::path resolved = path.empty() ? fs::path() : Resolve(path);
+  if (absl::Status inside = CheckResolved(field, path, resolved, roots, roots_flag);
+      !inside.ok()) {
+    return inside;
+  }
+  absl::StatusOr<RegularFile> file = RegularFile::OpenResolved(resolved.string(), path);
+  if (file.ok()) return file;
+  return absl::Status(file.status().code(), absl::StrCat(field, ": ", file.status().message()));
 }
 
 }  // namespace pp::common

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
@@ -218,9 +219,10 @@ absl::StatusOr<Parts> SplitFile(absl::string_view bytes, absl::string_view origi
 absl::StatusOr<std::vector<Entry>> ParseHeader(const Parts& parts, absl::string_view origin,
                                                SafetensorsFile& file) {
   Struct root;
-  absl::Status parsed = JsonToMessage(parts.header, &root);
-  if (!parsed.ok()) {
-    return Invalid(origin, absl::StrCat("bad JSON header: ", parsed.message()));
+  // The parser's message quotes the bytes around the error: a job's reason must not carry them.
+  if (absl::Status parsed = JsonToMessage(parts.header, &root); !parsed.ok()) {
+    const bool twice = absl::StrContains(parsed.message(), "Repeated map key");
+    return Invalid(origin, twice ? "bad JSON header: a name appears twice" : "bad JSON header");
   }
   std::vector<Entry> entries;
   for (const auto& [name, value] : root.fields()) {

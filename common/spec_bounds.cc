@@ -9,6 +9,8 @@
 #include "absl/strings/string_view.h"
 #include "common/job_spec.h"
 #include "common/schedules.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/unknown_field_set.h"
 
 namespace pp::common {
 namespace {
@@ -153,6 +155,29 @@ absl::Status CheckScheduleSize(const pp::v1::JobSpec& spec) {
       kMaxActionsPerStep, kWhy);
 }
 
+// The message field of the spec with the most bytes: what to shrink when the spec is too large.
+std::string LargestField(const pp::v1::JobSpec& spec) {
+  const google::protobuf::Reflection* reflection = spec.GetReflection();
+  const google::protobuf::Descriptor* descriptor = spec.GetDescriptor();
+  const google::protobuf::FieldDescriptor* largest = nullptr;
+  size_t largest_bytes = 0;
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE ||
+        field->is_repeated() || !reflection->HasField(spec, field)) {
+      continue;
+    }
+    const size_t bytes = reflection->GetMessage(spec, field).ByteSizeLong();
+    if (bytes > largest_bytes) {
+      largest = field;
+      largest_bytes = bytes;
+    }
+  }
+  if (largest == nullptr) return "";
+  return absl::StrCat("; the largest field is ", largest->name(), " with ", largest_bytes,
+                      " bytes");
+}
+
 // Weights and activations: every tensor a worker allocates is indexed by int32 in the kernels.
 absl::Status CheckTensors(const pp::v1::JobSpec& spec) {
   const pp::v1::ModelSpec& m = spec.model();
@@ -228,7 +253,58 @@ int64_t MaxCarriedActionsPerRank(absl::string_view csv) {
   return 3 * std::max(longest, row);
 }
 
+absl::Status CheckNoUnknownFields(const google::protobuf::Message& message,
+                                  absl::string_view path) {
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  const google::protobuf::Descriptor* descriptor = message.GetDescriptor();
+  if (const google::protobuf::UnknownFieldSet& unknown = reflection->GetUnknownFields(message);
+      !unknown.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path.empty() ? "spec" : path, ": unknown field number ", unknown.field(0).number(), " (",
+        descriptor->full_name(),
+        " has no such field; ppcoord would store, list and send it on unread, so a spec may "
+        "carry only the fields of proto/pp/v1/job.proto)"));
+  }
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    if (field->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE ||
+        (!field->is_repeated() && !reflection->HasField(message, field))) {
+      continue;
+    }
+    const std::string child = path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
+    if (!field->is_repeated()) {
+      if (absl::Status s = CheckNoUnknownFields(reflection->GetMessage(message, field), child);
+          !s.ok()) {
+        return s;
+      }
+      continue;
+    }
+    for (int j = 0; j < reflection->FieldSize(message, field); ++j) {
+      if (absl::Status s = CheckNoUnknownFields(reflection->GetRepeatedMessage(message, field, j),
+                                                absl::StrCat(child, "[", j, "]"));
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSpecBytes(const pp::v1::JobSpec& spec) {
+  if (absl::Status s = CheckNoUnknownFields(spec, ""); !s.ok()) return s;
+  // Compared as size_t: no conversion of a size that could not fit the limit's type.
+  if (const size_t bytes = spec.ByteSizeLong(); bytes > static_cast<size_t>(kMaxSpecBytes)) {
+    return OverLimit("spec", absl::StrCat(bytes, " bytes"), kMaxSpecBytes,
+                     absl::StrCat("ppcoord stores and lists every job's spec and sends it in "
+                                  "every task plan and checkpoint manifest, one 4 MiB gRPC "
+                                  "message each",
+                                  LargestField(spec)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSpecBounds(const pp::v1::JobSpec& spec) {
+  if (absl::Status s = CheckSpecBytes(spec); !s.ok()) return s;
   if (absl::Status s = CheckFields(spec); !s.ok()) return s;
   const pp::v1::ParallelSpec& p = spec.parallel();
   const Factor pipeline{"parallel.pipeline", p.pipeline()}, tensor{"parallel.tensor", p.tensor()},

@@ -2,7 +2,8 @@
 // the planner, the coordinator or a worker later multiplies, allocates or sends in one message.
 // The table, with the reason for each limit, is docs/jobs.md "Limits".
 //
-// Contract: CheckSpecBounds is pure and allocates nothing that grows with the spec. Products are
+// Contract: CheckSpecBounds is pure and allocates nothing that grows with the spec. Sizes in bytes
+// are protobuf's (ByteSizeLong, a size_t) compared unconverted with the limits. Products are
 // taken in int64 with overflow checks, so one that does not even fit int64 counts as over its
 // limit. A refusal is InvalidArgument whose message starts with the field (for a product, the
 // fields joined by " x ") and names the limit, e.g.
@@ -20,6 +21,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/message.h"
 #include "pp/v1/job.pb.h"
 
 namespace pp::common {
@@ -43,6 +46,11 @@ inline constexpr int64_t kMaxCheckpointsKept = 1000;
 inline constexpr int64_t kMaxEvalBatches = 1024;
 // A schedule carried as CSV (parallel.schedule_file, or all of parallel.program's rows).
 inline constexpr int64_t kMaxScheduleCsvBytes = int64_t{1} << 20;
+// The whole spec as protobuf encodes it (ByteSizeLong): a carried schedule at its limit and 64 KiB
+// for every other field. ppcoord keeps each job's spec in memory and in its store, lists it
+// (coordinator/list_page.h pages by bytes) and sends it in every task plan and checkpoint
+// manifest, each one 4 MiB gRPC message.
+inline constexpr int64_t kMaxSpecBytes = kMaxScheduleCsvBytes + (int64_t{64} << 10);
 
 // Products.
 inline constexpr int64_t kMaxWorldSize = 4096;  // pipeline x tensor x data ranks
@@ -73,7 +81,17 @@ std::optional<int64_t> MaxActionsPerRank(const std::string& schedule, int64_t D,
 // most a receive and a send per compute and a file with comm cells holds them already.
 int64_t MaxCarriedActionsPerRank(absl::string_view csv);
 
-// Every bound above, in the order of docs/jobs.md "Limits".
+// The first field of no known number anywhere in `message` (protobuf keeps such fields when it
+// parses, and serves them back): InvalidArgument naming the path of its message (`path`, "" for
+// the spec itself, which is named "spec") and its number. Allocates only for the paths of the
+// nested messages.
+absl::Status CheckNoUnknownFields(const google::protobuf::Message& message, absl::string_view path);
+
+// No unknown field anywhere in the spec, and at most kMaxSpecBytes in all. Needs no defaults: the
+// first thing ppcoord checks of a spec a request carries.
+absl::Status CheckSpecBytes(const pp::v1::JobSpec& spec);
+
+// Every bound above, in the order of docs/jobs.md "Limits" (CheckSpecBytes first).
 absl::Status CheckSpecBounds(const pp::v1::JobSpec& spec);
 
 // Parameters of each partition unit (n_layers + 2 entries) of the GPT: the embedding wte + wpe;

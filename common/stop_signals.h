@@ -1,4 +1,5 @@
-// How ppcoord, ppworker and ppctl up take their stop signals (SIGINT, SIGTERM; ppctl adds SIGHUP).
+// How ppcoord, ppworker and ppctl up take their signals (SIGINT, SIGTERM; SIGHUP too: ppctl up stops
+// on it, the daemons reload their --deny_certs list, common/daemon_main.h).
 //
 // Why this shape. Measured on ppworker (/proc/PID/task/*/status, SigBlk): the threads of gRPC,
 // civetweb (prometheus-cpp) and Gloo never change their signal mask, so threads they start after

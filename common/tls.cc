@@ -1,5 +1,6 @@
 #include "common/tls.h"
 
+#include <grpc/grpc_security_constants.h>
 #include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -7,11 +8,13 @@
 
 #include <iostream>
 #include <memory>
+#include <utility>
 
-#include "absl/strings/match.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
 #include "common/host_port.h"
+#include "common/loopback.h"
 
 namespace pp::common {
 namespace {
@@ -37,6 +40,27 @@ std::string CommonName(X509* cert) {
   const int n =
       X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, name, sizeof(name));
   return n > 0 ? std::string(name, n) : "";
+}
+
+std::vector<std::string> OrganizationalUnits(X509* cert) {
+  std::vector<std::string> units;
+  X509_NAME* subject = X509_get_subject_name(cert);
+  for (int i = X509_NAME_get_index_by_NID(subject, NID_organizationalUnitName, -1); i >= 0;
+       i = X509_NAME_get_index_by_NID(subject, NID_organizationalUnitName, i)) {
+    const ASN1_STRING* data = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, i));
+    units.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(data)),
+                       ASN1_STRING_length(data));
+  }
+  return units;
+}
+
+// SHA-256 of the certificate's DER, as `openssl x509 -fingerprint -sha256` prints it but in
+// lowercase hex without colons.
+std::string Fingerprint(X509* cert) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (X509_digest(cert, EVP_sha256(), digest, &size) != 1) return "";
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(digest), size));
 }
 
 absl::StatusOr<std::string> ReadPem(absl::string_view flag, const std::string& path) {
@@ -72,10 +96,6 @@ absl::Status LoadCertAndKey(const TlsPaths& paths, absl::string_view prefix, Tls
   config.key_pem = *std::move(key);
   config.common_name = CommonName(x509.get());
   return absl::OkStatus();
-}
-
-bool IsLoopbackHost(absl::string_view host) {
-  return host == "localhost" || absl::StartsWith(host, "127.") || host == "::1" || host == "[::1]";
 }
 
 }  // namespace
@@ -118,24 +138,29 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const TlsConfig& tl
   return grpc::SslCredentials(options);
 }
 
-std::vector<std::string> PeerNames(const grpc::ServerContext& context) {
-  std::vector<std::string> names;
+std::optional<PeerCert> VerifiedPeer(const grpc::ServerContext& context) {
   const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
-  if (auth == nullptr || !auth->IsPeerAuthenticated()) return names;
-  for (const char* property : {"x509_common_name", "x509_subject_alternative_name"}) {
-    for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
-      names.emplace_back(value.data(), value.size());
-    }
-  }
-  return names;
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return std::nullopt;
+  const std::vector<grpc::string_ref> pems =
+      auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+  if (pems.empty()) return std::nullopt;
+  return PeerCertOf(std::string(pems.front().data(), pems.front().size()));
+}
+
+std::optional<PeerCert> PeerCertOf(const std::string& pem) {
+  X509Ptr cert = ParseCert(pem);
+  if (cert == nullptr) return std::nullopt;
+  return PeerCert{CommonName(cert.get()), OrganizationalUnits(cert.get()),
+                  Fingerprint(cert.get())};
+}
+
+std::string PeerName(const grpc::ServerContext& context) {
+  std::optional<PeerCert> peer = VerifiedPeer(context);
+  return peer.has_value() ? std::move(peer->name) : std::string();
 }
 
 bool PeerIs(const grpc::ServerContext& context, absl::string_view name) {
-  if (name.empty()) return false;
-  for (const std::string& peer : PeerNames(context)) {
-    if (peer == name) return true;
-  }
-  return false;
+  return !name.empty() && PeerName(context) == name;
 }
 
 absl::Status CheckListenAddress(absl::string_view program, absl::string_view flag,

@@ -8,11 +8,15 @@
 // - ServerCredentials: the CA verifies every client certificate that is presented. `require`
 //   (ppworker: only ppcoord calls it) refuses a handshake without one; otherwise (ppcoord: users
 //   with tokens call it too) a client may present none and the service decides.
-// - PeerNames: the names of a call's verified client certificate: its subject CN, then every
-//   subject alternative name (DNS names and IP addresses as text). Empty without TLS or without a
-//   verified certificate.
-// - CheckListenAddress: a daemon without TLS listens only on loopback (localhost, 127.0.0.0/8,
-//   ::1) unless `insecure`; then it writes one warning line to stderr.
+// - Identity is one field: a peer is named by the subject common name (CN) of its verified
+//   client certificate, and by nothing else. Subject alternative names are only for the TLS host
+//   check (every recipe certificate carries localhost and 127.0.0.1; as names they would let any
+//   worker pass for "localhost"). VerifiedPeer: that certificate's CN, subject OUs and SHA-256
+//   fingerprint; nullopt without TLS or without a verified certificate. PeerName: its CN or "".
+//   PeerIs: PeerName is `name` (never for an empty name).
+// - CheckListenAddress: a daemon without TLS listens only on loopback (127.0.0.0/8, ::1, or a
+//   name such as localhost resolving to those only: common/loopback.h) unless `insecure`; then it
+//   writes one warning line to stderr.
 // Thread-safe: pure functions of their inputs (and the files).
 #ifndef PP_COMMON_TLS_H_
 #define PP_COMMON_TLS_H_
@@ -49,13 +53,22 @@ absl::StatusOr<TlsConfig> LoadTls(const TlsPaths& paths, bool need_cert = true,
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsConfig& tls, bool require);
 std::shared_ptr<grpc::ChannelCredentials> ChannelCredentials(const TlsConfig& tls);
 
-std::vector<std::string> PeerNames(const grpc::ServerContext& context);
+// A call's verified client certificate, as the daemons judge it.
+struct PeerCert {
+  std::string name;                // subject CN: the peer's one identity
+  std::vector<std::string> units;  // subject OUs (coordinator/auth.h: which mark an admin)
+  std::string fingerprint;         // SHA-256 of the DER, lowercase hex (common/cert_deny_list.h)
+};
+std::optional<PeerCert> VerifiedPeer(const grpc::ServerContext& context);
+// The same of a PEM certificate; nullopt when it does not parse.
+std::optional<PeerCert> PeerCertOf(const std::string& pem);
+std::string PeerName(const grpc::ServerContext& context);
 bool PeerIs(const grpc::ServerContext& context, absl::string_view name);
 
 absl::Status CheckListenAddress(absl::string_view program, absl::string_view flag,
                                 absl::string_view address, bool tls, bool insecure);
 
-// Whether HOST:PORT names a loopback host (localhost, 127.0.0.0/8, ::1); false when malformed.
+// Whether HOST:PORT names a loopback host (common/loopback.h); false when malformed.
 bool IsLoopbackAddress(absl::string_view address);
 
 // A daemon reachable from other machines must say which folders a job may name: on a

@@ -2,6 +2,7 @@
 
 #include <openssl/crypto.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -112,29 +113,50 @@ std::optional<Caller> TokenTable::Find(absl::string_view token) const {
   return found;
 }
 
+bool IsAdminCertificate(const common::PeerCert& peer) {
+  return !peer.name.empty() &&
+         std::find(peer.units.begin(), peer.units.end(), kAdminUnit) != peer.units.end();
+}
+
+absl::Status Authorizer::CheckDenied(const std::optional<common::PeerCert>& peer,
+                                     absl::string_view method) const {
+  if (deny_ == nullptr || !peer.has_value()) return absl::OkStatus();
+  return deny_->Check(*peer, method);
+}
+
 absl::StatusOr<Caller> Authorizer::Authenticate(const grpc::ServerContext& context,
                                                 absl::string_view method) const {
+  const std::string where = absl::StrCat("pp.v1.Coordinator/", method);
+  const std::optional<common::PeerCert> peer = common::VerifiedPeer(context);
+  if (absl::Status denied = CheckDenied(peer, where); !denied.ok()) return denied;
   const std::string header = AuthorizationHeader(context);
   if (!header.empty()) {
     absl::string_view token = header;
     if (!absl::ConsumePrefix(&token, "Bearer ") || token.empty()) {
-      return absl::UnauthenticatedError(absl::StrCat(
-          "pp.v1.Coordinator/", method, ": the authorization metadata must read \"Bearer TOKEN\""));
+      return absl::UnauthenticatedError(
+          absl::StrCat(where, ": the authorization metadata must read \"Bearer TOKEN\""));
     }
     std::optional<Caller> caller =
         tokens_.has_value() ? tokens_->Find(token) : std::optional<Caller>();
     if (!caller.has_value()) {
       return absl::UnauthenticatedError(
-          absl::StrCat("pp.v1.Coordinator/", method, ": unknown token (not in --auth_tokens)"));
+          absl::StrCat(where, ": unknown token (not in --auth_tokens)"));
     }
     return *std::move(caller);
   }
-  const std::vector<std::string> names = common::PeerNames(context);
-  if (!names.empty()) return Caller{names.front(), Role::kAdmin};
-  return absl::UnauthenticatedError(
-      absl::StrCat("pp.v1.Coordinator/", method,
-                   ": no credentials: send \"authorization: Bearer TOKEN\" or a client "
-                   "certificate of the CA"));
+  if (!peer.has_value()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(where,
+                     ": no credentials: send \"authorization: Bearer TOKEN\" or an admin client "
+                     "certificate of the CA"));
+  }
+  if (!IsAdminCertificate(*peer)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(where, ": the client certificate of ", peer->name,
+                     " is not an admin certificate (subject OU=", kAdminUnit,
+                     "); send \"authorization: Bearer TOKEN\""));
+  }
+  return Caller{peer->name, Role::kAdmin};
 }
 
 absl::StatusOr<Caller> Authorizer::Authorize(const grpc::ServerContext& context,
@@ -149,6 +171,26 @@ absl::StatusOr<Caller> Authorizer::Authorize(const grpc::ServerContext& context,
                      RoleName(caller->role), "; this needs role ", RoleName(needed)));
   }
   return caller;
+}
+
+absl::Status Authorizer::AuthorizeWorker(const grpc::ServerContext& context,
+                                         absl::string_view method,
+                                         const std::string* worker) const {
+  if (!tls_) return absl::OkStatus();
+  const std::string where = absl::StrCat("pp.v1.WorkerRegistry/", method);
+  const std::optional<common::PeerCert> peer = common::VerifiedPeer(context);
+  if (!peer.has_value()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat(where, ": takes only callers with a client certificate of --tls_ca"));
+  }
+  if (absl::Status denied = CheckDenied(peer, where); !denied.ok()) return denied;
+  if (worker != nullptr && (worker->empty() || *worker != peer->name)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        where, ": worker name \"", *worker,
+        "\" is not in the caller's certificate, whose common name (a worker's one name) is \"",
+        peer->name, "\""));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckOwner(const Caller& caller, const std::string& owner, absl::string_view method,

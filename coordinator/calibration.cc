@@ -205,6 +205,8 @@ void JobManager::Decide(JobRecord& rec, std::vector<pp::v1::RankPlacement> place
   const bool replan = !job.plan().chosen().empty();
   absl::StatusOr<pp::plan::CalibratedPlan> plan = pp::plan::ChooseCalibrated(
       AutoSpecOf(job.spec()), calibration, replan ? job.spec().train().microbatches() : 0);
+  // PlanJobSpec reads no file (under mu_); the data the choice did not change was checked at
+  // submission.
   absl::StatusOr<PlannedJob> planned =
       plan.ok() ? PlanJobSpec(plan->spec) : absl::StatusOr<PlannedJob>(plan.status());
   if (!planned.ok()) {
@@ -239,7 +241,7 @@ void JobManager::CheckPrediction(JobRecord& rec, const StepSummary& summary) {
   pp::v1::Job& job = rec.job;
   pp::v1::JobPlan* record = job.mutable_plan();
   // The first step of an attempt pays for warm-up (allocation, connections, caches).
-  if (record->predicted_step_seconds() <= 0 || summary.step <= job.start_step() + 1) return;
+  if (record->predicted_step_seconds() <= 0 || summary.step - 1 <= job.start_step()) return;
   if (!rec.trial.done) FitTrial(rec, summary);
   const double predicted = record->predicted_step_seconds();
   const double error = std::abs(summary.step_seconds - predicted) / predicted;
@@ -315,8 +317,9 @@ bool JobManager::CallReplan(JobRecord& rec, const std::string& why) {
       job.plan().replans() >= bounds.max_replans()) {
     return false;
   }
+  // It ends before a new plan could pay off; compared before adding, which overflows at INT_MAX.
+  if (rec.newest_reported_step >= job.spec().train().steps() - 1) return false;
   const int stop = rec.newest_reported_step + 1;
-  if (stop >= job.spec().train().steps()) return false;  // it ends before a new plan could pay off
   rec.stop_step = stop;
   rec.replan = absl::StrFormat("%s; re-planning from the checkpoint of step %d", why, stop);
   Log(absl::StrCat("job ", job.id(), ": ", *rec.replan));

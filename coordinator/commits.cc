@@ -90,21 +90,34 @@ void JobManager::CommitCheckpoint(JobRecord& rec,
 }
 
 void JobManager::CommitterLoop() {
+  const bool expire = options_.retain_jobs > absl::ZeroDuration();
+  absl::Time next_scan = absl::InfinitePast();
   while (true) {
     std::deque<PendingCommit> commits;
+    std::vector<Expiring> expiring;
+    bool work = false;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return closing_store_ || HasStoreWork();
       };
-      mu_.Await(absl::Condition(&ready));
-      if (!HasStoreWork()) {  // closing, and everything is written
+      mu_.AwaitWithTimeout(absl::Condition(&ready),
+                           expire ? kExpiryScan : absl::InfiniteDuration());
+      work = HasStoreWork();
+      if (closing_store_ && !work) {  // everything is written
         committer_done_ = true;
         return;
       }
       commits = std::exchange(commits_, {});
+      if (expire && !closing_store_ && absl::Now() >= next_scan) {
+        expiring = ExpiredJobs();
+        next_scan = absl::Now() + kExpiryScan;
+      }
     }
-    CommitRound(std::move(commits));
+    // Before the round's rows: a job resumed while its row is deleted is dirty, and this round's
+    // CommitRound writes its row again (ForgetExpired).
+    if (!expiring.empty()) ExpireRound(expiring);
+    if (work) CommitRound(std::move(commits));
   }
 }
 

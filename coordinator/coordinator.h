@@ -18,7 +18,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/cert_deny_list.h"
 #include "common/tls.h"
+#include "coordinator/retention.h"
 
 namespace pp::coordinator {
 
@@ -28,13 +30,17 @@ struct CoordinatorOptions {
   std::string data_dir;  // required: ppcoord.db and checkpoints/<job>/step-<N>/
   absl::Duration worker_timeout = absl::Seconds(5);
   absl::Duration heartbeat_interval = absl::Seconds(1);
+  // An ended job unchanged this long is deleted, its checkpoints kept (retention.h); 0: never.
+  absl::Duration retain_jobs = kDefaultRetainJobs;
   // Security (docs/security.md). With tls, every gRPC connection is TLS: WorkerRegistry takes only
-  // callers with a client certificate of tls.ca, a worker registers only under a name in its
-  // certificate, and workers are dialled with tls.cert. Without tls, grpc_address must be
-  // loopback unless insecure.
+  // callers with a client certificate of tls.ca, a worker registers only under its certificate's
+  // common name, only admin certificates (coordinator/auth.h) are admins on the job API, and
+  // workers are dialled with tls.cert. Without tls, grpc_address must be loopback unless insecure.
   common::TlsPaths tls;
   bool insecure = false;
   std::string auth_tokens;              // token file (coordinator/auth.h); empty: none
+  // Certificates refused on every call (--deny_certs; its owner reloads it). Null: none.
+  std::shared_ptr<const common::CertDenyList> deny_certs;
   std::vector<std::string> data_roots;  // data.path must lie under one; empty: anywhere
 };
 

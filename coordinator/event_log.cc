@@ -46,6 +46,8 @@ absl::StatusOr<pp::v1::StepTrace> EventLog::Trace(const std::string& job_id, int
                                           "..", traces.back().step()));
 }
 
+void EventLog::Erase(const std::string& job_id) { logs_.erase(job_id); }
+
 void EventLog::Close() { closed_ = true; }
 
 absl::Status EventLog::Follow(const std::string& job_id, int64_t next,
@@ -55,15 +57,18 @@ absl::Status EventLog::Follow(const std::string& job_id, int64_t next,
     std::vector<pp::v1::JobEvent> batch;
     {
       absl::MutexLock lock(mu_);
-      const JobLog& log = logs_[job_id];
-      auto ready = [this, &log, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return closed_ || log.end() > next;
+      // Looked up afresh after the wait, which releases the lock: Erase may drop the log meanwhile.
+      auto ready = [this, &job_id, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return closed_ || End(job_id) > next;
       };
       // Short waits so a client that left is noticed.
       mu_->AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
       if (closed_) return absl::UnavailableError("ppcoord is shutting down");
-      next = std::max(next, log.first_event);  // a slow watcher skips what was dropped
-      for (; next < log.end(); ++next) batch.push_back(log.events[next - log.first_event]);
+      if (auto it = logs_.find(job_id); it != logs_.end()) {
+        const JobLog& log = it->second;
+        next = std::max(next, log.first_event);  // a slow watcher skips what was dropped
+        for (; next < log.end(); ++next) batch.push_back(log.events[next - log.first_event]);
+      }
     }
     for (const pp::v1::JobEvent& event : batch) {
       if (!send(event) || EndsWatch(event.kind())) return absl::OkStatus();

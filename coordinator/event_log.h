@@ -44,6 +44,10 @@ class EventLog {
   absl::StatusOr<pp::v1::StepTrace> Trace(const std::string& job_id, int step) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
+  // Drops the job's events and traces (an expired job, retention.h). A Follow of it waits on as for
+  // a job with no events yet, until its watcher leaves.
+  void Erase(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Ends every Follow: each answers Unavailable.
   void Close() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -42,6 +42,13 @@ std::string MakeJobId(const std::string& name, int64_t sequence) {
   return absl::StrCat(clean.empty() ? "job" : clean, "-", sequence);
 }
 
+std::string ReportedText(const std::string& text) {
+  if (text.size() <= kMaxReportedTextBytes) return text;
+  size_t end = kMaxReportedTextBytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;  // 10xxxxxx
+  return absl::StrCat(text.substr(0, end), " ... (", text.size() - end, " more bytes not kept)");
+}
+
 pp::v1::JobEventKind FinalEventKind(pp::v1::JobState state) {
   switch (state) {
     case pp::v1::SUCCEEDED:
@@ -204,7 +211,8 @@ absl::StatusOr<std::optional<std::vector<pp::v1::CheckpointReport>>> CheckpointC
     pending_.erase(report.step());
     return absl::InternalError(absl::StrCat("checkpoint step ", report.step(), ": rank ",
                                             report.rank(),
-                                            " failed to write its shard: ", report.error()));
+                                            " failed to write its shard: ",
+                                            ReportedText(report.error())));
   }
   std::map<int, pp::v1::CheckpointReport>& ranks = pending_[report.step()];
   ranks[report.rank()] = report;

@@ -31,6 +31,13 @@ absl::Status CheckTransition(pp::v1::JobState from, pp::v1::JobState to);
 // nothing is left) so ids are safe in paths, keys and labels.
 std::string MakeJobId(const std::string& name, int64_t sequence);
 
+// A worker's error text as a job keeps it (Job.reason, events, logs): at most
+// kMaxReportedTextBytes of it, cut on a UTF-8 character boundary, then how many bytes were cut.
+// A report may carry megabytes (up to gRPC's message limit); kept whole in every job's reason it
+// would grow ppcoord's memory and store, and one job could outgrow a ListJobs page.
+inline constexpr size_t kMaxReportedTextBytes = 4096;
+std::string ReportedText(const std::string& text);
+
 // The event a job emits when it ends in `state`: FINISHED, CANCELLED, else FAILED.
 pp::v1::JobEventKind FinalEventKind(pp::v1::JobState state);
 

@@ -96,6 +96,8 @@ absl::Status JobManager::Reload() {
     rec.job = std::move(job);
     order_.push_back(id);
     if (IsTerminal(rec.job.state())) continue;
+    // Its fields only: its files were checked when it came in, and reading them here would hold
+    // mu_ (and ppcoord's start) for as long as its data takes to read.
     absl::StatusOr<PlannedJob> planned = PlanJobSpec(rec.job.spec());
     if (!planned.ok()) {
       // Stored by an older ppcoord, or under older limits: it must not keep ppcoord from starting.
@@ -259,8 +261,10 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
 
 absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
                                                const std::string& owner) {
-  absl::StatusOr<PlannedJob> planned = PlanJobSpec(
-      spec, spec.parallel().recompute() == "auto" ? RegisteredMemoryFits() : nullptr);
+  // Before mu_: this reads the spec's data files through.
+  absl::StatusOr<PlannedJob> planned =
+      PlanClientSpec(spec, options_.data_roots,
+                     spec.parallel().recompute() == "auto" ? RegisteredMemoryFits() : nullptr);
   if (!planned.ok()) return planned.status();
   const std::vector<int64_t> rank_bytes = RankBytes(planned->memory);
   {
@@ -313,7 +317,11 @@ absl::StatusOr<pp::v1::Job> JobManager::Get(const std::string& job_id) {
 
 absl::StatusOr<pp::v1::ListJobsResponse> JobManager::List(const pp::v1::ListJobsRequest& request) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<ListPage> page = SelectPage(order_, request.page_size(), request.page_token());
+  absl::StatusOr<ListPage> page =
+      SelectPage(order_, request.page_size(), request.page_token(),
+                 [this](size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                   return FieldBytes(jobs_.at(order_[i]).job.ByteSizeLong());
+                 });
   if (!page.ok()) return page.status();
   pp::v1::ListJobsResponse response;
   for (size_t i = page->begin; i < page->end; ++i) *response.add_jobs() = jobs_.at(order_[i]).job;
@@ -402,10 +410,11 @@ absl::StatusOr<PlannedJob> JobManager::PlanResume(const pp::v1::ResumeJobRequest
     spec = ResumedSpec(rec->job.spec(), request);
   }
   if (!spec.ok()) return spec.status();
-  // Outside the lock: planning a large job takes long. A stored spec names its recompute mode
-  // (auto was resolved at submission); a resume that asks for auto again gets it resolved.
+  // Outside the lock: planning a large job takes long, and its data files are read again (they
+  // may have changed since the submission). A stored spec names its recompute mode (auto was
+  // resolved at submission); a resume that asks for auto again gets it resolved.
   const bool choose = spec->parallel().recompute() == "auto";
-  return PlanJobSpec(*std::move(spec), choose ? RegisteredMemoryFits() : nullptr);
+  return PlanClientSpec(*spec, options_.data_roots, choose ? RegisteredMemoryFits() : nullptr);
 }
 
 absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int attempt,

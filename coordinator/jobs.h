@@ -9,13 +9,16 @@
 // share the lock. Its implementation is in four files: jobs.cc (lifecycle, scheduling, the client
 // side), job_transitions.cc (how an attempt ends, fails or is queued again), worker_reports.cc
 // (the worker side: registration, heartbeats, step, task and checkpoint reports) and commits.cc
-// (the committer and verifier threads: every store and checkpoint I/O).
+// (the committer and verifier threads: every store and checkpoint I/O); retention.cc deletes the
+// jobs that ended longer than ManagerOptions::retain_jobs ago, on the committer thread.
 //
 // Threading: every public method is thread-safe and takes mu_ itself (none may be called with it
 // held). mu_ guards every member marked ABSL_GUARDED_BY(mu_) and the state of rpc_ and events_.
 // No file or store I/O runs under mu_: a heartbeat never waits on a disk. Outside mu_ run the
 // worker RPCs' start (WorkerRpc::Issue, on the scheduler thread), the hashing of checkpoints
 // (VerifyQueued, on the verifier thread, and Resume), the wait of a watcher (EventLog::Follow),
+// the reading of a spec's files (planning.h PlanClientSpec: Submit and Resume, before they take
+// mu_; under mu_, Reload and Decide plan with PlanJobSpec, which reads none),
 // and all store and checkpoint I/O, on the committer thread (commits.cc):
 //  - Under mu_, a transition only marks its job's row dirty (Persist, which returns a ticket) and
 //    a complete checkpoint is only queued (CommitCheckpoint). The committer takes the queue, writes
@@ -23,6 +26,10 @@
 //    every dirty row under mu_, writes the rows without mu_ (under store_mu_), prunes the older
 //    checkpoints of the jobs whose row was stored, and re-takes mu_ to record what was stored.
 //    One committer thread: the commits of a job happen in the order its ranks completed them.
+//  - Expiry (retention.cc) runs on the committer thread too, each kExpiryScan, before the round's
+//    rows: it picks the expired jobs under mu_, deletes their rows without mu_ (under store_mu_),
+//    and re-takes mu_ to drop them from memory. A job resumed meanwhile is dirty, so that round
+//    writes its row again.
 //  - Whatever depends on a checkpoint waits for its commit: a rank's end of the live attempt
 //    (ReportTask) reported while a commit of its job is in flight is applied once the commits
 //    are (so a job ends, fails or restarts knowing the checkpoints its ranks reported first); a
@@ -56,6 +63,7 @@
 #include "coordinator/planning.h"
 #include "coordinator/registry.h"
 #include "coordinator/rendezvous.h"
+#include "coordinator/retention.h"
 #include "coordinator/store.h"
 #include "coordinator/worker_rpc.h"
 #include "grpcpp/support/status.h"
@@ -85,6 +93,10 @@ struct ManagerOptions {
   absl::Duration down_worker_ttl = kDownWorkerTtl;
   // RunTask, AbortTask and probes dial workers with these; null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
+  // --data_root: where the files a submitted or resumed spec names may lie (PlanClientSpec).
+  std::vector<std::string> data_roots;
+  // An ended job unchanged this long is deleted (retention.h); zero keeps ended jobs forever.
+  absl::Duration retain_jobs = kDefaultRetainJobs;
 };
 
 class JobManager {
@@ -332,6 +344,21 @@ class JobManager {
   void ApplyStored(const std::map<std::string, Stored>& stored,
                    const std::deque<PendingCommit>& commits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- expiry of ended jobs (retention.cc), on the committer thread ----
+  // An ended job to delete, and the attempt it ended (a resume starts another).
+  struct Expiring {
+    std::string job_id;
+    int attempt = 0;
+  };
+  // The jobs expired now (Expired, retention.h) whose rows and checkpoints are all written.
+  std::vector<Expiring> ExpiredJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes their rows without mu_, then drops each from memory (ForgetExpired).
+  void ExpireRound(const std::vector<Expiring>& expiring) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops an expired job whose row was deleted from jobs_, its events and its metrics; true when
+  // it did. A job resumed meanwhile stays, its row marked to be written again.
+  bool ForgetExpired(const Expiring& expiring, const absl::Status& deleted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- parallel.schedule "auto" (calibration.cc) ----
   // Whether `held` is the attempt of a QUEUED job whose workers calibrate.

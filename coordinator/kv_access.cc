@@ -5,7 +5,6 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace pp::coordinator {
 
@@ -29,40 +28,33 @@ std::optional<KeyScope> ScopeOfKey(absl::string_view key) {
 }
 
 absl::Status CheckKvAccess(const std::string& key, const std::optional<LiveAttempt>& live,
-                           const std::vector<std::string>& caller_names) {
+                           const std::string& caller) {
   const std::optional<KeyScope> scope = ScopeOfKey(key);
   if (!scope.has_value()) {
     return absl::PermissionDeniedError(absl::StrCat(
         "rendezvous key \"", key, "\" is under no job attempt's prefix \"<job>/<attempt>/\""));
   }
-  if (live.has_value() && live->attempt == scope->attempt) {
-    for (const std::string& name : caller_names) {
-      if (std::find(live->workers.begin(), live->workers.end(), name) != live->workers.end()) {
-        return absl::OkStatus();
-      }
-    }
+  if (live.has_value() && live->attempt == scope->attempt && !caller.empty() &&
+      std::find(live->workers.begin(), live->workers.end(), caller) != live->workers.end()) {
+    return absl::OkStatus();
   }
   return absl::PermissionDeniedError(absl::StrCat(
       "rendezvous key \"", key, "\" belongs to job ", scope->job_id, " attempt ", scope->attempt,
-      ": the caller (", absl::StrJoin(caller_names, ", "),
-      ") is not a worker placed on that attempt while it runs"));
+      ": the caller (", caller, ") is not a worker placed on that attempt while it runs"));
 }
 
 absl::Status CheckReportAccess(const std::string& job_id, int attempt, int rank,
-                               const std::optional<LiveAttempt>& live,
-                               const std::vector<std::string>& caller_names) {
+                               const std::optional<LiveAttempt>& live, const std::string& caller) {
   if (!live.has_value() || live->attempt != attempt) return absl::OkStatus();
   for (size_t i = 0; i < live->workers.size() && i < live->ranks.size(); ++i) {
-    if (live->ranks[i] != rank) continue;
-    if (std::find(caller_names.begin(), caller_names.end(), live->workers[i]) !=
-        caller_names.end()) {
+    if (live->ranks[i] == rank && !caller.empty() && live->workers[i] == caller) {
       return absl::OkStatus();
     }
   }
   return absl::PermissionDeniedError(
       absl::StrCat("a report on job ", job_id, " attempt ", attempt, " rank ", rank,
-                   " comes only from the worker placed on that rank; the caller (",
-                   absl::StrJoin(caller_names, ", "), ") is not"));
+                   " comes only from the worker placed on that rank; the caller (", caller,
+                   ") is not"));
 }
 
 }  // namespace pp::coordinator

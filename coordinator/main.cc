@@ -35,9 +35,14 @@ ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(5),
           "(spec.max_restarts) or FAILS");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "how often workers are told to heartbeat");
+ABSL_FLAG(std::string, retain_jobs, "30d",
+          "an ended job (SUCCEEDED, FAILED, CANCELLED) unchanged this long is deleted from the "
+          "store and memory, its checkpoints kept: whole days (30d) or a duration (12h, 2s); "
+          "0 keeps ended jobs forever");
 ABSL_FLAG(std::string, auth_tokens, "",
           "file of 'TOKEN ROLE NAME' lines (roles admin, submit, view): pp.v1.Coordinator then "
-          "needs 'authorization: Bearer TOKEN' or a client certificate of --tls_ca");
+          "needs 'authorization: Bearer TOKEN' or an admin client certificate of "
+          "--tls_ca (subject OU=pipeline-admin); needs the --tls_* flags (or --insecure)");
 ABSL_FLAG(std::vector<std::string>, data_root, {},
           "comma-separated folders a job's data.path must lie in (after resolving symlinks); "
           "empty: anywhere");
@@ -58,12 +63,31 @@ absl::StatusOr<pp::coordinator::CoordinatorOptions> OptionsFromFlags() {
   options.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  absl::StatusOr<absl::Duration> retain =
+      pp::coordinator::ParseRetention(absl::GetFlag(FLAGS_retain_jobs));
+  if (!retain.ok()) return retain.status();
+  options.retain_jobs = *retain;
   const pp::common::SecurityFlags security = pp::common::SecurityFromFlags();
   options.tls = security.tls;
   options.insecure = security.insecure;
   options.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
   options.data_roots = absl::GetFlag(FLAGS_data_root);
   return options;
+}
+
+// Tokens guard pp.v1.Coordinator only: without TLS anyone reaching --grpc still registers as a
+// worker (and is sent task plans) and reports on jobs, so tokens alone would only look safe.
+absl::Status CheckTokensHaveTls(const pp::coordinator::CoordinatorOptions& options) {
+  if (options.auth_tokens.empty() || !options.tls.empty()) return absl::OkStatus();
+  if (!options.insecure) {
+    return absl::InvalidArgumentError(
+        "--auth_tokens needs --tls_cert, --tls_key and --tls_ca: without TLS the tokens travel in "
+        "plaintext and anyone reaching --grpc can register as a worker and report on jobs; give "
+        "the --tls_* flags, or --insecure to run so all the same");
+  }
+  std::cerr << "ppcoord: WARNING: --insecure: --auth_tokens without TLS: tokens travel in "
+               "plaintext and anyone reaching --grpc can register as a worker and report on jobs\n";
+  return absl::OkStatus();
 }
 
 // Takes the exclusive lock DIR/ppcoord.lock (flock: held until the process ends, a crash
@@ -108,17 +132,25 @@ absl::Status LockDataDir(const std::string& dir) {
 
 int main(int argc, char** argv) {
   std::unique_ptr<pp::coordinator::CoordinatorServer> server;
+  std::shared_ptr<pp::common::CertDenyList> deny;  // set by start; SIGHUP reloads it
   pp::common::DaemonMain daemon;
   daemon.name = "ppcoord";
   daemon.usage =
       "ppcoord --grpc=HOST:PORT --metrics=HOST:PORT --data_dir=DIR [--address_file=PATH]\n"
       "        [--tls_cert=PEM --tls_key=PEM --tls_ca=PEM] [--auth_tokens=FILE] "
-      "[--data_root=DIRS]\n"
+      "[--deny_certs=FILE] [--data_root=DIRS]\n"
+      "        [--retain_jobs=30d]\n"
       "The coordinator daemon of the pipeline-parallel training service.";
   daemon.address_file = &FLAGS_address_file;
-  daemon.start = [&server]() -> absl::StatusOr<pp::common::DaemonAddresses> {
+  daemon.start = [&server, &deny]() -> absl::StatusOr<pp::common::DaemonAddresses> {
     absl::StatusOr<pp::coordinator::CoordinatorOptions> options = OptionsFromFlags();
     if (!options.ok()) return options.status();
+    absl::StatusOr<std::shared_ptr<pp::common::CertDenyList>> loaded =
+        pp::common::CertDenyList::Load(pp::common::SecurityFromFlags().deny_certs);
+    if (!loaded.ok()) return loaded.status();
+    deny = *std::move(loaded);
+    options->deny_certs = deny;
+    if (absl::Status tokens = CheckTokensHaveTls(*options); !tokens.ok()) return tokens;
     if (!options->data_dir.empty()) {
       if (absl::Status locked = LockDataDir(options->data_dir); !locked.ok()) return locked;
     }
@@ -131,5 +163,6 @@ int main(int argc, char** argv) {
     return addresses;
   };
   daemon.stop = [&server](int) { server->Shutdown(); };
+  daemon.reload = [&deny] { return deny->Reload(); };
   return pp::common::RunDaemonMain(daemon, argc, argv);
 }

@@ -123,6 +123,28 @@ void CoordinatorMetrics::JobRestarted(const std::string& job_id) {
   restarts_->Add({{"job", job_id}}).Increment();
 }
 
+namespace {
+
+template <typename T>
+void RemoveSeries(prometheus::Family<T>* family, const prometheus::Labels& labels) {
+  if (family->Has(labels)) family->Remove(&family->Add(labels));
+}
+
+}  // namespace
+
+void CoordinatorMetrics::JobExpired(const std::string& job_id) {
+  const prometheus::Labels labels = {{"job", job_id}};
+  for (prometheus::Family<prometheus::Gauge>* gauges :
+       {loss_, learning_rate_, eval_loss_, bubble_, planned_bubble_, prediction_error_,
+        checkpoint_step_, checkpoint_time_}) {
+    RemoveSeries(gauges, labels);
+  }
+  for (prometheus::Family<prometheus::Counter>* counters :
+       {steps_, restarts_, skipped_, checkpoint_failures_}) {
+    RemoveSeries(counters, labels);
+  }
+}
+
 void CoordinatorMetrics::RpcError(const std::string& method) {
   rpc_errors_->Add({{"method", method}}).Increment();
 }

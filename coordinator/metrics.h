@@ -39,6 +39,8 @@ class CoordinatorMetrics {
   // A step whose update was skipped (non-finite loss or gradient norm).
   void StepSkipped(const std::string& job_id);
   void JobRestarted(const std::string& job_id);
+  // Drops every series of the job (it expired, coordinator/retention.h).
+  void JobExpired(const std::string& job_id);
   void RpcError(const std::string& method);
 
  private:

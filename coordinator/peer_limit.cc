@@ -16,23 +16,27 @@ std::string PeerHost(const std::string& peer) {
   return peer.substr(0, colon);
 }
 
-PeerLimit::Slot::~Slot() { limit_->Release(host_); }
-
-absl::StatusOr<std::unique_ptr<PeerLimit::Slot>> PeerLimit::Acquire(const std::string& peer) {
-  std::string host = PeerHost(peer);
-  absl::MutexLock lock(&mu_);
-  int& held = held_[host];
-  if (held >= max_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(what_, ": ", host, " holds ", held, ", the limit per client host; close one"));
-  }
-  ++held;
-  return std::make_unique<Slot>(this, std::move(host));
+std::string ClientOf(const std::string& identity, const std::string& peer) {
+  // "user " keeps a name from posing as a host ("ipv4:...") and so taking an anonymous share.
+  return identity.empty() ? PeerHost(peer) : absl::StrCat("user ", identity);
 }
 
-void PeerLimit::Release(const std::string& host) {
+PeerLimit::Slot::~Slot() { limit_->Release(client_); }
+
+absl::StatusOr<std::unique_ptr<PeerLimit::Slot>> PeerLimit::Acquire(const std::string& client) {
   absl::MutexLock lock(&mu_);
-  auto it = held_.find(host);
+  int& held = held_[client];
+  if (held >= max_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what_, ": ", client, " holds ", held, ", the limit per client; close one"));
+  }
+  ++held;
+  return std::make_unique<Slot>(this, client);
+}
+
+void PeerLimit::Release(const std::string& client) {
+  absl::MutexLock lock(&mu_);
+  auto it = held_.find(client);
   if (it != held_.end() && --it->second <= 0) held_.erase(it);
 }
 

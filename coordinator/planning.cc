@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/path_roots.h"
 #include "coordinator/plan/plan.h"
 
 namespace pp::coordinator {
@@ -32,7 +33,7 @@ absl::StatusOr<pp::v1::Schedule> SpecSchedule(const pp::v1::ParallelSpec& parall
 
 absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec, const pp::plan::MemoryFits& fits) {
   pp::common::ApplyDefaults(&spec);
-  if (absl::Status valid = pp::common::ValidateJobSpec(spec); !valid.ok()) {
+  if (absl::Status valid = pp::common::ValidateJobSpecFields(spec); !valid.ok()) {
     return absl::InvalidArgumentError(valid.message());
   }
   if (pp::common::IsAutoSchedule(spec.parallel())) {
@@ -80,6 +81,21 @@ absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec, const pp::plan::Mem
   planned.schedule = *std::move(schedule);
   planned.stage_units = *std::move(units);
   return planned;
+}
+
+absl::StatusOr<PlannedJob> PlanClientSpec(const pp::v1::JobSpec& spec,
+                                          const std::vector<std::string>& data_roots,
+                                          const pp::plan::MemoryFits& fits) {
+  for (const auto& [field, path] : pp::common::SpecInputPaths(spec)) {
+    absl::Status inside = pp::common::CheckUnderRoots(field, path, data_roots, "data_root");
+    if (!inside.ok()) return inside;
+  }
+  pp::v1::JobSpec defaulted = spec;
+  pp::common::ApplyDefaults(&defaulted);
+  if (absl::Status valid = pp::common::ValidateJobSpec(defaulted, data_roots); !valid.ok()) {
+    return absl::InvalidArgumentError(valid.message());
+  }
+  return PlanJobSpec(std::move(defaulted), fits);
 }
 
 std::vector<int64_t> RankBytes(const std::vector<pp::plan::RankMemory>& memory) {

@@ -27,7 +27,9 @@ struct PlannedJob {
 // and the recomputation shares of the job (coordinator/plan/recompute.h).
 pp::v1::CostModel PlanningCosts(const pp::plan::RecomputeShares& shares = {});
 
-// ApplyDefaults + ValidateJobSpec (common/job_spec.h) + planner + memory estimate. A spec with
+// ApplyDefaults + ValidateJobSpecFields (common/job_spec.h) + planner + memory estimate. Reads no
+// file, so JobManager may call it under its lock (reloading a stored job, deciding a calibrated
+// one): a spec's files are checked once, by PlanClientSpec, when it comes in. A spec with
 // parallel.schedule "auto" is planned as plan::ProvisionalSpec (placement and admission need a layout
 // before calibration chooses one) and returned with "auto" kept. Every error is
 // InvalidArgument naming the offending field(s). parallel.recompute "auto" is resolved with
@@ -35,6 +37,15 @@ pp::v1::CostModel PlanningCosts(const pp::plan::RecomputeShares& shares = {});
 // auto then means none.
 absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec,
                                        const pp::plan::MemoryFits& fits = nullptr);
+
+// A spec as a client sends it (SubmitJob, PlanJob, ResumeJob), the same checks for each: every
+// path it names under `data_roots` (common/path_roots.h), before any file is opened, so that the
+// answer for a path outside is the same whether it exists or not; then its fields; then its files
+// (ValidateSpecFiles under `data_roots`); then PlanJobSpec. Reads every data file through: call
+// it without JobManager's lock. Empty `data_roots`: files may lie anywhere.
+absl::StatusOr<PlannedJob> PlanClientSpec(const pp::v1::JobSpec& spec,
+                                          const std::vector<std::string>& data_roots,
+                                          const pp::plan::MemoryFits& fits);
 
 // The estimated peak bytes of each rank (RankMemory total), in rank order.
 std::vector<int64_t> RankBytes(const std::vector<pp::plan::RankMemory>& memory);

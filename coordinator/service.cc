@@ -4,11 +4,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/host_port.h"
 #include "common/mesh.h"
 #include "common/job_spec.h"
-#include "common/path_roots.h"
+#include "common/spec_bounds.h"
 #include "common/tls.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
@@ -30,8 +29,9 @@
 namespace pp::coordinator {
 namespace {
 
-// WatchJob streams one client host may hold open; each holds a server thread while it is open.
-constexpr int kMaxWatchesPerHost = 16;
+// WatchJob streams one client (a user, or an anonymous caller's host: peer_limit.h) may hold open;
+// each holds a server thread while it is open.
+constexpr int kMaxWatchesPerClient = 16;
 
 // Threads the gRPC server may run for calls (its thread quota). A watch and a rendezvous wait each
 // hold one while open: this leaves room for every rank of the largest job (4096, as the spec
@@ -55,11 +55,11 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
                          pp::v1::SubmitJobResponse* response) override {
     absl::StatusOr<Caller> caller = auth_->Authorize(*context, "SubmitJob");
     if (!caller.ok()) return Answer("SubmitJob", caller.status());
-    // Before planning, so that a user learns where the data may live before anything runs.
-    for (const auto& [field, path] : common::SpecInputPaths(request->spec())) {
-      absl::Status inside = common::CheckUnderRoots(field, path, data_roots_, "data_root");
-      if (!inside.ok()) return Answer("SubmitJob", inside);
+    // First: nothing else reads a spec that is too large or carries fields no one checked.
+    if (absl::Status s = common::CheckSpecBytes(request->spec()); !s.ok()) {
+      return Answer("SubmitJob", s);
     }
+    // The roots and the files are checked in Submit, as in PlanJob (planning.h PlanClientSpec).
     absl::StatusOr<std::string> id = jobs_->Submit(request->spec(), caller->name);
     if (id.ok()) response->set_job_id(*id);
     return Answer("SubmitJob", id.status());
@@ -87,7 +87,8 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
                         grpc::ServerWriter<pp::v1::JobEvent>* writer) override {
     absl::StatusOr<Caller> caller = auth_->Authorize(*context, "WatchJob");
     if (!caller.ok()) return Answer("WatchJob", caller.status());
-    absl::StatusOr<std::unique_ptr<PeerLimit::Slot>> slot = watches_.Acquire(context->peer());
+    absl::StatusOr<std::unique_ptr<PeerLimit::Slot>> slot =
+        watches_.Acquire(ClientOf(caller->name, context->peer()));
     if (!slot.ok()) return Answer("WatchJob", slot.status());
     absl::Status status = jobs_->Watch(
         request->job_id(), [writer](const pp::v1::JobEvent& e) { return writer->Write(e); },
@@ -111,6 +112,10 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
     if (absl::Status allowed = MayChange(*context, "ResumeJob", request->job_id()); !allowed.ok()) {
       return Answer("ResumeJob", allowed);
     }
+    // The new layout becomes the job's spec, which is checked whole (CheckSpecBytes) once planned.
+    if (absl::Status s = common::CheckNoUnknownFields(request->parallel(), "parallel"); !s.ok()) {
+      return Answer("ResumeJob", s);
+    }
     absl::StatusOr<pp::v1::Job> job = jobs_->Resume(*request);
     if (job.ok()) *response = *std::move(job);
     return Answer("ResumeJob", job.status());
@@ -128,8 +133,13 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
                        pp::v1::PlanJobResponse* response) override {
     absl::StatusOr<Caller> caller = auth_->Authorize(*context, "PlanJob");
     if (!caller.ok()) return Answer("PlanJob", caller.status());
-    absl::StatusOr<PlannedJob> planned = PlanJobSpec(
-        request->spec(),
+    if (absl::Status s = common::CheckSpecBytes(request->spec()); !s.ok()) {
+      return Answer("PlanJob", s);
+    }
+    // The checks SubmitJob makes, --data_root first: a view token learns nothing of the files
+    // outside it.
+    absl::StatusOr<PlannedJob> planned = PlanClientSpec(
+        request->spec(), data_roots_,
         request->spec().parallel().recompute() == "auto" ? jobs_->RegisteredMemoryFits() : nullptr);
     if (planned.ok()) {
       response->set_recompute(planned->spec.parallel().recompute());
@@ -187,19 +197,22 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
   CoordinatorMetrics* metrics_;
   const Authorizer* auth_;
   const std::vector<std::string> data_roots_;
-  PeerLimit watches_{kMaxWatchesPerHost, "WatchJob streams"};
+  PeerLimit watches_{kMaxWatchesPerClient, "WatchJob streams"};
 };
 
 class RegistryService final : public pp::v1::WorkerRegistry::Service {
  public:
-  RegistryService(JobManager* jobs, CoordinatorMetrics* metrics, bool tls)
-      : jobs_(jobs), metrics_(metrics), tls_(tls) {}
+  RegistryService(JobManager* jobs, CoordinatorMetrics* metrics, const Authorizer* auth)
+      : jobs_(jobs), metrics_(metrics), auth_(auth) {}
 
   grpc::Status RegisterWorker(grpc::ServerContext* context,
                               const pp::v1::RegisterWorkerRequest* request,
                               pp::v1::RegisterWorkerResponse* response) override {
-    if (absl::Status s = CheckWorker(*context, &request->worker().name()); !s.ok())
+    if (absl::Status s = auth_->AuthorizeWorker(*context, "RegisterWorker",
+                                                &request->worker().name());
+        !s.ok()) {
       return Answer("RegisterWorker", s);
+    }
     absl::StatusOr<pp::v1::RegisterWorkerResponse> r = jobs_->Register(request->worker());
     if (r.ok()) *response = *std::move(r);
     return Answer("RegisterWorker", r.status());
@@ -207,7 +220,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
 
   grpc::Status Heartbeat(grpc::ServerContext* context, const pp::v1::HeartbeatRequest* request,
                          pp::v1::HeartbeatResponse* response) override {
-    if (absl::Status s = CheckWorker(*context, &request->name()); !s.ok())
+    if (absl::Status s = auth_->AuthorizeWorker(*context, "Heartbeat", &request->name()); !s.ok())
       return Answer("Heartbeat", s);
     *response = jobs_->Heartbeat(*request);
     return grpc::Status::OK;
@@ -215,7 +228,9 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
 
   grpc::Status ReportStep(grpc::ServerContext* context, const pp::v1::StepReport* request,
                           pp::v1::ReportResponse* response) override {
-    if (absl::Status s = CheckWorker(*context, nullptr); !s.ok()) return Answer("ReportStep", s);
+    if (absl::Status s = auth_->AuthorizeWorker(*context, "ReportStep", nullptr); !s.ok()) {
+      return Answer("ReportStep", s);
+    }
     if (absl::Status s = CheckReporter(*context, *request); !s.ok()) {
       return Answer("ReportStep", s);
     }
@@ -225,8 +240,10 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
 
   grpc::Status ReportTask(grpc::ServerContext* context, const pp::v1::TaskReport* request,
                           pp::v1::ReportResponse* response) override {
-    if (absl::Status s = CheckWorker(*context, &request->worker()); !s.ok())
+    if (absl::Status s = auth_->AuthorizeWorker(*context, "ReportTask", &request->worker());
+        !s.ok()) {
       return Answer("ReportTask", s);
+    }
     if (absl::Status s = CheckReporter(*context, *request); !s.ok()) {
       return Answer("ReportTask", s);
     }
@@ -237,7 +254,7 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
   grpc::Status ReportCheckpoint(grpc::ServerContext* context,
                                 const pp::v1::CheckpointReport* request,
                                 pp::v1::ReportResponse* response) override {
-    if (absl::Status s = CheckWorker(*context, nullptr); !s.ok())
+    if (absl::Status s = auth_->AuthorizeWorker(*context, "ReportCheckpoint", nullptr); !s.ok())
       return Answer("ReportCheckpoint", s);
     if (absl::Status s = CheckReporter(*context, *request); !s.ok()) {
       return Answer("ReportCheckpoint", s);
@@ -248,7 +265,9 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
 
   grpc::Status KvSet(grpc::ServerContext* context, const pp::v1::KvSetRequest* request,
                      pp::v1::KvSetResponse*) override {
-    if (absl::Status s = CheckWorker(*context, nullptr); !s.ok()) return Answer("KvSet", s);
+    if (absl::Status s = auth_->AuthorizeWorker(*context, "KvSet", nullptr); !s.ok()) {
+      return Answer("KvSet", s);
+    }
     if (request->key().empty()) {
       return Answer("KvSet", absl::InvalidArgumentError("key: must not be empty"));
     }
@@ -258,7 +277,9 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
 
   grpc::Status KvGet(grpc::ServerContext* context, const pp::v1::KvGetRequest* request,
                      pp::v1::KvGetResponse* response) override {
-    if (absl::Status s = CheckWorker(*context, nullptr); !s.ok()) return Answer("KvGet", s);
+    if (absl::Status s = auth_->AuthorizeWorker(*context, "KvGet", nullptr); !s.ok()) {
+      return Answer("KvGet", s);
+    }
     if (!(request->timeout_seconds() >= 0)) {
       return Answer("KvGet",
                     absl::InvalidArgumentError(absl::StrCat("timeout_seconds: must be >= 0, got ",
@@ -282,34 +303,17 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
     return ToGrpc(status);
   }
 
-  // With TLS, only callers with a client certificate of the CA reach the registry, and a call
-  // that names a worker (`name`, null when it names none) must come from that worker.
-  absl::Status CheckWorker(const grpc::ServerContext& context, const std::string* name) const {
-    if (!tls_) return absl::OkStatus();
-    const std::vector<std::string> names = common::PeerNames(context);
-    if (names.empty()) {
-      return absl::UnauthenticatedError(
-          "pp.v1.WorkerRegistry takes only callers with a client certificate of --tls_ca");
-    }
-    if (name != nullptr && !common::PeerIs(context, *name)) {
-      return absl::PermissionDeniedError(absl::StrCat("worker name \"", *name,
-                                                      "\" is not in the caller's certificate (",
-                                                      absl::StrJoin(names, ", "), ")"));
-    }
-    return absl::OkStatus();
-  }
-
   // With TLS, a rendezvous key is only for the workers of its job's live attempt (kv_access.h).
   // Checked once, before a KvGet waits: an attempt that ends meanwhile drops its keys anyway.
   absl::Status CheckKeys(const grpc::ServerContext& context,
                          const std::vector<std::string>& keys) const {
-    if (!tls_) return absl::OkStatus();
-    const std::vector<std::string> names = common::PeerNames(context);
+    if (!auth_->tls()) return absl::OkStatus();
+    const std::string caller = common::PeerName(context);
     for (const std::string& key : keys) {
       const std::optional<KeyScope> scope = ScopeOfKey(key);
       const std::optional<LiveAttempt> live =
           scope.has_value() ? jobs_->LiveAttemptOf(scope->job_id) : std::nullopt;
-      if (absl::Status s = CheckKvAccess(key, live, names); !s.ok()) return s;
+      if (absl::Status s = CheckKvAccess(key, live, caller); !s.ok()) return s;
     }
     return absl::OkStatus();
   }
@@ -319,14 +323,14 @@ class RegistryService final : public pp::v1::WorkerRegistry::Service {
   // someone else's job.
   template <typename Report>
   absl::Status CheckReporter(const grpc::ServerContext& context, const Report& report) const {
-    if (!tls_) return absl::OkStatus();
+    if (!auth_->tls()) return absl::OkStatus();
     return CheckReportAccess(report.job_id(), report.attempt(), report.rank(),
-                             jobs_->LiveAttemptOf(report.job_id()), common::PeerNames(context));
+                             jobs_->LiveAttemptOf(report.job_id()), common::PeerName(context));
   }
 
   JobManager* jobs_;
   CoordinatorMetrics* metrics_;
-  const bool tls_;
+  const Authorizer* auth_;  // AuthorizeWorker; tls()
 };
 
 // Applies the listen rule (plaintext only on loopback, unless --insecure), then reads the TLS
@@ -348,7 +352,7 @@ absl::Status LoadSecurity(const CoordinatorOptions& options, std::optional<commo
     if (!table.ok()) return table.status();
     tokens = *std::move(table);
   }
-  *auth = Authorizer(std::move(tokens), tls->has_value());
+  *auth = Authorizer(std::move(tokens), tls->has_value(), options.deny_certs);
   return absl::OkStatus();
 }
 
@@ -406,15 +410,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   manager.data_dir = options.data_dir;
   manager.worker_timeout = options.worker_timeout;
   manager.heartbeat_interval = options.heartbeat_interval;
+  manager.retain_jobs = options.retain_jobs;
   if (impl->tls.has_value()) manager.worker_credentials = common::ChannelCredentials(*impl->tls);
+  manager.data_roots = options.data_roots;
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
       JobManager::Create(manager, impl->metrics.get());
   if (!jobs.ok()) return jobs.status();
   impl->jobs = *std::move(jobs);
   impl->coordinator = std::make_unique<CoordinatorService>(impl->jobs.get(), impl->metrics.get(),
                                                            &impl->auth, options.data_roots);
-  impl->registry = std::make_unique<RegistryService>(impl->jobs.get(), impl->metrics.get(),
-                                                     impl->tls.has_value());
+  impl->registry =
+      std::make_unique<RegistryService>(impl->jobs.get(), impl->metrics.get(), &impl->auth);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

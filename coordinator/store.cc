@@ -9,10 +9,9 @@
 #include "google/protobuf/util/json_util.h"
 
 namespace pp::coordinator {
-namespace {
 
 // A prepared statement that finalizes itself.
-class Statement {
+class JobStore::Statement {
  public:
   Statement(sqlite3* db, const char* sql) : db_(db) {
     rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
@@ -41,6 +40,8 @@ class Statement {
   sqlite3_stmt* stmt_ = nullptr;
   int rc_;
 };
+
+namespace {
 
 std::string Text(sqlite3_stmt* stmt, int column) {
   const unsigned char* text = sqlite3_column_text(stmt, column);
@@ -118,6 +119,11 @@ absl::Status JobStore::Put(const pp::v1::Job& job) {
   return stmt.Run();
 }
 
+absl::Status JobStore::Delete(const std::string& job_id) {
+  return InTransaction({"DELETE FROM steps WHERE job_id = ?1", "DELETE FROM jobs WHERE id = ?1"},
+                       [&job_id](Statement& stmt) { stmt.Bind(1, job_id); });
+}
+
 absl::Status JobStore::AddStep(const std::string& job_id, const StepRecord& step) {
   Statement stmt(db_,
                  "INSERT OR REPLACE INTO steps (job_id, step, loss, step_seconds,"
@@ -176,17 +182,25 @@ absl::StatusOr<std::vector<pp::v1::Job>> JobStore::LoadJobs() {
 
 absl::Status JobStore::Quarantine(int64_t rowid, const std::string& error) {
   // One transaction: the row is in jobs or in quarantine, never in neither.
+  return InTransaction(
+      {"INSERT INTO quarantine (id, seq, job_json, error, quarantined_unix) SELECT id, seq,"
+       " job_json, ?2, CAST(strftime('%s', 'now') AS REAL) FROM jobs WHERE rowid = ?1",
+       "DELETE FROM jobs WHERE rowid = ?1"},
+      [rowid, &error](Statement& stmt) {
+        stmt.Bind(1, rowid);
+        stmt.Bind(2, error);  // the DELETE has no ?2: sqlite ignores the binding (SQLITE_RANGE)
+      });
+}
+
+absl::Status JobStore::InTransaction(std::initializer_list<const char*> statements,
+                                     const std::function<void(Statement&)>& bind) {
   if (absl::Status begun = Exec("BEGIN IMMEDIATE"); !begun.ok()) return begun;
   absl::Status status;
-  for (const char* sql :
-       {"INSERT INTO quarantine (id, seq, job_json, error, quarantined_unix) SELECT id, seq,"
-        " job_json, ?2, CAST(strftime('%s', 'now') AS REAL) FROM jobs WHERE rowid = ?1",
-        "DELETE FROM jobs WHERE rowid = ?1"}) {
+  for (const char* sql : statements) {
     Statement stmt(db_, sql);
     status = stmt.status();
     if (!status.ok()) break;
-    stmt.Bind(1, rowid);
-    stmt.Bind(2, error);  // the DELETE has no ?2: sqlite ignores the binding (SQLITE_RANGE)
+    bind(stmt);
     if (status = stmt.Run(); !status.ok()) break;
   }
   if (!status.ok()) {

@@ -9,6 +9,8 @@
 #ifndef PP_COORDINATOR_STORE_H_
 #define PP_COORDINATOR_STORE_H_
 
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +39,9 @@ class JobStore {
   ~JobStore();
 
   absl::Status Put(const pp::v1::Job& job);  // insert or replace
+  // Deletes the job's row and its step records, both or neither; OK when there are none. What an
+  // expired job leaves (coordinator/retention.h): it is then unknown, also after a restart.
+  absl::Status Delete(const std::string& job_id);
   absl::Status AddStep(const std::string& job_id, const StepRecord& step);
   // Every decodable job, in submission order. A row whose job does not parse (or whose id is not
   // its row's) is moved to table quarantine with the parse error, and logged; it is not returned.
@@ -51,6 +56,10 @@ class JobStore {
   absl::Status Exec(const std::string& sql);
   // Moves the row of table jobs with this rowid to table quarantine, noting `error`.
   absl::Status Quarantine(int64_t rowid, const std::string& error);
+  class Statement;  // a prepared statement (store.cc)
+  // Runs `statements` in one transaction, each bound by `bind`: all take effect or none.
+  absl::Status InTransaction(std::initializer_list<const char*> statements,
+                             const std::function<void(Statement&)>& bind);
 
   sqlite3* db_;
 };

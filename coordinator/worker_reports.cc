@@ -88,7 +88,9 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   rec->newest_reported_step = std::max(rec->newest_reported_step, report.step());
   if (report.draining() && rec->stop_step == 0 && report.rank() >= 0 &&
       report.rank() < job.placement_size()) {
-    rec->stop_step = std::min(job.spec().train().steps(), rec->newest_reported_step + 1);
+    // Not newest + 1 first: at train.steps == INT_MAX that overflows.
+    const int steps = job.spec().train().steps();
+    rec->stop_step = rec->newest_reported_step < steps ? rec->newest_reported_step + 1 : steps;
     const std::string& worker = job.placement(report.rank()).worker();
     rec->leaving_workers.insert(worker);
     Log(absl::StrCat("job ", job.id(), ": worker ", worker, " drains; every rank stops after step ",
@@ -163,8 +165,8 @@ void JobManager::ApplyTaskEnd(JobRecord& rec, const pp::v1::TaskReport& report,
                               const std::string& worker) {
   pp::v1::Job& job = rec.job;
   if (!report.ok()) {
-    const std::string reason =
-        absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ", report.error());
+    const std::string reason = absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ",
+                                            ReportedText(report.error()));
     const auto code = static_cast<absl::StatusCode>(report.error_code());
     if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kDeadlineExceeded) {
       Suspect(rec, reason, worker);

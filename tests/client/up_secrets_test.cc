@@ -1,11 +1,16 @@
 // ppctl up's secrets (client/up_secrets.h): keys and tokens are created 0600 in a 0700 folder,
-// never readable by others in between, and a folder another user owns is refused.
+// never readable by others in between, a folder another user owns is refused, and only the admin
+// client's certificate carries the admin mark (OU=pipeline-admin).
 #include "client/up_secrets.h"
 
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +25,22 @@ unsigned ModeOf(const std::string& path) {
   struct stat info;
   EXPECT_EQ(::stat(path.c_str(), &info), 0) << path;
   return info.st_mode & 0777;
+}
+
+// The subject OU of the certificate in `path`; "" when it has none.
+std::string UnitOf(const std::string& path) {
+  std::unique_ptr<FILE, decltype(&std::fclose)> file(std::fopen(path.c_str(), "r"), &std::fclose);
+  EXPECT_NE(file, nullptr) << path;
+  if (file == nullptr) return "";
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_X509(file.get(), nullptr, nullptr, nullptr), &X509_free);
+  EXPECT_NE(cert, nullptr) << path;
+  char unit[256] = {};
+  const int n = cert == nullptr ? -1
+                                : X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()),
+                                                            NID_organizationalUnitName, unit,
+                                                            sizeof(unit));
+  return n > 0 ? std::string(unit, n) : "";
 }
 
 class UpSecretsTest : public ::testing::Test {
@@ -45,6 +66,17 @@ TEST_F(UpSecretsTest, KeysAndTokensAre0600InA0700Folder) {
   }
   EXPECT_EQ(ModeOf(secrets->Cert("w0")), 0644u);
   EXPECT_EQ(ModeOf(secrets->ca), 0644u);
+}
+
+// ppctl up's own client certificate is an admin on ppcoord's job API; the daemons' are not, so a
+// worker's key is no admin key.
+TEST_F(UpSecretsTest, OnlyTheAdminsCertificateIsMarkedAdmin) {
+  absl::StatusOr<UpSecrets> secrets =
+      MakeUpSecrets((dir_ / "tls").string(), {"ppcoord", "w0"}, {"ppctl"});
+  ASSERT_TRUE(secrets.ok()) << secrets.status();
+  EXPECT_EQ(UnitOf(secrets->Cert("ppctl")), "pipeline-admin");
+  EXPECT_EQ(ModeOf(secrets->Key("ppctl")), 0600u);
+  for (const char* daemon : {"ppcoord", "w0"}) EXPECT_EQ(UnitOf(secrets->Cert(daemon)), "");
 }
 
 TEST_F(UpSecretsTest, AFolderOfAnotherUserIsRefused) {

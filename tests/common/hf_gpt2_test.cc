@@ -245,5 +245,42 @@ TEST(HfGpt2, ReadRefusesShardedAndPickleFolders) {
   std::filesystem::remove_all(dir);
 }
 
+// Under --data_root each file of the folder is opened where it resolves: a symlink out of the
+// roots is refused, one that stays inside (the Hugging Face cache's blobs) is read.
+TEST(HfGpt2, ReadUnderRootsRefusesFilesSymlinkedOutOfThem) {
+  namespace fs = std::filesystem;
+  const std::string base = ::testing::TempDir() + "/hf_gpt2_roots";
+  fs::remove_all(base);
+  const pp::v1::ModelSpec m = Spec(false);
+  ASSERT_TRUE(WriteHfGpt2(base + "/outside", m, Ours(m)).ok());
+  ASSERT_TRUE(WriteHfGpt2(base + "/root/blobs", m, Ours(m)).ok());
+  const std::vector<std::string> roots = {base + "/root"};
+  for (const char* file : {kHfConfigFile, kHfWeightsFile}) {
+    SCOPED_TRACE(file);
+    const std::string dir = absl::StrCat(base, "/root/", file, "-linked");
+    ASSERT_TRUE(MakeDirs(dir).ok());
+    for (const char* f : {kHfConfigFile, kHfWeightsFile}) {
+      fs::create_symlink(absl::StrCat(std::string(f) == file ? "../../outside/" : "../blobs/", f),
+                         absl::StrCat(dir, "/", f));
+    }
+    EXPECT_TRUE(ReadHfGpt2(dir).ok()) << "no roots, no rule";
+    const absl::Status refused = ReadHfGpt2(dir, roots).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(refused.message()),
+                HasSubstr(absl::StrCat(file, " \"", dir, "/", file,
+                                       "\" is outside the allowed --data_root")));
+  }
+  absl::StatusOr<HfGpt2Model> inside = ReadHfGpt2(base + "/root/blobs", roots);
+  EXPECT_TRUE(inside.ok()) << inside.status();
+  fs::remove_all(base);
+}
+
+// The JSON parser's message quotes the bytes around its error: a refusal never passes it on.
+TEST(HfGpt2, AConfigThatIsNotJsonIsRefusedWithoutQuotingIt) {
+  const std::string secret = "root:x:0:0:TOPSECRET";
+  const absl::Status s = ParseHfGpt2Config(secret + "\n", "D/config.json").status();
+  EXPECT_EQ(s.message(), "D/config.json: not a JSON object");
+}
+
 }  // namespace
 }  // namespace pp::common

@@ -1,8 +1,10 @@
 #include "common/job_spec.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
-#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -494,6 +496,43 @@ TEST_F(JobSpecTest, Uint16ScanReadsEveryChunk) {
                                                 values.size() * 2))
                   .ok());
   ExpectLargestTokenIs50256(path);
+}
+
+// ValidateJobSpecFields opens nothing (ppcoord runs it under its lock); ValidateSpecFiles opens
+// each file under the roots, refusing what is not a regular file without blocking on it.
+TEST_F(JobSpecTest, FieldsOpenNoFileAndFilesOpenUnderTheRoots) {
+  pp::v1::JobSpec absent = spec_;
+  absent.mutable_data()->set_path(dir_ + "/absent.bin");
+  absent.mutable_model()->set_init_from(dir_ + "/absent-model");
+  absent.mutable_eval()->set_batches(1);
+  absent.mutable_eval()->set_holdout_fraction(0.5);
+  EXPECT_TRUE(ValidateJobSpecFields(absent).ok()) << ValidateJobSpecFields(absent);
+  EXPECT_THAT(std::string(ValidateJobSpec(absent).message()), StartsWith("data.path: cannot open"));
+
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ExpectInvalid([&](Spec* s) { s->mutable_data()->set_path(fifo); },
+                "data.path: " + fifo + ": not a regular file (a FIFO)");
+
+  const std::string root = dir_ + "/root";
+  ASSERT_TRUE(MakeDirs(root + "/hf").ok());
+  std::filesystem::create_symlink(data_, root + "/data.txt");
+  pp::v1::JobSpec linked = spec_;
+  linked.mutable_data()->set_path(root + "/data.txt");
+  EXPECT_TRUE(ValidateSpecFiles(linked, {dir_}).ok()) << "the symlink stays inside " << dir_;
+  EXPECT_THAT(std::string(ValidateSpecFiles(linked, {root}).message()),
+              StartsWith("data.path \"" + root + "/data.txt\" is outside the allowed --data_root"));
+  ASSERT_TRUE(WriteFileAtomic(dir_ + "/secret", "TOPSECRET is not JSON").ok());
+  std::filesystem::create_symlink(dir_ + "/secret", root + "/hf/config.json");
+  ASSERT_TRUE(WriteFileAtomic(root + "/corpus.txt", std::string(1000, 'a')).ok());
+  linked.mutable_data()->set_path(root + "/corpus.txt");
+  linked.mutable_model()->set_init_from(root + "/hf");
+  const std::string refused(ValidateSpecFiles(linked, {root}).message());
+  EXPECT_THAT(refused, StartsWith("model.init_from: config.json \"" + root +
+                                  "/hf/config.json\" is outside the allowed --data_root"));
+  const std::string unparsed(ValidateSpecFiles(linked, {}).message());
+  EXPECT_THAT(unparsed, HasSubstr("config.json: not a JSON object"));
+  EXPECT_THAT(unparsed + refused, ::testing::Not(HasSubstr("TOPSECRET")));
 }
 
 }  // namespace

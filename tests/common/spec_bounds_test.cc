@@ -304,5 +304,70 @@ TEST(SpecBoundsTest, ValidateJobSpecRefusesHostileSizes) {
               StartsWith("train.microbatches: 1000000 microbatches make 2000000 actions"));
 }
 
+// The whole spec is bounded in bytes, as protobuf encodes it: at most kMaxSpecBytes passes, one
+// byte more is refused naming the cap and the largest field, before any other bound.
+TEST(SpecBoundsTest, TheWholeSpecIsBoundedInBytes) {
+  Spec at_limit;
+  at_limit.mutable_parallel()->set_schedule_file(std::string(kMaxSpecBytes - 8, ' '));
+  ASSERT_EQ(at_limit.ByteSizeLong(), static_cast<size_t>(kMaxSpecBytes))
+      << "two tags and two 3-byte lengths around the text";
+  EXPECT_TRUE(CheckSpecBytes(at_limit).ok()) << CheckSpecBytes(at_limit);
+  Spec over = at_limit;
+  over.set_name("x");
+  const absl::Status status = CheckSpecBytes(over);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith(absl::StrCat("spec: ", kMaxSpecBytes + 3, " bytes is over the limit ",
+                                      kMaxSpecBytes)));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("the largest field is parallel with"));
+  // A carried schedule at its own limit leaves room for everything else.
+  Spec carried = Small();
+  carried.mutable_parallel()->clear_schedule();
+  carried.mutable_parallel()->set_schedule_file(std::string(kMaxScheduleCsvBytes, ' '));
+  carried.set_name(std::string(kMaxNameBytes, 'n'));
+  carried.mutable_data()->set_path(std::string(kMaxPathBytes, 'p'));
+  carried.mutable_model()->set_init_from(std::string(kMaxPathBytes, 'i'));
+  carried.mutable_eval()->mutable_data()->set_path(std::string(kMaxPathBytes, 'e'));
+  EXPECT_TRUE(CheckSpecBytes(carried).ok()) << CheckSpecBytes(carried);
+  // CheckSpecBounds (and so ValidateJobSpec) checks the bytes first: 3.7 MiB of name is refused
+  // as bytes, whatever else the spec says.
+  Spec huge = Small();
+  huge.set_name(std::string(3700 << 10, 'n'));
+  EXPECT_THAT(std::string(CheckSpecBounds(huge).message()), StartsWith("spec: 3788"));
+  EXPECT_THAT(std::string(ValidateJobSpec(huge).message()), StartsWith("spec: 3788"));
+}
+
+// Fields no one knows (a newer client's, or padding) are kept by the parser and would be stored
+// and served: refused wherever they sit, naming the message's path and the field's number.
+TEST(SpecBoundsTest, UnknownFieldsAnywhereAreRefused) {
+  Spec spec = Small();
+  EXPECT_TRUE(CheckSpecBytes(spec).ok());
+  std::string wire = spec.SerializeAsString();
+  // Field 1000, wire type 2 (length-delimited), 3 bytes: what a client appends to the request.
+  wire += std::string("\xc2\x3e\x03" "abc", 6);
+  Spec parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire));
+  absl::Status status = CheckSpecBytes(parsed);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("spec: unknown field number 1000 (pp.v1.JobSpec has no such field"));
+  EXPECT_THAT(std::string(ValidateJobSpec(parsed).message()),
+              StartsWith("spec: unknown field number 1000"));
+
+  Spec nested = Small();
+  nested.mutable_parallel()->mutable_auto_plan()->GetReflection()->MutableUnknownFields(
+      nested.mutable_parallel()->mutable_auto_plan())->AddVarint(99, 7);
+  EXPECT_THAT(std::string(CheckSpecBytes(nested).message()),
+              StartsWith("parallel.auto_plan: unknown field number 99 (pp.v1.AutoPlanSpec"));
+  Spec eval = Small();
+  eval.mutable_eval()->mutable_data()->GetReflection()->MutableUnknownFields(
+      eval.mutable_eval()->mutable_data())->AddLengthDelimited(42, std::string(1 << 20, 'x'));
+  EXPECT_THAT(std::string(CheckSpecBytes(eval).message()),
+              StartsWith("eval.data: unknown field number 42 (pp.v1.DataSpec"));
+  // A part of a spec is checked under the path it is given (ResumeJob's parallel).
+  EXPECT_THAT(std::string(CheckNoUnknownFields(nested.parallel(), "parallel").message()),
+              StartsWith("parallel.auto_plan: unknown field number 99"));
+}
+
 }  // namespace
 }  // namespace pp::common

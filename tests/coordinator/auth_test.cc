@@ -1,4 +1,5 @@
-// The token file: its format, its errors (which never show a token) and the lookup.
+// The token file: its format, its errors (which never show a token) and the lookup; which
+// client certificates are admins.
 #include "coordinator/auth.h"
 
 #include "gmock/gmock.h"
@@ -40,6 +41,15 @@ TEST(TokenTableTest, AMissingFileIsNamed) {
   absl::StatusOr<TokenTable> table = TokenTable::Load("/nonexistent/tokens");
   ASSERT_FALSE(table.ok());
   EXPECT_THAT(table.status().message(), HasSubstr("--auth_tokens=/nonexistent/tokens"));
+}
+
+// A certificate of the CA is no admin for being one: a worker's is not (coordinator/auth.h).
+TEST(AdminCertificateTest, OnlyTheAdminUnitMakesAnAdmin) {
+  EXPECT_TRUE(IsAdminCertificate({.name = "ops", .units = {"team", "pipeline-admin"}}));
+  EXPECT_FALSE(IsAdminCertificate({.name = "w0", .units = {}}));
+  EXPECT_FALSE(IsAdminCertificate({.name = "w0", .units = {"pipeline-admins"}}));
+  EXPECT_FALSE(IsAdminCertificate({.name = "w0", .units = {"Pipeline-Admin"}}));
+  EXPECT_FALSE(IsAdminCertificate({.name = "", .units = {"pipeline-admin"}}));
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/spec_bounds.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/store.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -123,6 +125,30 @@ TEST_F(DurabilityTest, ARowThatDoesNotDecodeIsQuarantinedAndPpcoordStarts) {
   std::string next;
   ASSERT_TRUE(Submit(ValidSpec(), &next).ok());
   EXPECT_EQ(next, "tiny-3");
+}
+
+// A spec stored under older limits, now over the byte cap (common/spec_bounds.h kMaxSpecBytes),
+// does not keep ppcoord from starting: its job is FAILED at reload, saying why.
+TEST_F(DurabilityTest, AStoredSpecOverTheByteCapFailsAtReload) {
+  std::string id;
+  ASSERT_TRUE(Submit(ValidSpec(), &id).ok());
+  server_.reset();
+  {
+    absl::StatusOr<std::unique_ptr<JobStore>> store =
+        JobStore::Open((dir_ / "data" / "ppcoord.db").string());
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<std::vector<pp::v1::Job>> jobs = (*store)->LoadJobs();
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    ASSERT_EQ(jobs->size(), 1u);
+    pp::v1::Job job = jobs->front();
+    job.mutable_spec()->set_name(std::string(common::kMaxSpecBytes, 'n'));
+    ASSERT_TRUE((*store)->Put(job).ok());
+  }
+  StartServer();
+  const pp::v1::Job job = GetJob(id);
+  EXPECT_EQ(job.state(), pp::v1::FAILED);
+  EXPECT_THAT(job.reason(), HasSubstr("its spec is refused: spec: "));
+  EXPECT_THAT(job.reason(), HasSubstr(absl::StrCat("over the limit ", common::kMaxSpecBytes)));
 }
 
 TEST_F(DurabilityTest, AnAutomaticRestartIsPlacedOnlyAfterItsBackoff) {

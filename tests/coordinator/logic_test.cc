@@ -139,6 +139,20 @@ TEST(WorkerTable, NewNamesBeyondTheLimitAreRefusedUntilADownOneIsForgotten) {
   EXPECT_FALSE(table.Heartbeat("a", t0 + absl::Hours(2)));  // forgotten: registers anew
 }
 
+TEST(JobLogic, AReportedErrorIsKeptUpToItsBoundOnACharacterBoundary) {
+  EXPECT_EQ(ReportedText("disk full"), "disk full");
+  const std::string exact(kMaxReportedTextBytes, 'x');
+  EXPECT_EQ(ReportedText(exact), exact);
+  // "é" is two bytes: one that would straddle the bound is cut whole.
+  std::string text(kMaxReportedTextBytes - 1, 'a');
+  for (int i = 0; i < 1000; ++i) text += "\xc3\xa9";
+  const std::string kept = ReportedText(text);
+  EXPECT_EQ(kept.substr(0, kMaxReportedTextBytes),
+            std::string(kMaxReportedTextBytes - 1, 'a') + " ");
+  EXPECT_THAT(kept, HasSubstr("(2000 more bytes not kept)"));
+  EXPECT_LT(kept.size(), kMaxReportedTextBytes + 64);
+}
+
 TEST(JobLogic, TheRestartLogKeepsTheNewestRestartsOnly) {
   pp::v1::Job job;
   const int restarts = kMaxRestartLog + 8;
@@ -463,6 +477,34 @@ TEST_F(StoreTest, JobsAndStepsSurviveReopening) {
   EXPECT_EQ((*steps)[0].step_seconds, 0.5);
   EXPECT_EQ((*steps)[1].bubble_ratio, 0.25);
   EXPECT_TRUE((*store)->Steps("other-2")->empty());
+}
+
+// What an expired job leaves (coordinator/retention.h): neither its row nor its steps, for good;
+// other jobs keep theirs, and deleting what is not there is no error.
+TEST_F(StoreTest, DeleteRemovesTheRowAndItsStepsForGood) {
+  {
+    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db());
+    ASSERT_TRUE(store.ok()) << store.status();
+    pp::v1::Job job;
+    job.set_state(pp::v1::SUCCEEDED);
+    for (const char* name : {"kept", "old"}) {  // numbered as SubmitJob numbers them
+      job.set_id(absl::StrCat(name, "-", *(*store)->ReserveSequence()));
+      ASSERT_TRUE((*store)->Put(job).ok());
+      ASSERT_TRUE((*store)->AddStep(job.id(), {.step = 1, .loss = 5.0}).ok());
+    }
+    ASSERT_TRUE((*store)->Delete("old-2").ok());
+    EXPECT_TRUE((*store)->Delete("old-2").ok());
+    EXPECT_TRUE((*store)->Delete("never-9").ok());
+  }
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db());
+  ASSERT_TRUE(store.ok());
+  absl::StatusOr<std::vector<pp::v1::Job>> jobs = (*store)->LoadJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].id(), "kept-1");
+  EXPECT_TRUE((*store)->Steps("old-2")->empty());
+  EXPECT_EQ((*store)->Steps("kept-1")->size(), 1u);
+  EXPECT_EQ(*(*store)->ReserveSequence(), 3);  // the deleted newest job's number is not reused
 }
 
 TEST_F(StoreTest, UnopenablePathIsAnErrorNamingIt) {

@@ -133,6 +133,13 @@ TEST_F(PpcoordBinaryTest, BadFlagsGiveOneLineAndNonZeroExit) {
     EXPECT_EQ(ppcoord.Wait(absl::Seconds(10)), 2);
     EXPECT_THAT(Slurp(log()), HasSubstr("stray"));
   }
+  {
+    Child ppcoord({"ppcoord", "--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0", "--retain_jobs=-3d",
+                   absl::StrCat("--data_dir=", dir_.string())},
+                  log());
+    EXPECT_EQ(ppcoord.Wait(absl::Seconds(10)), 2);
+    EXPECT_THAT(Slurp(log()), HasSubstr("--retain_jobs: \"-3d\" is not a retention"));
+  }
 }
 
 }  // namespace

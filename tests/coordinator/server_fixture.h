@@ -49,6 +49,7 @@ class CoordinatorServerTest : public ::testing::Test {
     options.data_dir = (dir_ / "data").string();
     options.worker_timeout = absl::Milliseconds(600);
     options.heartbeat_interval = absl::Milliseconds(50);
+    options.retain_jobs = retain_jobs_;
     absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -148,6 +149,7 @@ class CoordinatorServerTest : public ::testing::Test {
 
   std::filesystem::path dir_;
   std::string data_;
+  absl::Duration retain_jobs_ = kDefaultRetainJobs;  // at the next StartServer
   std::unique_ptr<CoordinatorServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pp::v1::Coordinator::Stub> client_;

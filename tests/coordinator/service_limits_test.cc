@@ -163,7 +163,7 @@ std::unique_ptr<OpenWatch> Watch(pp::v1::Coordinator::Stub& client, const std::s
 
 TEST_F(ServiceLimitsTest, WatchesPerClientHostAreCappedAndFreedOnClose) {
   const std::string id = SubmitJobs(1)[0];  // stays QUEUED: its watches stay open
-  constexpr int kCap = 16;                  // kMaxWatchesPerHost of coordinator/service.cc
+  constexpr int kCap = 16;                  // kMaxWatchesPerClient of coordinator/service.cc
   std::vector<std::unique_ptr<OpenWatch>> watches;
   for (int i = 0; i < kCap; ++i) {
     watches.push_back(Watch(*client_, id));
@@ -200,6 +200,13 @@ TEST(PeerHost, DropsThePortOnly) {
   EXPECT_EQ(PeerHost("ipv6:[::1]:5000"), "ipv6:[::1]");
   EXPECT_EQ(PeerHost("ipv6:[::1]"), "ipv6:[::1]");
   EXPECT_EQ(PeerHost("unix:/tmp/sock"), "unix:/tmp/sock");
+}
+
+TEST(ClientOf, AUserWhateverItsAddressElseTheHost) {
+  EXPECT_EQ(ClientOf("alice", "ipv4:127.0.0.1:5000"), "user alice");
+  EXPECT_EQ(ClientOf("alice", "ipv4:10.0.0.9:6000"), "user alice");
+  EXPECT_EQ(ClientOf("", "ipv4:127.0.0.1:5000"), "ipv4:127.0.0.1");
+  EXPECT_NE(ClientOf("ipv4:127.0.0.1", "ipv4:10.0.0.9:6000"), "ipv4:127.0.0.1");
 }
 
 }  // namespace

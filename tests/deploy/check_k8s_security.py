@@ -1,14 +1,18 @@
 """Security checks of a rendered deploy/k8s overlay, for check_k8s.py.
 
 A daemon runs either with --insecure (plaintext: the base) or with all of --tls_cert, --tls_key and
---tls_ca read from Secrets that cert-manager Certificates of the same render issue (through an
-Issuer of the render), with names that match what the peers dial and the worker names. Secure
+--tls_ca read from one cert-manager certificate issued through an Issuer of the same render: a
+Secret of a Certificate, or a csi.cert-manager.io volume (cert-manager's csi-driver, a certificate
+per pod), with names that match what the peers dial and the worker names. Each pod mounts no key
+but its own: a worker pod that is taken over must not hold another worker's (or ppcoord's) key,
+which a Secret volume in a StatefulSet's one pod template would give every replica. Secure
 overlays also give ppcoord --auth_tokens from a Secret, both daemons --data_root, workers
 --checkpoint_root over their checkpoint volume, and NetworkPolicies that admit only the pipeline's
 pods to gRPC and only the metrics ports to the rest.
 
 Kubernetes' schemas do not cover cert-manager's kinds, so CERT_MANAGER holds the part of its v1
 API (cert-manager.io/v1, 1.x) the overlays may use, strictly: an unknown or misspelled field fails.
+CSI_ATTRIBUTES does the same for the csi-driver's volume attributes.
 """
 
 import os
@@ -16,7 +20,20 @@ import os
 import jsonschema
 
 TLS_FLAGS = ("tls_cert", "tls_key", "tls_ca")
+TLS_KEYS = ("tls.crt", "tls.key", "ca.crt")
 USAGES = ("server auth", "client auth")
+
+CSI_DRIVER = "csi.cert-manager.io"
+# The csi-driver's volume attributes (cert-manager csi-driver v0.x), without the driver prefix.
+CSI_ATTRIBUTES = {
+    "issuer-name", "issuer-kind", "issuer-group", "common-name", "dns-names", "ip-sans",
+    "uri-sans", "duration", "is-ca", "key-usages", "key-encoding", "certificate-file", "ca-file",
+    "privatekey-file", "fs-group", "renew-before", "reuse-private-key", "pkcs12-enable",
+    "pkcs12-filename", "pkcs12-password", "literal-subject", "organizations",
+    "organizationalunits",
+}
+# The file each of TLS_KEYS is written to unless an attribute renames it.
+CSI_FILES = {"tls.crt": "certificate-file", "tls.key": "privatekey-file", "ca.crt": "ca-file"}
 
 _DURATION = {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"}
 _NAMES = {"type": "array", "items": {"type": "string", "minLength": 1}}
@@ -98,48 +115,111 @@ def validate_cert_manager(problems, overlay, objects):
             problems.add(where, f"{path}: {error.message}")
 
 
-def secret_files(spec, container):
-    """{file path in the container: (secret name, key)} of its secret and projected volumes."""
-    volumes = {v["name"]: v for v in spec.get("volumes", [])}
-    files = {}
-    for mount in container.get("volumeMounts", []):
-        volume = volumes.get(mount["name"], {})
-        sources = [{"secret": volume["secret"]}] if "secret" in volume else []
-        sources += volume.get("projected", {}).get("sources", [])
-        for source in sources:
-            secret = source.get("secret")
-            if not secret:
-                continue
-            name = secret.get("secretName") or secret.get("name")
-            for item in secret.get("items") or [
-                {"key": k, "path": k} for k in ("tls.crt", "tls.key", "ca.crt", "tokens")
-            ]:
-                files[os.path.join(mount["mountPath"], item["path"])] = (name, item["key"])
-    return files
+def issuers(objects):
+    return {o["metadata"]["name"] for o in objects if o["kind"] == "Issuer"}
 
 
 def certificates(objects):
     """{secretName: Certificate spec} of the Certificates that a rendered Issuer issues."""
-    issuers = {o["metadata"]["name"] for o in objects if o["kind"] == "Issuer"}
     return {
         o["spec"]["secretName"]: o["spec"]
         for o in objects
-        if o["kind"] == "Certificate" and o["spec"].get("issuerRef", {}).get("name") in issuers
+        if o["kind"] == "Certificate"
+        and o["spec"].get("issuerRef", {}).get("name") in issuers(objects)
     }
 
 
-def check_tls_files(problems, where, files, flags, pod_name, certs):
-    """The --tls_* files of one pod (POD_NAME = pod_name) come from one issued Certificate."""
-    secrets = set()
-    for flag, key in zip(TLS_FLAGS, ("tls.crt", "tls.key", "ca.crt")):
+def csi_certificate(problems, where, attributes, pod_name, namespace, issuer_names):
+    """The Certificate spec a csi.cert-manager.io volume asks for in pod `pod_name`, or None when
+    no rendered Issuer would sign it."""
+    attrs = {k.removeprefix(CSI_DRIVER + "/"): v for k, v in attributes.items()}
+    for name in attrs.keys() - CSI_ATTRIBUTES:
+        problems.add(where, f"csi volume attribute {CSI_DRIVER}/{name}: unknown to the csi-driver")
+    kind = attrs.get("issuer-kind", "Issuer")
+    if attrs.get("issuer-name") not in issuer_names or kind != "Issuer":
+        return None
+
+    def expand(text):
+        return text.replace("${POD_NAME}", pod_name).replace("${POD_NAMESPACE}", namespace)
+
+    return {
+        "commonName": expand(attrs.get("common-name", "")),
+        "dnsNames": [expand(d.strip()) for d in attrs.get("dns-names", "").split(",") if d.strip()],
+        "usages": [u.strip() for u in attrs.get("key-usages", "").split(",")],
+        "fsGroup": attrs.get("fs-group"),
+    }
+
+
+def mounted_files(problems, where, objects, workload, pod_name):
+    """({file path in the container: (source, key)}, {source: Certificate spec or None}) of the
+    secret, projected and csi.cert-manager.io volumes a pod (POD_NAME = pod_name) mounts."""
+    spec, container = workload.pod, workload.container
+    namespace = workload.obj["metadata"].get("namespace", "default")
+    certs, issuer_names = certificates(objects), issuers(objects)
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    files, sources = {}, {}
+    for mount in container.get("volumeMounts", []):
+        volume = volumes.get(mount["name"], {})
+        csi = volume.get("csi", {})
+        if csi.get("driver") == CSI_DRIVER:
+            attributes = csi.get("volumeAttributes", {})
+            source = f"csi volume {mount['name']}"
+            sources[source] = csi_certificate(
+                problems, where, attributes, pod_name, namespace, issuer_names
+            )
+            for key, attribute in CSI_FILES.items():
+                path = attributes.get(f"{CSI_DRIVER}/{attribute}", key)
+                files[os.path.join(mount["mountPath"], path)] = (source, key)
+        secrets = [volume["secret"]] if "secret" in volume else []
+        projected = volume.get("projected", {}).get("sources", [])
+        secrets += [s["secret"] for s in projected if "secret" in s]
+        for secret in secrets:
+            name = secret.get("secretName") or secret.get("name")
+            source = f"Secret {name}"
+            sources[source] = certs.get(name)
+            # Without items, a Certificate's Secret holds TLS_KEYS; any other (pipeline-tokens),
+            # which the render does not show, is taken to hold the token file.
+            held = TLS_KEYS if name in certs else ("tokens",)
+            for item in secret.get("items") or [{"key": k, "path": k} for k in held]:
+                files[os.path.join(mount["mountPath"], item["path"])] = (source, item["key"])
+    return files, sources
+
+
+def check_tls_files(problems, where, mounted, flags, pod_name):
+    """The --tls_* files of one pod (POD_NAME = pod_name) come from one issued certificate."""
+    files, sources = mounted
+    used = set()
+    for flag, key in zip(TLS_FLAGS, TLS_KEYS):
         path = flags.get(flag, "").replace("$(POD_NAME)", pod_name)
-        secret, item = files.get(path, (None, None))
-        if secret not in certs or item != key:
-            problems.add(where, f"--{flag}={path} is not {key} of a cert-manager Certificate")
-        secrets.add(secret)
-    if len(secrets) != 1:
-        problems.add(where, f"--tls_* files of {pod_name} come from several Secrets {secrets}")
-    return certs.get(next(iter(secrets)))
+        source, item = files.get(path, (None, None))
+        if sources.get(source) is None or item != key:
+            problems.add(where, f"--{flag}={path} is not {key} of a cert-manager certificate")
+        used.add(source)
+    if len(used) != 1:
+        problems.add(where, f"--tls_* files of {pod_name} come from several sources {used}")
+    return sources.get(next(iter(used)))
+
+
+def check_own_key(problems, where, mounted, pod_name, identity):
+    """Pod `pod_name` mounts no private key but its own, `identity`'s."""
+    files, sources = mounted
+    for path, (source, key) in sorted(files.items()):
+        owner = (sources.get(source) or {}).get("commonName")
+        if key == "tls.key" and owner != identity:
+            problems.add(
+                where,
+                f"pod {pod_name} mounts the key of {owner or 'an unknown certificate'} "
+                f"({source}, {path}): taken over, it would act as that identity",
+            )
+
+
+def check_key_readable(problems, where, workload, cert):
+    """A csi-driver key is readable by the daemon's group only when fs-group is that group."""
+    if cert is None or "fsGroup" not in cert:
+        return
+    group = workload.pod.get("securityContext", {}).get("runAsGroup")
+    if cert["fsGroup"] != str(group):
+        problems.add(where, f"csi fs-group {cert['fsGroup']} is not the pod's runAsGroup {group}")
 
 
 def check_names(problems, where, cert, common_name, dialed):
@@ -151,6 +231,20 @@ def check_names(problems, where, cert, common_name, dialed):
         problems.add(where, f"certificate of {common_name} does not name {dialed} (peers dial it)")
     if not all(u in cert.get("usages", []) for u in USAGES):
         problems.add(where, f"certificate of {common_name} lacks usages {USAGES}")
+
+
+def check_deny_list(problems, where, objects, workload):
+    """--deny_certs names a file of a rendered ConfigMap mounted without subPath (a subPath mount
+    never sees the ConfigMap change, so SIGHUP would reread the old list)."""
+    path = workload.flags.get("deny_certs", "")
+    maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    volumes = {v["name"]: v for v in workload.pod.get("volumes", [])}
+    for mount in workload.container.get("volumeMounts", []):
+        name = volumes.get(mount["name"], {}).get("configMap", {}).get("name")
+        key = os.path.relpath(path, mount["mountPath"]) if path else ""
+        if name in maps and "subPath" not in mount and key in maps[name].get("data", {}):
+            return
+    problems.add(where, f"{workload.where}: --deny_certs={path} is not a file of a ConfigMap volume")
 
 
 def check_tls_probes(problems, where, container, ports):
@@ -206,20 +300,24 @@ def check(problems, overlay, objects, coord, workers):
             problems.add(overlay, f"{w.where}: want either --insecure or all of --tls_*")
     if not all(tls):
         return
-    certs = certificates(objects)
-    coord_files = secret_files(coord.pod, coord.container)
+    coord_files = mounted_files(problems, overlay, objects, coord, "ppcoord")
     host = workers.flags.get("coordinator", "").rpartition(":")[0]
-    cert = check_tls_files(problems, overlay, coord_files, coord.flags, "", certs)
+    cert = check_tls_files(problems, overlay, coord_files, coord.flags, "ppcoord")
     check_names(problems, overlay, cert, "ppcoord", host)
+    check_own_key(problems, overlay, coord_files, "ppcoord", "ppcoord")
     if workers.flags.get("coordinator_identity", "ppcoord") != "ppcoord":
         problems.add(overlay, "--coordinator_identity is not the coordinator's certificate name")
-    worker_files = secret_files(workers.pod, workers.container)
     for i in range(workers.obj["spec"].get("replicas", 1)):
         pod = f"{workers.obj['metadata']['name']}-{i}"
-        cert = check_tls_files(problems, overlay, worker_files, workers.flags, pod, certs)
+        worker_files = mounted_files(problems, overlay, objects, workers, pod)
+        cert = check_tls_files(problems, overlay, worker_files, workers.flags, pod)
         dialed = workers.flags.get("advertise_host", "").replace("$(POD_NAME)", pod)
         check_names(problems, overlay, cert, pod, dialed)
-    if coord_files.get(coord.flags.get("auth_tokens"), (None, None))[1] != "tokens":
+        check_own_key(problems, overlay, worker_files, pod, pod)
+        check_key_readable(problems, overlay, workers, cert)
+    for w in (coord, workers):
+        check_deny_list(problems, overlay, objects, w)
+    if coord_files[0].get(coord.flags.get("auth_tokens"), (None, None))[1] != "tokens":
         problems.add(overlay, "ppcoord --auth_tokens is not key `tokens` of a Secret")
     for w, flags in ((coord, ("data_root",)), (workers, ("data_root", "checkpoint_root"))):
         for flag in flags:

@@ -1,6 +1,7 @@
 // libFuzzer harness: a job spec as a client submits it (proto3 JSON or text format) through the
-// coordinator's own path, common/job_spec.h ParseJobSpec, then PlanJobSpec (coordinator/planning.h:
-// ApplyDefaults, ValidateJobSpec, the planner's PlanSchedule and PartitionUnits).
+// coordinator's own path, common/job_spec.h ParseJobSpec, then PlanClientSpec
+// (coordinator/planning.h: ApplyDefaults, the field and file checks, the planner's PlanSchedule
+// and PartitionUnits).
 // Bounds, so that a legitimately large spec does not time the harness out: the input is capped
 // (kMaxInput), and a spec whose planning work is large (pipeline x chunks x microbatches or
 // n_layers above kMaxPlanWork) is validated but not planned. PP_FUZZ_UNBOUNDED=1 lifts the
@@ -113,7 +114,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)pp::common::ValidateJobSpec(defaulted);
     return 0;
   }
-  absl::StatusOr<pp::coordinator::PlannedJob> planned = pp::coordinator::PlanJobSpec(*spec);
+  absl::StatusOr<pp::coordinator::PlannedJob> planned =
+      pp::coordinator::PlanClientSpec(*spec, /*data_roots=*/{}, /*fits=*/nullptr);
   if (std::getenv("PP_FUZZ_VERBOSE") != nullptr) {  // seeds: how far does this input get?
     std::fprintf(stderr, "plan: %s\n", planned.status().ToString().c_str());
   }

@@ -4,9 +4,10 @@
 // placed worker at once and chooses the schedule, V, M and partition from the answers.
 //
 // Contract:
-// - CheckRequest: the spec passes common::ApplyDefaults + ValidateJobSpec with parallel.schedule
-//   read as "1f1b" (it arrives as "auto"); 1 <= world_size <= kMaxWorldSize, 0 <= rank <
-//   world_size; 1..kMaxSequenceSizes sequences, each 1..kMaxMicrobatchSize and the spec still
+// - CheckRequest: the spec passes common::ApplyDefaults + ValidateJobSpecFields with
+//   parallel.schedule read as "1f1b" (it arrives as "auto"): it opens none of the spec's files,
+//   which calibration does not read (the task checks them); 1 <= world_size <= kMaxWorldSize,
+//   0 <= rank < world_size; 1..kMaxSequenceSizes sequences, each 1..kMaxMicrobatchSize and the spec still
 //   within common/spec_bounds.h at that microbatch size; 0 < budget_seconds <= kMaxBudgetSeconds;
 //   0 <= message_bytes <= kMaxMessageBytes (0: the largest activation, max(sequences) x T x C
 //   floats); a rendezvous_prefix of 1..kMaxPrefixBytes bytes. InvalidArgument naming the field.

@@ -15,7 +15,7 @@ absl::Status Bad(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("calibrate request ", field, ": ", why));
 }
 
-// The spec as ValidateJobSpec knows it: "auto" is the coordinator's to resolve, so the worker
+// The spec as ValidateJobSpecFields knows it: "auto" is the coordinator's to resolve, so the worker
 // checks the rest of the spec against the fixed schedule of the same chunk count.
 pp::v1::JobSpec SpecToValidate(const pp::v1::JobSpec& spec) {
   pp::v1::JobSpec fixed = spec;
@@ -77,7 +77,7 @@ absl::Status CheckRequest(const pp::v1::CalibrateRequest& request) {
                                                  " bytes, need 1 to ", kMaxPrefixBytes));
   }
   const pp::v1::JobSpec validated = SpecToValidate(request.spec());
-  if (absl::Status s = common::ValidateJobSpec(validated); !s.ok()) {
+  if (absl::Status s = common::ValidateJobSpecFields(validated); !s.ok()) {
     return Bad("spec", s.message());
   }
   return CheckSequences(request, validated);

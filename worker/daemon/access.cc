@@ -1,24 +1,30 @@
 #include "worker/daemon/access.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/path_roots.h"
 #include "common/tls.h"
+#include "worker/daemon/task.h"
 
 namespace pp::daemon {
 
 absl::Status CheckCallerIs(const grpc::ServerContext& context, const std::string& coordinator,
-                           absl::string_view method) {
-  if (coordinator.empty()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "pp.v1.Worker/", method, ": this worker has not learnt the coordinator's identity yet"));
+                           absl::string_view method, const common::CertDenyList* deny) {
+  const std::string where = absl::StrCat("pp.v1.Worker/", method);
+  const std::optional<common::PeerCert> peer = common::VerifiedPeer(context);
+  if (peer.has_value() && deny != nullptr) {
+    if (absl::Status denied = deny->Check(*peer, where); !denied.ok()) return denied;
   }
-  if (common::PeerIs(context, coordinator)) return absl::OkStatus();
-  const std::vector<std::string> names = common::PeerNames(context);
-  return absl::PermissionDeniedError(absl::StrCat(
-      "pp.v1.Worker/", method, ": only the coordinator (", coordinator,
-      ") may call this; the caller is ", names.empty() ? "anonymous" : absl::StrJoin(names, ", ")));
+  if (coordinator.empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(where, ": this worker has not learnt the coordinator's identity yet"));
+  }
+  if (peer.has_value() && peer->name == coordinator) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(where, ": only the coordinator (", coordinator,
+                   ") may call this; the caller is ", peer.has_value() ? peer->name : "anonymous"));
 }
 
 absl::Status CheckSpecPaths(const pp::v1::JobSpec& spec,
@@ -34,6 +40,7 @@ absl::Status CheckSpecPaths(const pp::v1::JobSpec& spec,
 absl::Status CheckPlanPaths(const pp::v1::TaskPlan& plan,
                             const std::vector<std::string>& data_roots,
                             const std::vector<std::string>& checkpoint_roots) {
+  if (absl::Status s = CheckJobId(plan.job_id()); !s.ok()) return s;
   if (absl::Status s = CheckSpecPaths(plan.spec(), data_roots, "task plan"); !s.ok()) return s;
   if (absl::Status s = common::CheckUnderRoots("task plan checkpoint_dir", plan.checkpoint_dir(),
                                                checkpoint_roots, "checkpoint_root");

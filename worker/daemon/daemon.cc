@@ -132,9 +132,6 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   grpc::Status RunTask(grpc::ServerContext* context, const pp::v1::TaskPlan* plan,
                        pp::v1::RunTaskResponse*) override {
     if (absl::Status from = CheckCoordinator(*context, "RunTask"); !from.ok()) return ToGrpc(from);
-    if (plan->job_id().empty()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "task plan: job_id is empty");
-    }
     if (absl::Status paths = CheckPlanPaths(*plan, options_.data_roots, options_.checkpoint_roots);
         !paths.ok()) {
       return ToGrpc(paths);
@@ -158,6 +155,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     env.pause_shard_step = options_.pause_shard_step;
     env.pause_shard_for = options_.pause_shard_for;
     env.slowdown = &slowdown_;
+    env.data_roots = options_.data_roots;
     task_ = std::make_shared<Task>(*plan, env);
     busy_ = true;
     metrics_.StartTask(plan->job_id(), plan->rank());
@@ -223,8 +221,11 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status GetStatus(grpc::ServerContext*, const pp::v1::GetStatusRequest*,
+  grpc::Status GetStatus(grpc::ServerContext* context, const pp::v1::GetStatusRequest*,
                          pp::v1::WorkerStatus* status) override {
+    if (absl::Status from = CheckCoordinator(*context, "GetStatus"); !from.ok()) {
+      return ToGrpc(from);
+    }
     absl::MutexLock lock(&mu_);
     status->set_name(name_);
     status->set_state(busy_ ? "BUSY" : "IDLE");
@@ -259,7 +260,8 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     return absl::OkStatus();
   }
 
-  // With TLS, tasks come only from the coordinator (worker/daemon/access.h).
+  // With TLS, tasks, calibrations and status probes come only from the coordinator
+  // (worker/daemon/access.h).
   absl::Status CheckCoordinator(const grpc::ServerContext& context, absl::string_view method) {
     if (!tls_.has_value()) return absl::OkStatus();
     std::string coordinator;
@@ -267,7 +269,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       absl::MutexLock lock(&mu_);
       coordinator = coordinator_identity_;
     }
-    return CheckCallerIs(context, coordinator, method);
+    return CheckCallerIs(context, coordinator, method, options_.deny_certs.get());
   }
 
   // Serves pp.v1.Worker (+ health, reflection) on `at`; sets grpc_address_ and the default name.

@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/cert_deny_list.h"
 #include "common/tls.h"
 
 namespace pp::daemon {
@@ -53,13 +54,15 @@ struct DaemonOptions {
   int test_slow_after_steps = -1;
   double test_slow_factor = 1;
   // Security (docs/security.md). With tls, pp.v1.Worker takes only mutual-TLS callers with a
-  // certificate of tls.ca, RunTask and AbortTask only from coordinator_identity (empty: the
-  // common name of the certificate ppcoord presented at registration), the coordinator is dialled
+  // certificate of tls.ca, RunTask, AbortTask, Calibrate and GetStatus only from the certificate
+  // whose common name is coordinator_identity (empty: the common name of the certificate ppcoord
+  // presented at registration) and that deny_certs does not list, the coordinator is dialled
   // with tls.cert, and the default name is the certificate's common name. Without tls, grpc must
   // be loopback unless insecure.
   common::TlsPaths tls;
   bool insecure = false;
   std::string coordinator_identity;
+  std::shared_ptr<const common::CertDenyList> deny_certs;  // null: none; its owner reloads it
   // A TaskPlan's data.path must lie under one of data_roots, its checkpoint_dir and resume_from
   // under one of checkpoint_roots (common/path_roots.h), or RunTask is INVALID_ARGUMENT. Empty:
   // anywhere.

@@ -38,8 +38,8 @@ ABSL_FLAG(int64_t, memory_bytes, -1,
 ABSL_FLAG(bool, async_checkpoints, true,
           "write checkpoint shards on a background thread while training continues");
 ABSL_FLAG(std::string, coordinator_identity, "",
-          "with TLS: the certificate name RunTask and AbortTask must come from; default: the "
-          "common name of the certificate ppcoord presents");
+          "with TLS: the certificate common name RunTask, AbortTask, Calibrate and GetStatus must "
+          "come from; default: the common name of the certificate ppcoord presents");
 ABSL_FLAG(std::vector<std::string>, data_root, {},
           "comma-separated folders a task's data.path must lie in (after resolving symlinks "
           "and ..); empty: anywhere");
@@ -104,16 +104,23 @@ absl::StatusOr<pp::daemon::DaemonOptions> OptionsFromFlags() {
 
 int main(int argc, char** argv) {
   std::unique_ptr<pp::daemon::WorkerDaemon> worker;
+  std::shared_ptr<pp::common::CertDenyList> deny;  // set by start; SIGHUP reloads it
   pp::common::DaemonMain daemon;
   daemon.name = "ppworker";
   daemon.usage =
       "ppworker --coordinator=HOST:PORT [--grpc=HOST:PORT] [--metrics=HOST:PORT] "
       "[--device=cpu|cuda:N] [--name=NAME] [--address_file=PATH] [--memory_bytes=N] "
-      "[--tls_cert=PEM --tls_key=PEM --tls_ca=PEM] [--data_root=DIRS] [--checkpoint_root=DIRS]";
+      "[--tls_cert=PEM --tls_key=PEM --tls_ca=PEM] [--deny_certs=FILE] [--data_root=DIRS] "
+      "[--checkpoint_root=DIRS]";
   daemon.address_file = &FLAGS_address_file;
-  daemon.start = [&worker]() -> absl::StatusOr<pp::common::DaemonAddresses> {
+  daemon.start = [&worker, &deny]() -> absl::StatusOr<pp::common::DaemonAddresses> {
     absl::StatusOr<pp::daemon::DaemonOptions> options = OptionsFromFlags();
     if (!options.ok()) return options.status();
+    absl::StatusOr<std::shared_ptr<pp::common::CertDenyList>> loaded =
+        pp::common::CertDenyList::Load(pp::common::SecurityFromFlags().deny_certs);
+    if (!loaded.ok()) return loaded.status();
+    deny = *std::move(loaded);
+    options->deny_certs = deny;
     absl::StatusOr<std::unique_ptr<pp::daemon::WorkerDaemon>> started =
         pp::daemon::WorkerDaemon::Start(*options);
     if (!started.ok()) return started.status();
@@ -127,5 +134,6 @@ int main(int argc, char** argv) {
     if (signal == SIGTERM) worker->Drain(absl::GetFlag(FLAGS_drain_timeout));
     worker->Shutdown();
   };
+  daemon.reload = [&deny] { return deny->Reload(); };
   return pp::common::RunDaemonMain(daemon, argc, argv);
 }

@@ -18,21 +18,25 @@
 #include "worker/compute/model_compute.h"
 
 namespace pp::daemon {
+
+absl::Status CheckJobId(const std::string& id) {
+  if (id.empty() || id.size() > 64 || id.front() == '-' ||
+      !std::all_of(id.begin(), id.end(), [](char c) {
+        return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-';
+      })) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "task plan of job ", id, ": job_id must be 1 to 64 of a-z, 0-9 and '-', not starting with '-'"));
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 absl::Status CheckPlan(const pp::v1::TaskPlan& plan) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("task plan of job ", plan.job_id(), ": ", why));
   };
-  // The job id names folders (checkpoint_dir/<job>/step-N): only what ppcoord's MakeJobId makes,
-  // so that a plan from an unauthenticated caller cannot write outside the checkpoint root.
-  const std::string& id = plan.job_id();
-  if (id.empty() || id.size() > 64 || id.front() == '-' ||
-      !std::all_of(id.begin(), id.end(), [](char c) {
-        return absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-';
-      })) {
-    return bad("job_id must be 1 to 64 of a-z, 0-9 and '-', not starting with '-'");
-  }
+  if (absl::Status id = CheckJobId(plan.job_id()); !id.ok()) return id;
   if (plan.world_size() < 1) return bad(absl::StrCat("world_size ", plan.world_size()));
   if (plan.rank() < 0 || plan.rank() >= plan.world_size()) {
     return bad(absl::StrCat("rank ", plan.rank(), " outside world size ", plan.world_size()));
@@ -251,7 +255,7 @@ absl::Status Task::Failed(const absl::Status& status) {
 // Setup: the checked plan, the groups, the compute (resumed), the executor, registered for Abort.
 absl::Status Task::SetUp(Running& running) {
   common::ApplyDefaults(plan_.mutable_spec());
-  if (absl::Status s = common::ValidateJobSpec(plan_.spec()); !s.ok()) {
+  if (absl::Status s = common::ValidateJobSpec(plan_.spec(), env_.data_roots); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   }
   if (absl::Status s = CheckPlan(plan_); !s.ok()) return s;
@@ -336,7 +340,8 @@ absl::Status Task::ConnectGroups(Running& running) {
 absl::Status Task::Resume(compute::ModelCompute& model_compute) {
   if (plan_.resume_from().empty()) {
     if (plan_.spec().model().init_from().empty()) return absl::OkStatus();
-    absl::StatusOr<common::HfGpt2Model> hf = common::ReadInitFrom(plan_.spec().model());
+    absl::StatusOr<common::HfGpt2Model> hf =
+        common::ReadInitFrom(plan_.spec().model(), env_.data_roots);
     if (!hf.ok()) return hf.status();
     return model_compute.LoadInitialValues(hf->tensors);
   }

@@ -49,6 +49,12 @@ class ModelCompute;
 
 namespace pp::daemon {
 
+// OK when `job_id` is one ppcoord's MakeJobId makes (1 to 64 of a-z, 0-9 and '-', not starting
+// with '-'); INVALID_ARGUMENT otherwise. The id names the task's checkpoint folder
+// (<checkpoint_dir>/<job_id>/step-N): from a caller without TLS, "../../x" would write outside
+// the checkpoint root. RunTask checks it before answering, Run again.
+absl::Status CheckJobId(const std::string& job_id);
+
 class ShardWriter;
 
 class TaskReporter {
@@ -73,6 +79,9 @@ struct TaskEnv {
   absl::Duration pause_shard_for;
   // Test hook (--test_slow_after_steps, executor/slowdown.h); null: off. Outlives the task.
   executor::Slowdown* slowdown = nullptr;
+  // --data_root: the spec's files (data, model.init_from's config and weights) are opened under
+  // these (common/path_roots.h OpenUnderRoots); empty: anywhere.
+  std::vector<std::string> data_roots;
 };
 
 class Task {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/tls.h"
 #include "gmock/gmock.h"
@@ -42,10 +43,12 @@ class KvScopeTest : public testing_support::ClusterTest {
     std::filesystem::create_directories(certs_);
     const absl::Status ca = MakeCa(certs_, "ca");
     ASSERT_TRUE(ca.ok()) << ca;
-    for (const char* name : {"ppcoord", "ops", "w0", "w1", "w2", "spare"}) {
+    for (const char* name : {"ppcoord", "w0", "w1", "w2", "spare"}) {
       const absl::Status made = MakeCert(certs_, "ca", name);
       ASSERT_TRUE(made.ok()) << made;
     }
+    const absl::Status admin = MakeAdminCert(certs_, "ca", "ops");
+    ASSERT_TRUE(admin.ok()) << admin;
   }
 
   // ppcoord with TLS and workers w0.. w<workers-1>; the harness's stub is an admin by "ops".
@@ -54,7 +57,7 @@ class KvScopeTest : public testing_support::ClusterTest {
         StartSecureCluster({.certs = certs_,
                             .root = dir_.string(),
                             .cluster_dir = (dir_ / "cluster").string(),
-                            .bin_dir = PP_BIN_DIR,
+                            .bin_dir = BinDir(),
                             .credentials = common::ChannelCredentials(Tls("ops")),
                             .workers = workers});
     ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -183,9 +186,12 @@ TEST_F(KvScopeTest, OnlyTheAttemptsWorkersReadAndWriteItsKeys) {
   ASSERT_TRUE(Get(*As(worker1), key, &read).ok());
   EXPECT_EQ(read, kSecret) << "a refused KvSet changed nothing";
 
-  // Keys of no running attempt are refused to the workers too.
+  // Keys of no running attempt are refused to the workers too; so is the attempt's number
+  // written another way, which used to claim a second share of the store (security.md).
   for (const std::string& loose :
-       {std::string("any/key"), absl::StrCat("nojob/", job.attempt(), "/x")}) {
+       {std::string("any/key"), absl::StrCat("nojob/", job.attempt(), "/x"),
+        absl::StrCat(*id, "/0", job.attempt(), "/x"), absl::StrCat(*id, "/00", job.attempt(), "/x"),
+        absl::StrCat(*id, "/+", job.attempt(), "/x")}) {
     EXPECT_EQ(Set(*As(worker0), loose, "v").error_code(), grpc::StatusCode::PERMISSION_DENIED)
         << loose;
   }
@@ -267,6 +273,31 @@ TEST_F(KvScopeTest, ReportsOnARankComeOnlyFromTheWorkerPlacedOnIt) {
   EXPECT_EQ(still.state(), pp::v1::RUNNING) << "no forged report moved the job";
   EXPECT_EQ(still.attempt(), job.attempt());
   EXPECT_LT(still.step(), 1000);
+}
+
+// Before: a rank's error text was kept whole in the job's reason, events and logs: megabytes per
+// report, served to every ListJobs (security.md "Reports").
+TEST_F(KvScopeTest, AWorkersErrorTextIsKeptBounded) {
+  ASSERT_NO_FATAL_FAILURE(StartSecureCluster(2));
+  absl::StatusOr<std::string> id = testing_support::SubmitJob(cluster_->stub(), LongSpec(0));
+  ASSERT_TRUE(id.ok()) << id.status();
+  const pp::v1::Job job = WaitRunning(*id, -1);
+  ASSERT_EQ(job.placement_size(), 2);
+  auto failed = About<pp::v1::TaskReport>(job, 0);
+  failed.set_worker(job.placement(0).worker());
+  failed.set_ok(false);
+  failed.set_error_code(static_cast<int>(absl::StatusCode::kInternal));
+  failed.set_error(std::string(3 << 20, 'e'));
+  ASSERT_TRUE(Send(failed.worker(), &pp::v1::WorkerRegistry::Stub::ReportTask, failed).ok());
+
+  absl::StatusOr<pp::v1::Job> ended = WaitForJob(
+      cluster_->stub(), *id, [](const pp::v1::Job& j) { return j.state() == pp::v1::FAILED; },
+      kJobTimeout);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_LT(ended->reason().size(), 8192u);
+  // Not EXPECT_THAT: a failure would print megabytes of reason.
+  EXPECT_TRUE(absl::StrContains(ended->reason(), "more bytes not kept"))
+      << "a reason of " << ended->reason().size() << " bytes";
 }
 
 }  // namespace

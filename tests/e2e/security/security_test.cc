@@ -50,10 +50,12 @@ class SecurityTest : public testing_support::ClusterTest {
       const absl::Status made = MakeCa(certs_, ca);
       ASSERT_TRUE(made.ok()) << made;
     }
-    for (const char* name : {"ppcoord", "ops", "w0", "w1"}) {
+    for (const char* name : {"ppcoord", "w0", "w1"}) {
       const absl::Status made = MakeCert(certs_, "ca", name);
       ASSERT_TRUE(made.ok()) << made;
     }
+    const absl::Status admin = MakeAdminCert(certs_, "ca", "ops");
+    ASSERT_TRUE(admin.ok()) << admin;
     const absl::Status rogue = MakeCert(certs_, "rogue-ca", "w9");
     ASSERT_TRUE(rogue.ok()) << rogue;
     tokens_ = certs_ + "/tokens";
@@ -73,7 +75,7 @@ class SecurityTest : public testing_support::ClusterTest {
         StartSecureCluster({.certs = certs_,
                             .root = dir_.string(),
                             .cluster_dir = (dir_ / "cluster").string(),
-                            .bin_dir = PP_BIN_DIR,
+                            .bin_dir = BinDir(),
                             .coordinator_flags = {"--auth_tokens=" + tokens_},
                             .credentials = Credentials("ops", ""),
                             .workers = workers});
@@ -86,17 +88,7 @@ class SecurityTest : public testing_support::ClusterTest {
   std::shared_ptr<grpc::ChannelCredentials> Credentials(const std::string& cert,
                                                         const std::string& token,
                                                         const std::string& ca = "ca") const {
-    common::TlsPaths paths;
-    paths.ca = Files(certs_, ca).cert;
-    if (!cert.empty()) {
-      paths.cert = Files(certs_, cert).cert;
-      paths.key = Files(certs_, cert).key;
-    }
-    absl::StatusOr<common::TlsConfig> tls = common::LoadTls(paths, /*need_cert=*/false);
-    EXPECT_TRUE(tls.ok()) << tls.status();
-    std::shared_ptr<grpc::ChannelCredentials> channel = common::ChannelCredentials(*tls);
-    if (token.empty()) return channel;
-    return grpc::CompositeChannelCredentials(channel, grpc::AccessTokenCredentials(token));
+    return ClientCredentials(certs_, cert, token, ca);
   }
 
   std::unique_ptr<pp::v1::Coordinator::Stub> Client(
@@ -186,7 +178,7 @@ TEST_F(SecurityTest, TheJobApiWantsAKnownToken) {
   EXPECT_EQ(unknown.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_THAT(unknown.error_message(), HasSubstr("unknown token"));
   EXPECT_THAT(unknown.error_message(), ::testing::Not(HasSubstr("tok-nobody")));
-  EXPECT_TRUE(ListJobs(*Client(Credentials("ops", ""))).ok()) << "a CA client cert is an admin";
+  EXPECT_TRUE(ListJobs(*Client(Credentials("ops", ""))).ok()) << "an admin certificate is an admin";
 }
 
 TEST_F(SecurityTest, AViewTokenReadsButCannotSubmit) {
@@ -392,7 +384,7 @@ TEST_F(SecurityTest, PpctlUpRunsSecureAndSaysHowToReachIt) {
       "parallel": {"pipeline": 2, "schedule": "1f1b"},
       "train": {"steps": 100000, "microbatches": 4, "microbatchSize": 4},
       "data": {"format": "generated", "generatedTokens": 65536, "generatedSeed": 3}})";
-  const std::string ppctl = std::string(PP_BIN_DIR) + "/ppctl";
+  const std::string ppctl = BinDir() + "/ppctl";
   const std::string log = (dir_ / "up.log").string();
   absl::StatusOr<std::unique_ptr<testing_support::Process>> up = testing_support::Process::Start(
       {ppctl, "up", "--workers=2", "--job=" + job, "--data_dir=" + (dir_ / "up").string()}, log);
@@ -435,7 +427,7 @@ TEST_F(SecurityTest, PpctlUpRunsSecureAndSaysHowToReachIt) {
 
 // Off loopback, even with TLS, a daemon must be told which folders jobs may name.
 TEST_F(SecurityTest, DaemonsOffLoopbackNeedTheirRoots) {
-  const std::string bin = PP_BIN_DIR;
+  const std::string bin = BinDir();
   std::vector<std::string> ppcoord = {bin + "/ppcoord", "--grpc=0.0.0.0:0", "--metrics=127.0.0.1:0",
                                       "--data_dir=" + (dir_ / "coord").string()};
   for (const std::string& flag : TlsFlags("ppcoord")) ppcoord.push_back(flag);
@@ -454,7 +446,7 @@ TEST_F(SecurityTest, DaemonsOffLoopbackNeedTheirRoots) {
 }
 
 TEST_F(SecurityTest, PlaintextOffLoopbackNeedsInsecure) {
-  const std::string ppcoord = std::string(PP_BIN_DIR) + "/ppcoord";
+  const std::string ppcoord = BinDir() + "/ppcoord";
   const std::string data = (dir_ / "open").string();
   absl::StatusOr<testing_support::CommandResult> refused = testing_support::RunCommand(
       {ppcoord, "--grpc=0.0.0.0:0", "--metrics=127.0.0.1:0", "--data_dir=" + data},
