@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "client/clock_text.h"
 #include "client/credentials.h"
+#include "common/epoch.h"
 #include "common/exit_code.h"
 #include "common/host_port.h"
 #include "common/job_spec.h"
@@ -35,6 +36,9 @@ ABSL_FLAG(
     int32_t, step, 0,
     "trace: the step to draw (0: the newest traced); resume: the checkpoint step (0: newest)");
 ABSL_FLAG(int32_t, steps, 0, "resume: the new total of training steps (0: keep the spec's)");
+ABSL_FLAG(int32_t, epoch, 0,
+          "resume: from the newest checkpoint at or before the start of this epoch (its first "
+          "step, docs/jobs.md \"Data windows\"); exclusive with --step");
 ABSL_FLAG(std::string, parallel, "",
           "resume: a new layout, the proto3 JSON of pp.v1.ParallelSpec, e.g. "
           "'{\"pipeline\":2,\"chunks\":2,\"schedule\":\"interleaved-1f1b\"}'");
@@ -101,6 +105,7 @@ std::string ProgressLine(const pp::v1::JobEvent& e) {
     absl::StrAppendFormat(&line, "  loss %.4f  lr %.3g  %.0f tok/s  bubble %.1f%%", e.loss(),
                           e.learning_rate(), e.tokens_per_second(), 100 * e.bubble_ratio());
     if (e.has_eval()) absl::StrAppendFormat(&line, "  EVAL loss %.4f", e.eval_loss());
+    if (e.has_epoch()) absl::StrAppend(&line, "  epoch ", common::EpochText(e.epoch()));
     if (e.step_seconds() > 0 && e.step() < e.total_steps()) {
       absl::StrAppend(&line, "  ETA ", ClockText(e.step_seconds() * (e.total_steps() - e.step())));
     }
@@ -202,6 +207,7 @@ int Resume(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args
   request.set_job_id(args[0]);
   request.set_step(absl::GetFlag(FLAGS_step));
   request.set_steps(absl::GetFlag(FLAGS_steps));
+  request.set_epoch(absl::GetFlag(FLAGS_epoch));
   if (const std::string parallel = absl::GetFlag(FLAGS_parallel); !parallel.empty()) {
     if (absl::Status parsed = pp::common::JsonToMessage(parallel, request.mutable_parallel());
         !parsed.ok()) {
@@ -269,8 +275,9 @@ const std::map<std::string, Command>& Commands() {
        {"watch JOB: live progress until the job ends; exit 0 only if it SUCCEEDED", 1, Watch}},
       {"cancel", {"cancel JOB: stop a queued or running job", 1, Cancel}},
       {"resume",
-       {"resume JOB [--step=N] [--steps=N] [--parallel=JSON]: queue an ended job again from "
-        "its newest (or step N's) verified checkpoint, optionally on a new layout",
+       {"resume JOB [--step=N | --epoch=N] [--steps=N] [--parallel=JSON]: queue an ended job "
+        "again from its newest (or step N's, or the newest at or before epoch N's start) "
+        "verified checkpoint, optionally on a new layout",
         1, Resume}},
       {"workers", {"workers: registered workers and their state", 0, Workers}},
       {"trace",
@@ -294,7 +301,7 @@ std::string JobCommandUsage(const std::string& command) {
 
 std::vector<std::string> JobCommandFlags(const std::string& command) {
   if (command == "trace") return {"step", "format"};
-  if (command == "resume") return {"step", "steps", "parallel"};
+  if (command == "resume") return {"step", "epoch", "steps", "parallel"};
   return {};
 }
 

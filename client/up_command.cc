@@ -338,7 +338,10 @@ class Up {
     std::cout << "job " << run_.job_id << ": " << spec.model().n_layers()
               << " layers, C=" << spec.model().d_model() << ", T=" << spec.model().seq_len() << ", "
               << common::ScheduleLabel(p) << " D=" << p.pipeline() << " M=" << spec.train().microbatches()
-              << ", " << spec.train().steps() << " steps on "
+              << ", "
+              << (spec.train().epochs() > 0 ? absl::StrCat(spec.train().epochs(), " epochs")
+                                            : absl::StrCat(spec.train().steps(), " steps"))
+              << " on "
               << (spec.data().path().empty() ? "generated text" : spec.data().path()) << "\n"
               << std::flush;
     return absl::OkStatus();

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/epoch.h"
 
 namespace pp::client {
 namespace {
@@ -30,6 +31,7 @@ std::string ProgressLine(const pp::v1::JobEvent& e, const pp::v1::JobEvent* firs
     absl::StrAppendFormat(&line, "  loss %.4f  lr %.3g  %.0f tok/s  bubble %.1f%%", e.loss(),
                           e.learning_rate(), e.tokens_per_second(), 100 * e.bubble_ratio());
     if (e.has_eval()) absl::StrAppendFormat(&line, "  eval %.4f", e.eval_loss());
+    if (e.has_epoch()) absl::StrAppend(&line, "  epoch ", common::EpochText(e.epoch()));
   }
   if (first != nullptr && e.step() > first->step() && e.step() < total) {
     const double per_step = (e.time_unix() - first->time_unix()) / (e.step() - first->step());

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/clock_text.h"
+#include "common/epoch.h"
 #include "common/file_io.h"
 #include "common/median.h"
 #include "common/step_math.h"
@@ -32,10 +33,21 @@ std::string ScheduleText(const pp::v1::TrainSpec& t) {
   return text;
 }
 
-void PrintLossAndSpeed(const UpRun& run) {
+// The spec as ppcoord runs it: the job's (train.steps derived from train.epochs, the "auto"
+// fields chosen) when GetJob answered, else the one submitted with train.steps from the events
+// (their total_steps): a spec of train.epochs alone says steps 0.
+pp::v1::JobSpec ResolvedSpec(const UpRun& run, const pp::v1::Job* job) {
+  if (job != nullptr) return job->spec();
+  pp::v1::JobSpec spec = run.spec;
+  const int total = run.first_step ? run.first_step->total_steps() : run.last_event.total_steps();
+  if (total > 0) spec.mutable_train()->set_steps(total);
+  return spec;
+}
+
+// `s` is ResolvedSpec's.
+void PrintLossAndSpeed(const UpRun& run, const pp::v1::JobSpec& s) {
   const pp::v1::JobEvent& last = run.last_event;
   const pp::v1::JobEvent& first = run.first_step.value_or(last);
-  const pp::v1::JobSpec& s = run.spec;
   const double tokens_per_step = static_cast<double>(common::GlobalTokensPerStep(s));
   std::cout << "\nsummary of job " << run.job_id << "\n";
   std::cout << absl::StrFormat("  loss        %.4f at step %d -> %.4f at step %d\n", first.loss(),
@@ -43,6 +55,12 @@ void PrintLossAndSpeed(const UpRun& run) {
   if (last.has_eval()) {
     std::cout << absl::StrFormat("  eval loss   %.4f after step %d\n", last.eval_loss(),
                                  last.step());
+  }
+  if (last.has_epoch()) {
+    std::cout << absl::StrFormat(
+        "  epoch       %s: %d passes over %d training windows + %d sequences\n",
+        common::EpochText(last.epoch()), last.epoch().completed(), last.epoch().windows(),
+        last.epoch().sequence());
   }
   std::cout << "  lr          " << ScheduleText(s.train()) << "\n";
   const double seconds = last.time_unix() - first.time_unix();
@@ -165,12 +183,15 @@ absl::Status PrintSummary(pp::v1::Coordinator::Stub& stub, const UpRun& run, con
   job_request.set_job_id(run.job_id);
   pp::v1::Job job;
   const grpc::Status got = stub.GetJob(TenSeconds().get(), job_request, &job);
+  const pp::v1::JobSpec spec = ResolvedSpec(run, got.ok() ? &job : nullptr);
   pp::v1::PlanJobRequest plan_request;
-  *plan_request.mutable_spec() = got.ok() ? job.spec() : run.spec;
+  *plan_request.mutable_spec() = spec;
+  // The steps stand for the epochs: a spec may set only one of them.
+  plan_request.mutable_spec()->mutable_train()->clear_epochs();
   pp::v1::PlanJobResponse plan;
   const grpc::Status planned = stub.PlanJob(TenSeconds().get(), plan_request, &plan);
 
-  PrintLossAndSpeed(run);
+  PrintLossAndSpeed(run, spec);
   if (got.ok()) PrintAutoPlan(job);
   PrintBubbles(run, planned.ok() ? &plan : nullptr, kept);
   if (!dir.temporary()) {

@@ -25,7 +25,9 @@ struct UpRun {
 
 // Prints the summary on stdout and writes the Chrome trace to `chrome_trace` (empty:
 // <dir>/<job>.trace.json, or $TMPDIR/ppctl-up-<job>.trace.json for a temporary dir). Asks ppcoord
-// for the trace and the plan (10 s each); Unavailable when the trace cannot be had.
+// for the trace, the job and the plan (10 s each); Unavailable when the trace cannot be had. The
+// learning rate, tokens and plan are those of the job's spec as ppcoord resolved it (train.steps
+// of a spec of train.epochs alone), or without the job, of run.spec with the events' total steps.
 absl::Status PrintSummary(pp::v1::Coordinator::Stub& stub, const UpRun& run, const WorkDir& dir,
                           const std::string& chrome_trace);
 

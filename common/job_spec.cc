@@ -184,8 +184,12 @@ absl::Status ValidatePartition(const pp::v1::ParallelSpec& parallel, int64_t uni
   return absl::OkStatus();
 }
 
+// train.steps >= 1 unless train.epochs stands for it (common/epoch.h ResolveEpochs turns epochs
+// into steps when ppcoord knows the data; a stored spec holds both).
 absl::Status ValidateTrain(const pp::v1::TrainSpec& train) {
-  for (auto [field, value] : {std::pair<const char*, int64_t>{"train.steps", train.steps()},
+  if (absl::Status s = NonNegative("train.epochs", train.epochs()); !s.ok()) return s;
+  const int64_t steps = train.epochs() > 0 ? std::max(1, train.steps()) : train.steps();
+  for (auto [field, value] : {std::pair<const char*, int64_t>{"train.steps", steps},
                               {"train.microbatches", train.microbatches()},
                               {"train.microbatch_size", train.microbatch_size()},
                               {"train.threads", train.threads()}}) {
@@ -449,16 +453,24 @@ absl::Status ValidateJobSpecFields(const pp::v1::JobSpec& spec) {
   return ValidateEvalFields(spec);
 }
 
-absl::Status ValidateSpecFiles(const pp::v1::JobSpec& spec,
-                               const std::vector<std::string>& data_roots) {
+absl::StatusOr<int64_t> CheckSpecFiles(const pp::v1::JobSpec& spec,
+                                       const std::vector<std::string>& data_roots) {
   absl::StatusOr<int64_t> tokens =
       ValidateDataFile("data", spec.data(), spec.model(), data_roots);
   if (!tokens.ok()) return tokens.status();
   if (absl::Status s = ValidateInitFrom(spec.model(), data_roots); !s.ok()) return s;
   const pp::v1::EvalSpec& eval = spec.eval();
-  if (eval.batches() == 0) return absl::OkStatus();
-  if (!eval.has_data()) return ValidateHoldout(spec, *tokens);
-  return ValidateDataFile("eval.data", eval.data(), spec.model(), data_roots).status();
+  if (eval.batches() == 0) return tokens;
+  const absl::Status checked =
+      eval.has_data() ? ValidateDataFile("eval.data", eval.data(), spec.model(), data_roots).status()
+                      : ValidateHoldout(spec, *tokens);
+  if (!checked.ok()) return checked;
+  return tokens;
+}
+
+absl::Status ValidateSpecFiles(const pp::v1::JobSpec& spec,
+                               const std::vector<std::string>& data_roots) {
+  return CheckSpecFiles(spec, data_roots).status();
 }
 
 absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec,

@@ -19,6 +19,7 @@
 #ifndef PP_COMMON_JOB_SPEC_H_
 #define PP_COMMON_JOB_SPEC_H_
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,10 @@ void ApplyDefaults(pp::v1::JobSpec* spec);
 absl::Status ValidateJobSpecFields(const pp::v1::JobSpec& spec);
 absl::Status ValidateSpecFiles(const pp::v1::JobSpec& spec,
                                const std::vector<std::string>& data_roots);
+// ValidateSpecFiles, and on success the token count of data (the training data), which is what
+// common/epoch.h TrainWindowCount needs: ppcoord counts K once, here, and never under its lock.
+absl::StatusOr<int64_t> CheckSpecFiles(const pp::v1::JobSpec& spec,
+                                       const std::vector<std::string>& data_roots);
 // Empty `data_roots`: a file may lie anywhere.
 absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec,
                              const std::vector<std::string>& data_roots = {});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/epoch.h"
 #include "common/job_spec.h"
 #include "common/step_math.h"
 
@@ -25,7 +26,7 @@ pp::v1::CheckpointManifest BuildManifest(const std::string& job_id, int step,
                                          const pp::v1::JobSpec& spec,
                                          const pp::v1::CheckpointLayout& layout,
                                          const std::vector<pp::v1::CheckpointShard>& shards,
-                                         double created_unix) {
+                                         double created_unix, int64_t train_windows) {
   pp::v1::CheckpointManifest manifest;
   manifest.set_job_id(job_id);
   manifest.set_step(step);
@@ -34,6 +35,9 @@ pp::v1::CheckpointManifest BuildManifest(const std::string& job_id, int step,
       static_cast<int64_t>(spec.train().microbatches()) * std::max(1, layout.data());
   manifest.set_data_position(
       DataPositionAtStep(step, microbatches, spec.train().microbatch_size()));
+  if (train_windows > 0) {
+    *manifest.mutable_epoch() = EpochAt(manifest.data_position(), train_windows);
+  }
   manifest.mutable_rng()->set_seed(spec.train().seed());
   *manifest.mutable_spec() = spec;
   *manifest.mutable_layout() = layout;

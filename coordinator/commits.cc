@@ -84,7 +84,7 @@ void JobManager::CommitCheckpoint(JobRecord& rec,
   }
   commit.manifest = common::BuildManifest(job.id(), commit.step, job.spec(),
                                           common::MeshLayout(job.spec(), rec.stage_units),
-                                          manifest_shards, NowUnix());
+                                          manifest_shards, NowUnix(), job.train_windows());
   ++rec.commits_in_flight;
   rec.newest_commit_in_flight = std::max(rec.newest_commit_in_flight, commit.step);
 }
@@ -181,9 +181,10 @@ void JobManager::ApplyManifest(PendingCommit& commit) {
     commit.ticket = Persist(*rec);
   }
   metrics_->CheckpointCommitted(job.id(), commit.step, commit.manifest.created_unix());
-  Emit(*rec, pp::v1::EVENT_CHECKPOINT,
-       absl::StrCat("checkpoint step ", commit.step, " committed"))
-      .set_step(commit.step);
+  pp::v1::JobEvent& event =
+      Emit(*rec, pp::v1::EVENT_CHECKPOINT, absl::StrCat("checkpoint step ", commit.step, " committed"));
+  event.set_step(commit.step);
+  if (commit.manifest.has_epoch()) *event.mutable_epoch() = commit.manifest.epoch();
 }
 
 void JobManager::ApplyStored(const std::map<std::string, Stored>& stored,
@@ -269,7 +270,7 @@ void JobManager::SettleStartStep(JobRecord& rec,
   }
   if (from_step != job.start_step()) {
     job.set_start_step(from_step);
-    job.set_step(from_step);
+    SetStep(job, from_step);
     if (job.restart_log_size() > 0) {
       job.mutable_restart_log(job.restart_log_size() - 1)->set_from_step(from_step);
     }

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/epoch.h"
 #include "common/step_math.h"
 #include "coordinator/log.h"
 #include "coordinator/plan/plan.h"
@@ -72,6 +73,13 @@ int RankOfWorker(const pp::v1::Job& job, const std::string& worker) {
   return -1;
 }
 
+void SetStep(pp::v1::Job& job, int step) {
+  job.set_step(step);
+  if (job.train_windows() > 0) {
+    *job.mutable_epoch() = common::EpochAtStep(job.spec(), step, job.train_windows());
+  }
+}
+
 pp::v1::JobEvent SnapshotEvent(const pp::v1::Job& job, double now_unix) {
   pp::v1::JobEvent event;
   switch (job.state()) {
@@ -89,6 +97,7 @@ pp::v1::JobEvent SnapshotEvent(const pp::v1::Job& job, double now_unix) {
   event.set_step(job.step());
   event.set_total_steps(job.spec().train().steps());
   event.set_loss(job.loss());
+  if (job.has_epoch()) *event.mutable_epoch() = job.epoch();
   if (job.step() > 0) {
     event.set_learning_rate(common::LearningRateAt(job.spec().train(), job.step()));
   }
@@ -107,7 +116,7 @@ void StartNextAttempt(pp::v1::Job& job, int from_step, const std::string& reason
                       double now_unix) {
   job.set_attempt(job.attempt() + 1);
   job.set_start_step(from_step);
-  job.set_step(from_step);
+  SetStep(job, from_step);
   job.set_reason(reason);
   job.set_updated_unix(now_unix);
   pp::v1::JobRestart* entry = job.add_restart_log();

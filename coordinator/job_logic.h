@@ -47,6 +47,10 @@ bool EndsWatch(pp::v1::JobEventKind kind);
 // The rank `worker` holds in job.placement; -1 when none.
 int RankOfWorker(const pp::v1::Job& job, const std::string& worker);
 
+// Sets job.step and, when job.train_windows (K) is known, job.epoch of that step (common/epoch.h):
+// every change of the step goes through here, so GetJob, ListJobs and the store agree.
+void SetStep(pp::v1::Job& job, int step);
+
 // The job's current state as an event stamped `now_unix`: its kind says the state (QUEUED; PLACED
 // or STEP while running; the final kind once ended), its message is job.reason.
 pp::v1::JobEvent SnapshotEvent(const pp::v1::Job& job, double now_unix);

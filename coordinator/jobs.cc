@@ -14,6 +14,7 @@
 #include "coordinator/list_page.h"
 #include "coordinator/log.h"
 #include "coordinator/placement.h"
+#include "coordinator/resume_checkpoint.h"
 #include "coordinator/resume_logic.h"
 
 namespace pp::coordinator {
@@ -283,6 +284,8 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
   *job.mutable_spec() = std::move(planned->spec);
   job.set_state(pp::v1::QUEUED);
   job.set_owner(owner);
+  job.set_train_windows(planned->train_windows);
+  SetStep(job, 0);
   if (!planned->recompute_reason.empty()) job.mutable_plan()->set_reason(planned->recompute_reason);
   job.set_created_unix(NowUnix());
   job.set_updated_unix(job.created_unix());
@@ -365,20 +368,9 @@ absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& r
       return fits;
     }
   }
-  const std::string root = checkpoint_root();
   const std::string& id = request.job_id();
-  ResumeCheckpoint checkpoint;
-  if (request.step() > 0) {
-    checkpoint.manifest =
-        pp::common::VerifyCheckpoint(pp::common::StepDir(root, id, request.step()));
-  } else if (absl::StatusOr<pp::common::LatestManifest> latest =
-                 pp::common::LatestVerifiedCheckpoint(root, id);
-             latest.ok()) {
-    checkpoint.skipped = std::move(latest->skipped);
-    checkpoint.manifest = std::move(latest->manifest);
-  } else {
-    checkpoint.manifest = latest.status();
-  }
+  const ResumeCheckpoint checkpoint =
+      FindResumeCheckpoint(checkpoint_root(), request, planned->spec, planned->train_windows);
   int64_t ticket = 0;
   absl::StatusOr<pp::v1::Job> resumed;
   {
@@ -450,6 +442,7 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
   job.set_state(pp::v1::QUEUED);
   job.clear_placement();
   job.set_last_checkpoint_step(from_step);
+  job.set_train_windows(planned.train_windows);  // the data may have changed since the submission
   rec->verify_pending = false;  // verified above
   rec->not_before = absl::InfinitePast();  // a resume is asked for: no backoff
   StartNextAttempt(job, from_step, ResumeReason(from_step, job.spec().parallel()),

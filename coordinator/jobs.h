@@ -62,6 +62,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/planning.h"
 #include "coordinator/registry.h"
+#include "coordinator/resume_checkpoint.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/retention.h"
 #include "coordinator/store.h"
@@ -233,11 +234,6 @@ class JobManager {
   struct Held {
     std::string job_id;
     int attempt = 0;
-  };
-  // The checkpoint a resume starts from, found and verified outside the lock.
-  struct ResumeCheckpoint {
-    absl::StatusOr<pp::v1::CheckpointManifest> manifest;
-    std::vector<std::string> skipped;  // why each newer committed step was refused
   };
 
   JobManager(const ManagerOptions& options, std::unique_ptr<JobStore> store,

@@ -33,6 +33,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
                            .Register(r);
   m->eval_loss_ = &prometheus::BuildGauge().Name("pp_job_eval_loss").Help(
       "Mean loss of the job's newest evaluation on its eval windows.").Register(r);
+  m->epoch_ = &prometheus::BuildGauge().Name("pp_job_epoch").Help(
+      "Passes over the training windows at the last step: completed + fraction.").Register(r);
   m->restarts_ = &prometheus::BuildCounter()
                       .Name("pp_job_restarts_total")
                       .Help("Automatic restarts of a job.")
@@ -105,6 +107,10 @@ void CoordinatorMetrics::EvalCompleted(const std::string& job_id, double eval_lo
   eval_loss_->Add({{"job", job_id}}).Set(eval_loss);
 }
 
+void CoordinatorMetrics::EpochReached(const std::string& job_id, double epoch) {
+  epoch_->Add({{"job", job_id}}).Set(epoch);
+}
+
 void CoordinatorMetrics::CheckpointCommitted(const std::string& job_id, int step,
                                              double time_unix) {
   checkpoint_step_->Add({{"job", job_id}}).Set(step);
@@ -135,7 +141,7 @@ void RemoveSeries(prometheus::Family<T>* family, const prometheus::Labels& label
 void CoordinatorMetrics::JobExpired(const std::string& job_id) {
   const prometheus::Labels labels = {{"job", job_id}};
   for (prometheus::Family<prometheus::Gauge>* gauges :
-       {loss_, learning_rate_, eval_loss_, bubble_, planned_bubble_, prediction_error_,
+       {loss_, learning_rate_, eval_loss_, epoch_, bubble_, planned_bubble_, prediction_error_,
         checkpoint_step_, checkpoint_time_}) {
     RemoveSeries(gauges, labels);
   }

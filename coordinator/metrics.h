@@ -30,6 +30,8 @@ class CoordinatorMetrics {
   void JobCreated(const std::string& job_id, double planned_bubble_ratio);
   void StepCompleted(const std::string& job_id, double loss, double learning_rate,
                      double bubble_ratio);
+  // The epoch of the job's last completed step (common/epoch.h: completed passes + fraction).
+  void EpochReached(const std::string& job_id, double epoch);
   // The loss of the job's newest evaluation (spec.eval).
   void EvalCompleted(const std::string& job_id, double eval_loss);
   // parallel.schedule "auto": a step's |measured - predicted| / predicted step seconds.
@@ -54,6 +56,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>* loss_ = nullptr;
   prometheus::Family<prometheus::Gauge>* learning_rate_ = nullptr;
   prometheus::Family<prometheus::Gauge>* eval_loss_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* epoch_ = nullptr;
   prometheus::Family<prometheus::Counter>* restarts_ = nullptr;
   prometheus::Family<prometheus::Counter>* skipped_ = nullptr;
   prometheus::Family<prometheus::Gauge>* bubble_ = nullptr;

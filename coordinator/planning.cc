@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/epoch.h"
 #include "common/job_spec.h"
 #include "common/path_roots.h"
 #include "coordinator/plan/plan.h"
@@ -92,10 +93,17 @@ absl::StatusOr<PlannedJob> PlanClientSpec(const pp::v1::JobSpec& spec,
   }
   pp::v1::JobSpec defaulted = spec;
   pp::common::ApplyDefaults(&defaulted);
-  if (absl::Status valid = pp::common::ValidateJobSpec(defaulted, data_roots); !valid.ok()) {
+  if (absl::Status valid = pp::common::ValidateJobSpecFields(defaulted); !valid.ok()) {
     return absl::InvalidArgumentError(valid.message());
   }
-  return PlanJobSpec(std::move(defaulted), fits);
+  absl::StatusOr<int64_t> tokens = pp::common::CheckSpecFiles(defaulted, data_roots);
+  if (!tokens.ok()) return absl::InvalidArgumentError(tokens.status().message());
+  const int64_t windows = pp::common::TrainWindowCount(defaulted, *tokens);
+  absl::StatusOr<pp::v1::JobSpec> resolved = pp::common::ResolveEpochs(std::move(defaulted), windows);
+  if (!resolved.ok()) return resolved.status();
+  absl::StatusOr<PlannedJob> planned = PlanJobSpec(*std::move(resolved), fits);
+  if (planned.ok()) planned->train_windows = windows;
+  return planned;
 }
 
 std::vector<int64_t> RankBytes(const std::vector<pp::plan::RankMemory>& memory) {

@@ -21,6 +21,7 @@ struct PlannedJob {
   std::vector<int> stage_units;  // partition units per stage
   std::vector<pp::plan::RankMemory> memory;  // every global rank's estimate, in rank order
   std::string recompute_reason;  // recompute "auto": what it chose and why; else empty
+  int64_t train_windows = 0;     // K (common/epoch.h), counted by PlanClientSpec; else 0
 };
 
 // Uniform per-stage costs for the planned bubble: F = 1, B = 2 (I = W = 1 when split), free comms,
@@ -41,7 +42,8 @@ absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec,
 // A spec as a client sends it (SubmitJob, PlanJob, ResumeJob), the same checks for each: every
 // path it names under `data_roots` (common/path_roots.h), before any file is opened, so that the
 // answer for a path outside is the same whether it exists or not; then its fields; then its files
-// (ValidateSpecFiles under `data_roots`); then PlanJobSpec. Reads every data file through: call
+// (ValidateSpecFiles under `data_roots`), counting K; then train.epochs becomes train.steps
+// (common/epoch.h ResolveEpochs); then PlanJobSpec. Reads every data file through: call
 // it without JobManager's lock. Empty `data_roots`: files may lie anywhere.
 absl::StatusOr<PlannedJob> PlanClientSpec(const pp::v1::JobSpec& spec,
                                           const std::vector<std::string>& data_roots,

@@ -12,9 +12,14 @@
 namespace pp::coordinator {
 
 absl::Status CheckResumeRequest(const pp::v1::ResumeJobRequest& request) {
-  if (request.step() < 0 || request.steps() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step (", request.step(), ") and steps (", request.steps(), ") must be >= 0"));
+  if (request.step() < 0 || request.steps() < 0 || request.epoch() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step (", request.step(), "), steps (",
+                                                   request.steps(), ") and epoch (",
+                                                   request.epoch(), ") must be >= 0"));
+  }
+  if (request.step() > 0 && request.epoch() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step (", request.step(), ") and epoch (",
+                                                   request.epoch(), "): set at most one"));
   }
   return absl::OkStatus();
 }
@@ -46,7 +51,13 @@ absl::StatusOr<pp::v1::JobSpec> ResumedSpec(pp::v1::JobSpec spec,
     *spec.mutable_parallel() = request.parallel();
     spec.mutable_train()->set_microbatches(global / replicas);
   }
-  if (request.steps() > 0) spec.mutable_train()->set_steps(request.steps());
+  pp::v1::TrainSpec& train = *spec.mutable_train();
+  if (request.steps() > 0) {
+    train.set_steps(request.steps());
+    train.clear_epochs();  // the steps asked for replace the epochs they came from
+  } else if (train.epochs() > 0) {
+    train.clear_steps();  // derived again from the data as it is now (common/epoch.h)
+  }
   return spec;
 }
 

@@ -14,7 +14,8 @@
 
 namespace pp::coordinator {
 
-// InvalidArgument unless request.step and request.steps are >= 0.
+// InvalidArgument unless request.step, request.steps and request.epoch are >= 0, and unless at
+// most one of step and epoch is set.
 absl::Status CheckResumeRequest(const pp::v1::ResumeJobRequest& request);
 
 // FailedPrecondition unless the job ended (only an ended job can be resumed).
@@ -22,7 +23,9 @@ absl::Status CheckResumable(const pp::v1::Job& job);
 
 // The spec the resumed job runs: request.parallel (when set) replaces spec.parallel, keeping the
 // step's global batch (parallel.data x train.microbatches) so that the optimisation does not
-// change, and request.steps (when > 0) replaces train.steps. InvalidArgument when the new
+// change, and request.steps (when > 0) replaces train.steps and clears train.epochs; otherwise a
+// spec of train.epochs has its train.steps cleared, for PlanClientSpec to derive them again from
+// the data as it is now (the same steps unless the data changed). InvalidArgument when the new
 // parallel.data does not divide the global batch.
 absl::StatusOr<pp::v1::JobSpec> ResumedSpec(pp::v1::JobSpec spec,
                                             const pp::v1::ResumeJobRequest& request);

@@ -106,7 +106,7 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   }
   std::optional<StepSummary> summary = rec->steps->Add(report);
   if (!summary) return response;
-  job.set_step(summary->step);
+  SetStep(job, summary->step);
   job.set_loss(summary->loss);
   job.set_bubble_ratio(summary->bubble_ratio);
   job.set_tokens_per_second(summary->step_seconds > 0
@@ -127,6 +127,7 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   metrics_->StepCompleted(job.id(), summary->loss,
                           common::LearningRateAt(job.spec().train(), summary->step),
                           summary->bubble_ratio);
+  if (job.train_windows() > 0) metrics_->EpochReached(job.id(), job.epoch().epoch());
   Emit(*rec, pp::v1::EVENT_STEP, "").set_step_seconds(summary->step_seconds);
   return response;
 }

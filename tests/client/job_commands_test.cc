@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/test_support.h"
 
@@ -24,6 +25,7 @@ ABSL_FLAG(std::string, format, "ascii", "output format");
 ABSL_DECLARE_FLAG(std::string, coordinator);
 ABSL_DECLARE_FLAG(absl::Duration, rpc_timeout);
 ABSL_DECLARE_FLAG(int32_t, step);
+ABSL_DECLARE_FLAG(int32_t, epoch);
 ABSL_DECLARE_FLAG(std::string, parallel);
 
 namespace pp::client {
@@ -68,6 +70,7 @@ class JobCommandsTest : public ::testing::Test {
     absl::SetFlag(&FLAGS_coordinator, server_->grpc_address());
     absl::SetFlag(&FLAGS_rpc_timeout, absl::Seconds(5));
     absl::SetFlag(&FLAGS_step, 0);
+    absl::SetFlag(&FLAGS_epoch, 0);
     absl::SetFlag(&FLAGS_format, "ascii");
   }
   void TearDown() override {
@@ -255,6 +258,41 @@ TEST_F(JobCommandsTest, WatchFollowsTheJobToSuccessAndTraceDrawsAStep) {
   EXPECT_EQ(workers.code, 0);
   EXPECT_THAT(workers.out, HasSubstr("w0"));
   EXPECT_THAT(workers.out, HasSubstr("IDLE"));
+}
+
+TEST_F(JobCommandsTest, GetAndWatchShowTheEpochAndResumeSendsIt) {
+  // 24 tokens of seq_len 16: K = 8 training windows; 1 x 4 x 1 = 4 sequences a step, so each
+  // step is half a pass.
+  std::ofstream(dir_ / "corpus.txt", std::ios::trunc) << std::string(24, 'x');
+  const std::string id = Submitted();
+  std::thread cluster([this] { RunJobOnFakeWorkers(2); });
+  Output watch = Ppctl("watch", {id});
+  cluster.join();
+  EXPECT_EQ(watch.code, 0) << watch.err;
+  EXPECT_THAT(watch.out, HasSubstr("bubble 50.0%  epoch 0.50  ETA")) << watch.out;
+  EXPECT_THAT(watch.out, HasSubstr("FINISHED step 2/2")) << watch.out;
+  EXPECT_THAT(watch.out, HasSubstr("epoch 1.00")) << watch.out;
+
+  Output get = Ppctl("get", {id});
+  ASSERT_EQ(get.code, 0) << get.err;
+  pp::v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
+  EXPECT_EQ(job.train_windows(), 8);
+  EXPECT_EQ(job.epoch().completed(), 1);
+  EXPECT_EQ(job.epoch().sequence(), 0);
+  EXPECT_EQ(job.epoch().windows(), 8);
+  EXPECT_DOUBLE_EQ(job.epoch().epoch(), 1.0);
+
+  // No checkpoint was written (fake workers): the refusal names where epoch 3 starts, ceil(3 x 8 /
+  // 4) = step 6, so the request carried epoch 3.
+  absl::SetFlag(&FLAGS_epoch, 3);
+  Output resume = Ppctl("resume", {id});
+  EXPECT_EQ(resume.code, 1);
+  EXPECT_THAT(resume.err, HasSubstr("epoch 3 starts at step 6")) << resume.err;
+  absl::SetFlag(&FLAGS_step, 2);  // --step and --epoch: at most one
+  Output both = Ppctl("resume", {id});
+  EXPECT_EQ(both.code, 1);
+  EXPECT_THAT(both.err, HasSubstr("set at most one")) << both.err;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -560,6 +561,11 @@ TEST_F(ServiceTest, MetricsAreServed) {
   EXPECT_THAT(*body, HasSubstr("pp_jobs{state=\"RUNNING\"} 1"));
   EXPECT_THAT(*body, HasSubstr(absl::StrCat("pp_job_steps_total{job=\"", id, "\"} 1")));
   EXPECT_THAT(*body, HasSubstr(absl::StrCat("pp_job_loss{job=\"", id, "\"} 4.25")));
+  // Step 1 consumed 1 x 4 x 2 = 8 of K = 4096 - 16 = 4080 training windows.
+  const std::regex epoch_line(absl::StrCat("pp_job_epoch\\{job=\"", id, "\"\\} ([0-9.e+-]+)"));
+  std::smatch epoch;
+  ASSERT_TRUE(std::regex_search(*body, epoch, epoch_line)) << *body;
+  EXPECT_NEAR(std::stod(epoch[1]), 8.0 / 4080, 1e-12);
   EXPECT_THAT(*body, HasSubstr("pp_job_planned_bubble_ratio"));
   EXPECT_THAT(*body, HasSubstr("pp_rpc_errors_total{method=\"pp.v1.Coordinator/SubmitJob\"} 1"));
 }

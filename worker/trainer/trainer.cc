@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint.h"
+#include "common/epoch.h"
 #include "common/file_io.h"
 #include "common/hf_gpt2.h"
 #include "common/job_spec.h"
@@ -26,7 +27,8 @@ namespace {
 
 // Checkpoint of `step` completed steps: one shard, then the manifest, then pruning.
 absl::Status WriteCheckpoint(kernels::Ops& ops, model::StageModel& model,
-                             const pp::v1::JobSpec& spec, const std::string& root, int step) {
+                             const pp::v1::JobSpec& spec, const std::string& root, int step,
+                             int64_t train_windows) {
   const std::vector<common::Tensor> tensors = model::HostTensors(ops, model.tensors());
   const std::string dir = common::StepDir(root, spec.name(), step);
   auto shard = common::WriteShard(dir, common::ShardFileName(0), tensors);
@@ -40,9 +42,25 @@ absl::Status WriteCheckpoint(kernels::Ops& ops, model::StageModel& model,
   layout.add_stage_layers(spec.model().n_layers() + 2);
   const pp::v1::CheckpointManifest manifest = common::BuildManifest(
       spec.name(), step, spec, layout, {*shard},
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
+      train_windows);
   if (auto s = common::CommitManifest(dir, manifest); !s.ok()) return s;
   return common::PruneCheckpoints(root, spec.name(), spec.checkpoint().keep());
+}
+
+// train.epochs alone: train.steps as ppcoord derives it (common/epoch.h ResolveEpochs), at this
+// process's M x B sequences per step (it trains as one replica).
+absl::Status ResolveEpochSteps(pp::v1::JobSpec* spec) {
+  if (spec->train().epochs() == 0) return absl::OkStatus();
+  auto source = data::TokenSource::Open(spec->data());
+  if (!source.ok()) return source.status();
+  pp::v1::JobSpec replica = *spec;
+  replica.mutable_parallel()->set_data(1);
+  absl::StatusOr<pp::v1::JobSpec> resolved =
+      common::ResolveEpochs(replica, common::TrainWindowCount(replica, source->size()));
+  if (!resolved.ok()) return resolved.status();
+  spec->mutable_train()->set_steps(resolved->train().steps());
+  return absl::OkStatus();
 }
 
 // Step `step`'s gradients of the M microbatches (B sequences of T tokens each), in microbatch
@@ -236,7 +254,8 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
     }
     const bool due = common::CheckpointDue(step + 1, steps, spec.checkpoint().every_steps());
     if (!options.checkpoint_root.empty() && due) {
-      if (auto s = WriteCheckpoint(**ops, **model, spec, options.checkpoint_root, step + 1);
+      if (auto s = WriteCheckpoint(**ops, **model, spec, options.checkpoint_root, step + 1,
+                                   train_windows.count);
           !s.ok()) {
         return s;
       }
@@ -269,6 +288,10 @@ int TrainMain(const std::string& spec_path, const TrainOptions& options) {
   }
   common::ApplyDefaults(&*spec);
   if (auto s = common::ValidateJobSpec(*spec); !s.ok()) {
+    std::cerr << spec_path << ": " << s.message() << "\n";
+    return 1;
+  }
+  if (auto s = ResolveEpochSteps(&*spec); !s.ok()) {
     std::cerr << spec_path << ": " << s.message() << "\n";
     return 1;
   }

@@ -17,6 +17,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "pp/v1/coordinator.grpc.pb.h"
+#include "tests/e2e/security/calls.h"
 #include "tests/e2e/security/test_certs.h"
 #include "tests/support/cluster.h"
 #include "tests/support/fixture.h"
@@ -28,12 +29,7 @@ namespace {
 using ::pp::testing_support::JobWatch;
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kCallTimeout = absl::Seconds(10);
 constexpr int64_t kSpecCap = common::kMaxSpecBytes;
-
-void SetDeadline(grpc::ClientContext& context) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
-}
 
 // `spec` with a field numbered `number` that pp.v1 does not know, `bytes` long, appended as a
 // client could append it to the wire: protobuf keeps it as an unknown field when it parses.
@@ -56,12 +52,8 @@ class BoundedSpecsTest : public testing_support::ClusterTest {
   void SetUp() override {
     ClusterTest::SetUp();
     certs_ = (dir_ / "certs").string();
-    std::filesystem::create_directories(certs_);
-    ASSERT_TRUE(MakeCa(certs_, "ca").ok());
-    for (const char* name : {"ppcoord", "w0", "w1"}) {
-      const absl::Status made = MakeCert(certs_, "ca", name);
-      ASSERT_TRUE(made.ok()) << made;
-    }
+    const absl::Status made = MakeCertFolder(certs_, {"ppcoord", "w0", "w1"}, {});
+    ASSERT_TRUE(made.ok()) << made;
     tokens_ = certs_ + "/tokens";
     std::ofstream(tokens_) << "tok-admin admin ops\ntok-alice submit alice\n";
     token_file_ = certs_ + "/alice.token";

@@ -28,6 +28,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "pp/v1/coordinator.grpc.pb.h"
+#include "tests/e2e/security/calls.h"
 #include "tests/e2e/security/test_certs.h"
 #include "tests/support/cluster.h"
 #include "tests/support/fixture.h"
@@ -38,8 +39,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-constexpr absl::Duration kCallTimeout = absl::Seconds(10);
 
 // A TCP connection to a numeric IPv4 HOST:PORT, closed when it goes away.
 class Connection {
@@ -141,13 +140,8 @@ class ExposureTest : public testing_support::ClusterTest {
   void SetUp() override {
     ClusterTest::SetUp();
     certs_ = (dir_ / "certs").string();
-    std::filesystem::create_directories(certs_);
-    const absl::Status ca = MakeCa(certs_, "ca");
-    ASSERT_TRUE(ca.ok()) << ca;
-    for (const char* name : {"ppcoord", "w0", "w1"}) {
-      const absl::Status made = MakeCert(certs_, "ca", name);
-      ASSERT_TRUE(made.ok()) << made;
-    }
+    const absl::Status made = MakeCertFolder(certs_, {"ppcoord", "w0", "w1"}, {});
+    ASSERT_TRUE(made.ok()) << made;
     tokens_ = certs_ + "/tokens";
     std::ofstream(tokens_) << "tok-ops submit ops\ntok-alice view alice\ntok-bob view bob\n";
   }

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "pp/v1/coordinator.grpc.pb.h"
 #include "pp/v1/worker.grpc.pb.h"
+#include "tests/e2e/security/calls.h"
 #include "tests/e2e/security/test_certs.h"
 #include "tests/support/cluster.h"
 #include "tests/support/fixture.h"
@@ -32,14 +33,8 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kCallTimeout = absl::Seconds(10);
 // How long a daemon may take to act on a SIGHUP (it reads one small file) on a loaded machine.
 constexpr absl::Duration kReloadTimeout = absl::Seconds(30);
-
-template <typename Context>
-void SetDeadline(Context& context) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
-}
 
 // Polls `done` every 50 ms until it holds (true) or `timeout` passed (false).
 bool Eventually(const std::function<bool()>& done, absl::Duration timeout) {
@@ -56,15 +51,8 @@ class IdentityTest : public testing_support::ClusterTest {
   void SetUp() override {
     ClusterTest::SetUp();
     certs_ = (dir_ / "certs").string();
-    std::filesystem::create_directories(certs_);
-    const absl::Status ca = MakeCa(certs_, "ca");
-    ASSERT_TRUE(ca.ok()) << ca;
-    for (const char* name : {"ppcoord", "w0", "w1"}) {
-      const absl::Status made = MakeCert(certs_, "ca", name);
-      ASSERT_TRUE(made.ok()) << made;
-    }
-    const absl::Status admin = MakeAdminCert(certs_, "ca", "ops");
-    ASSERT_TRUE(admin.ok()) << admin;
+    const absl::Status made = MakeCertFolder(certs_, {"ppcoord", "w0", "w1"}, {"ops"});
+    ASSERT_TRUE(made.ok()) << made;
     deny_ = (dir_ / "deny").string();
     std::ofstream(deny_) << "# SHA-256 fingerprints of revoked certificates\n";
   }
@@ -101,38 +89,6 @@ class IdentityTest : public testing_support::ClusterTest {
                                                        ClientCredentials(certs_, cert, "")));
   }
 
-  static grpc::Status ListJobs(pp::v1::Coordinator::Stub& stub) {
-    grpc::ClientContext context;
-    SetDeadline(context);
-    pp::v1::ListJobsResponse response;
-    return stub.ListJobs(&context, pp::v1::ListJobsRequest(), &response);
-  }
-  static grpc::Status Cancel(pp::v1::Coordinator::Stub& stub, const std::string& id) {
-    grpc::ClientContext context;
-    SetDeadline(context);
-    pp::v1::CancelJobRequest request;
-    request.set_job_id(id);
-    pp::v1::Job job;
-    return stub.CancelJob(&context, request, &job);
-  }
-  static grpc::Status Register(pp::v1::WorkerRegistry::Stub& stub, const std::string& name) {
-    grpc::ClientContext context;
-    SetDeadline(context);
-    pp::v1::RegisterWorkerRequest request;
-    request.mutable_worker()->set_name(name);
-    request.mutable_worker()->set_address("127.0.0.1:1");
-    request.mutable_worker()->set_device("cpu");
-    pp::v1::RegisterWorkerResponse response;
-    return stub.RegisterWorker(&context, request, &response);
-  }
-  static grpc::Status Heartbeat(pp::v1::WorkerRegistry::Stub& stub, const std::string& name) {
-    grpc::ClientContext context;
-    SetDeadline(context);
-    pp::v1::HeartbeatRequest request;
-    request.set_name(name);
-    pp::v1::HeartbeatResponse response;
-    return stub.Heartbeat(&context, request, &response);
-  }
   static grpc::Status KvSet(pp::v1::WorkerRegistry::Stub& stub, const std::string& key) {
     grpc::ClientContext context;
     SetDeadline(context);

@@ -40,15 +40,8 @@ class KvScopeTest : public testing_support::ClusterTest {
   void SetUp() override {
     ClusterTest::SetUp();
     certs_ = (dir_ / "certs").string();
-    std::filesystem::create_directories(certs_);
-    const absl::Status ca = MakeCa(certs_, "ca");
-    ASSERT_TRUE(ca.ok()) << ca;
-    for (const char* name : {"ppcoord", "w0", "w1", "w2", "spare"}) {
-      const absl::Status made = MakeCert(certs_, "ca", name);
-      ASSERT_TRUE(made.ok()) << made;
-    }
-    const absl::Status admin = MakeAdminCert(certs_, "ca", "ops");
-    ASSERT_TRUE(admin.ok()) << admin;
+    const absl::Status made = MakeCertFolder(certs_, {"ppcoord", "w0", "w1", "w2", "spare"}, {"ops"});
+    ASSERT_TRUE(made.ok()) << made;
   }
 
   // ppcoord with TLS and workers w0.. w<workers-1>; the harness's stub is an admin by "ops".

@@ -22,6 +22,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "pp/v1/coordinator.grpc.pb.h"
+#include "tests/e2e/security/calls.h"
 #include "tests/e2e/security/test_certs.h"
 #include "tests/support/cluster.h"
 #include "tests/support/fixture.h"
@@ -39,7 +40,6 @@ using ::pp::testing_support::WaitSucceeded;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr absl::Duration kCallTimeout = absl::Seconds(10);
 // What a file outside the root holds: no answer may carry it.
 constexpr char kSecret[] = "TOPSECRET-4f1c";
 // The size of the data file that ppcoord must not read under its lock: sparse, all zero tokens.
@@ -56,14 +56,8 @@ class PlanningIoTest : public testing_support::ClusterTest {
   void SetUp() override {
     ClusterTest::SetUp();
     certs_ = (dir_ / "certs").string();
-    fs::create_directories(certs_);
-    ASSERT_TRUE(MakeCa(certs_, "ca").ok());
-    for (const char* name : {"ppcoord", "w0", "w1"}) {
-      const absl::Status made = MakeCert(certs_, "ca", name);
-      ASSERT_TRUE(made.ok()) << made;
-    }
-    const absl::Status admin = MakeAdminCert(certs_, "ca", "ops");
-    ASSERT_TRUE(admin.ok()) << admin;
+    const absl::Status made = MakeCertFolder(certs_, {"ppcoord", "w0", "w1"}, {"ops"});
+    ASSERT_TRUE(made.ok()) << made;
     tokens_ = certs_ + "/tokens";
     std::ofstream(tokens_) << "tok-view view vera\ntok-alice submit alice\n";
     outside_ = dir_.string() + "-outside";  // a sibling of the root: outside it

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "pp/v1/coordinator.grpc.pb.h"
 #include "pp/v1/worker.grpc.pb.h"
+#include "tests/e2e/security/calls.h"
 #include "tests/e2e/security/test_certs.h"
 #include "tests/support/cluster.h"
 #include "tests/support/fixture.h"
@@ -34,28 +35,15 @@ using ::pp::testing_support::SubmitJob;
 using ::pp::testing_support::WaitSucceeded;
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kCallTimeout = absl::Seconds(10);
-
-void SetDeadline(grpc::ClientContext& context) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kCallTimeout));
-}
-
 class SecurityTest : public testing_support::ClusterTest {
  protected:
   void SetUp() override {
     ClusterTest::SetUp();
     certs_ = (dir_ / "certs").string();
-    std::filesystem::create_directories(certs_);
-    for (const char* ca : {"ca", "rogue-ca"}) {
-      const absl::Status made = MakeCa(certs_, ca);
-      ASSERT_TRUE(made.ok()) << made;
-    }
-    for (const char* name : {"ppcoord", "w0", "w1"}) {
-      const absl::Status made = MakeCert(certs_, "ca", name);
-      ASSERT_TRUE(made.ok()) << made;
-    }
-    const absl::Status admin = MakeAdminCert(certs_, "ca", "ops");
-    ASSERT_TRUE(admin.ok()) << admin;
+    const absl::Status made = MakeCertFolder(certs_, {"ppcoord", "w0", "w1"}, {"ops"});
+    ASSERT_TRUE(made.ok()) << made;
+    const absl::Status rogue_ca = MakeCa(certs_, "rogue-ca");
+    ASSERT_TRUE(rogue_ca.ok()) << rogue_ca;
     const absl::Status rogue = MakeCert(certs_, "rogue-ca", "w9");
     ASSERT_TRUE(rogue.ok()) << rogue;
     tokens_ = certs_ + "/tokens";
@@ -115,42 +103,6 @@ class SecurityTest : public testing_support::ClusterTest {
       train { steps: 3 microbatches: 4 microbatch_size: 2 }
     )pb");
     return spec;
-  }
-
-  static grpc::Status ListJobs(pp::v1::Coordinator::Stub& stub) {
-    grpc::ClientContext context;
-    SetDeadline(context);
-    pp::v1::ListJobsResponse response;
-    return stub.ListJobs(&context, pp::v1::ListJobsRequest(), &response);
-  }
-  static grpc::Status Submit(pp::v1::Coordinator::Stub& stub, const pp::v1::JobSpec& spec,
-                             std::string* id = nullptr) {
-    grpc::ClientContext context;
-    SetDeadline(context);
-    pp::v1::SubmitJobRequest request;
-    *request.mutable_spec() = spec;
-    pp::v1::SubmitJobResponse response;
-    grpc::Status status = stub.SubmitJob(&context, request, &response);
-    if (id != nullptr) *id = response.job_id();
-    return status;
-  }
-  static grpc::Status Cancel(pp::v1::Coordinator::Stub& stub, const std::string& id) {
-    grpc::ClientContext context;
-    SetDeadline(context);
-    pp::v1::CancelJobRequest request;
-    request.set_job_id(id);
-    pp::v1::Job job;
-    return stub.CancelJob(&context, request, &job);
-  }
-  static grpc::Status Register(pp::v1::WorkerRegistry::Stub& stub, const std::string& name) {
-    grpc::ClientContext context;
-    SetDeadline(context);
-    pp::v1::RegisterWorkerRequest request;
-    request.mutable_worker()->set_name(name);
-    request.mutable_worker()->set_address("127.0.0.1:1");
-    request.mutable_worker()->set_device("cpu");
-    pp::v1::RegisterWorkerResponse response;
-    return stub.RegisterWorker(&context, request, &response);
   }
 
   std::string certs_;

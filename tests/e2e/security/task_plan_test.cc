@@ -24,15 +24,8 @@ class TaskPlanTest : public testing_support::ClusterTest {
   void SetUp() override {
     ClusterTest::SetUp();
     certs_ = (dir_ / "certs").string();
-    std::filesystem::create_directories(certs_);
-    const absl::Status ca = MakeCa(certs_, "ca");
-    ASSERT_TRUE(ca.ok()) << ca;
-    for (const char* name : {"ppcoord", "w0"}) {
-      const absl::Status made = MakeCert(certs_, "ca", name);
-      ASSERT_TRUE(made.ok()) << made;
-    }
-    const absl::Status admin = MakeAdminCert(certs_, "ca", "ops");
-    ASSERT_TRUE(admin.ok()) << admin;
+    const absl::Status made = MakeCertFolder(certs_, {"ppcoord", "w0"}, {"ops"});
+    ASSERT_TRUE(made.ok()) << made;
     absl::StatusOr<std::unique_ptr<testing_support::Cluster>> cluster =
         StartSecureCluster({.certs = certs_,
                             .root = dir_.string(),

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <utility>
 #include <vector>
@@ -95,6 +96,21 @@ absl::Status MakeAdminCert(const std::string& dir, const std::string& ca,
 
 absl::StatusOr<std::string> FingerprintLine(const std::string& dir, const std::string& name) {
   return OpensslOutput({"x509", "-in", Files(dir, name).cert, "-noout", "-fingerprint", "-sha256"});
+}
+
+absl::Status MakeCertFolder(const std::string& dir, const std::vector<std::string>& names,
+                            const std::vector<std::string>& admins) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+  if (absl::Status s = MakeCa(dir, "ca"); !s.ok()) return s;
+  for (const std::string& name : names) {
+    if (absl::Status s = MakeCert(dir, "ca", name); !s.ok()) return s;
+  }
+  for (const std::string& name : admins) {
+    if (absl::Status s = MakeAdminCert(dir, "ca", name); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> TlsFlags(const std::string& dir, const std::string& name) {

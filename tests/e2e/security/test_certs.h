@@ -28,6 +28,11 @@ absl::Status MakeCa(const std::string& dir, const std::string& name);
 absl::Status MakeCert(const std::string& dir, const std::string& ca, const std::string& name);
 // The same with OU=pipeline-admin: an admin on ppcoord's job API without a token.
 absl::Status MakeAdminCert(const std::string& dir, const std::string& ca, const std::string& name);
+
+// Folder `dir` (created) with CA "ca", a certificate for each of `names` and an admin certificate
+// (MakeAdminCert) for each of `admins`, all signed by "ca".
+absl::Status MakeCertFolder(const std::string& dir, const std::vector<std::string>& names,
+                            const std::vector<std::string>& admins);
 // The line `openssl x509 -noout -fingerprint -sha256` prints for `name`'s certificate, as an
 // operator adds it to a --deny_certs file.
 absl::StatusOr<std::string> FingerprintLine(const std::string& dir, const std::string& name);

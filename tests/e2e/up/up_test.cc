@@ -115,6 +115,12 @@ TEST_F(UpTest, TinyJobCompletesWithFallingLossAndLeavesNoProcess) {
   ASSERT_TRUE(std::regex_search(out, eval, std::regex(R"(eval loss +([0-9.]+) after step 40)")))
       << out;
   EXPECT_LT(std::stod(eval[1]), first - 1.0) << out;  // the held-out text is the same kind
+  // K: 65536 - 32 = 65504 starts, 6550 held out, the 32 between them skipped: 58922 train. 40
+  // steps of 1 x 4 x 4 sequences are 640 of them.
+  EXPECT_NE(out.find("  epoch       0.01: 0 passes over 58922 training windows + 640 sequences\n"),
+            std::string::npos)
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(step +40/40 \[#+\].*  epoch 0\.01)"))) << out;
   EXPECT_NE(out.find("measured "), std::string::npos) << out;
   EXPECT_NE(out.find("simulated "), std::string::npos) << out;
   // The kept traced steps, measured and re-simulated under their own measured costs.
