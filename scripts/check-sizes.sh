@@ -61,6 +61,14 @@ def blank(text):
             if out[k] != "\n":
                 out[k] = " "
 
+    def skip_quoted(i, quote):
+        # A string or character literal opening at i: blank its inside, return the index past it.
+        j = i + 1
+        while j < n and text[j] != quote and text[j] != "\n":
+            j += 2 if text[j] == "\\" else 1
+        wipe(i + 1, min(j, n))
+        return j + 1
+
     while i < n:
         c = text[i]
         if c == "\n":
@@ -99,11 +107,7 @@ def blank(text):
                 wipe(i + 1, j)
                 i = j + 1
                 continue
-            j = i + 1
-            while j < n and text[j] != '"' and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            wipe(i + 1, min(j, n))
-            i = j + 1
+            i = skip_quoted(i, '"')
             continue
         if c == "'":
             k = i
@@ -113,11 +117,7 @@ def blank(text):
             if word and word[0].isdigit():  # a digit separator: 1'000'000
                 i += 1
                 continue
-            j = i + 1
-            while j < n and text[j] != "'" and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            wipe(i + 1, min(j, n))
-            i = j + 1
+            i = skip_quoted(i, "'")
             continue
         i += 1
     return "".join(out)
