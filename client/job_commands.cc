@@ -275,9 +275,9 @@ const std::map<std::string, Command>& Commands() {
        {"watch JOB: live progress until the job ends; exit 0 only if it SUCCEEDED", 1, Watch}},
       {"cancel", {"cancel JOB: stop a queued or running job", 1, Cancel}},
       {"resume",
-       {"resume JOB [--step=N | --epoch=N] [--steps=N] [--parallel=JSON]: queue an ended job "
-        "again from its newest (or step N's, or the newest at or before epoch N's start) "
-        "verified checkpoint, optionally on a new layout",
+       {"resume JOB [--step=N] [--epoch=N] [--steps=N] [--parallel=JSON]: queue an ended job "
+        "again from its newest (or step N's, or the newest at or before epoch N's start; at "
+        "most one of --step and --epoch) verified checkpoint, optionally on a new layout",
         1, Resume}},
       {"workers", {"workers: registered workers and their state", 0, Workers}},
       {"trace",
