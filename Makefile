@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup configure build test run clean fuzz fuzz-build chaos peer
+.PHONY: all setup configure build test run clean fuzz fuzz-build chaos peer tokenize-bench
 
 all: build
 
@@ -25,7 +25,7 @@ test: build fuzz-build
 # harness for FUZZ_SECONDS on its seed corpus, one line of result each.
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 600
-FUZZERS = safetensors checkpoint job_spec executor hf_config
+FUZZERS = safetensors checkpoint job_spec executor hf_config llmc_shard tokenizer
 fuzz-build: setup
 	@if tests/fuzz/have_libfuzzer.sh; then \
 	  [ -f $(FUZZ_BUILD)/build.ninja ] || cmake -S . -B $(FUZZ_BUILD) -G Ninja \
@@ -59,6 +59,13 @@ PEER_FLAGS ?=
 peer: build
 	@venv="$$(bash scripts/test-venv.sh --hf $(abspath $(BUILD))/venv-hf)" && \
 	  python3 bench/peer/peer_bench.py --ppctl=$(BUILD)/bin/ppctl --python="$$venv/bin/python" $(PEER_FLAGS)
+
+# bench/tokenize: `ppctl tokenize` next to Hugging Face `tokenizers` on one core (bench/NOTES.md,
+# "Tokenizer"), in the same venv. Extra flags: make tokenize-bench TOKENIZE_FLAGS="--repeats=9".
+TOKENIZE_FLAGS ?=
+tokenize-bench: build
+	@venv="$$(bash scripts/test-venv.sh --hf $(abspath $(BUILD))/venv-hf)" && \
+	  "$$venv/bin/python" bench/tokenize/tokenize_bench.py --ppctl=$(BUILD)/bin/ppctl $(TOKENIZE_FLAGS)
 
 clean:
 	rm -rf $(BUILD)

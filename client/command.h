@@ -50,6 +50,9 @@ Command ImportCommand();
 // `ppctl sample`: client/sample_command.cc.
 Command SampleCommand();
 
+// `ppctl tokenize`: client/tokenize_command.cc.
+Command TokenizeCommand();
+
 // ppctl's main over a command table; returns the process exit code.
 int RunPpctl(const std::vector<Command>& commands, int argc, char** argv);
 

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -17,6 +16,7 @@
 #include "absl/time/time.h"
 #include "client/clock_text.h"
 #include "client/credentials.h"
+#include "common/data_spec.h"
 #include "common/epoch.h"
 #include "common/exit_code.h"
 #include "common/host_port.h"
@@ -118,10 +118,8 @@ std::string ProgressLine(const pp::v1::JobEvent& e) {
 int Submit(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
   absl::StatusOr<pp::v1::JobSpec> spec = pp::common::LoadJobSpec(args[0]);
   if (!spec.ok()) return Fail("submit", std::string(spec.status().message()));
-  // The daemons open the data file: give them a path that does not depend on our directory.
-  if (!spec->data().path().empty()) {
-    spec->mutable_data()->set_path(std::filesystem::absolute(spec->data().path()).string());
-  }
+  // The daemons open the data files: give them paths that do not depend on our directory.
+  pp::common::AbsoluteDataPaths(&*spec);
   pp::v1::SubmitJobRequest request;
   *request.mutable_spec() = *std::move(spec);
   pp::v1::SubmitJobResponse response;

@@ -48,5 +48,6 @@ int main(int argc, char** argv) {
   commands.push_back(pp::client::ExportCommand());
   commands.push_back(pp::client::ImportCommand());
   commands.push_back(pp::client::SampleCommand());
+  commands.push_back(pp::client::TokenizeCommand());
   return pp::client::RunPpctl(commands, argc, argv);
 }

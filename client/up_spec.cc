@@ -3,10 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/data_spec.h"
 #include "common/job_spec.h"
 
 namespace pp::client {
@@ -65,9 +65,7 @@ absl::StatusOr<pp::v1::JobSpec> LoadUpSpec(const std::string& path, int workers)
     if (!loaded.ok()) return loaded.status();
     spec = *std::move(loaded);
   }
-  if (!spec.data().path().empty()) {  // the daemons run elsewhere: give them an absolute path
-    spec.mutable_data()->set_path(std::filesystem::absolute(spec.data().path()).string());
-  }
+  pp::common::AbsoluteDataPaths(&spec);  // the daemons run elsewhere: give them absolute paths
   pp::v1::JobSpec defaulted = spec;
   pp::common::ApplyDefaults(&defaulted);
   if (absl::Status valid = pp::common::ValidateJobSpec(defaulted); !valid.ok()) {

@@ -1,6 +1,7 @@
 #include "common/daemon_main.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <iostream>
 #include <optional>
@@ -22,6 +23,17 @@ void Reload(const DaemonMain& daemon) {
             << "\n";
 }
 
+// A job keeps every data file open while it trains (worker/data/data.h; up to
+// common::kMaxDataFiles shards) beside its sockets and checkpoint files: the usual soft limit of
+// 1024 descriptors is too few, the hard limit is the administrator's bound. A failure leaves the
+// soft limit as it was (opening files then fails with an error naming the file).
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
 }  // namespace
 
 int RunDaemonMain(const DaemonMain& daemon, int argc, char** argv) {
@@ -33,6 +45,7 @@ int RunDaemonMain(const DaemonMain& daemon, int argc, char** argv) {
   if (absl::Status parsed = ParseDaemonFlags(argc, argv); !parsed.ok()) {
     return fail(parsed, kExitUsage);
   }
+  RaiseOpenFileLimit();
   // Before any thread starts: see common/stop_signals.h.
   absl::StatusOr<StopSignals> stop = StopSignals::Install({SIGINT, SIGTERM, SIGHUP});
   if (!stop.ok()) return fail(stop.status(), kExitFailure);

@@ -8,6 +8,8 @@
 //      (atomically, common/address_file.h); a failure exits 1;
 //   5. wait for a signal: SIGHUP calls reload() and logs the line it returns (or its error), and
 //      the daemon goes on; SIGINT or SIGTERM calls stop(signal) and exits 0.
+// Before 2 it raises the soft limit of open files to the hard one (a job holds every data shard
+// open).
 // Every error is one stderr line "NAME: message". start, reload and stop run on the calling
 // thread.
 #ifndef PP_COMMON_DAEMON_MAIN_H_

@@ -12,9 +12,15 @@
 //   epoch     = completed + sequence / K
 // Epoch n (0-based) starts at the first step whose position reaches n x K:
 //   EpochStartStep(n) = ceil(n x K / S)
-// and `train.epochs: n` trains exactly that many steps. A format of several sources (shards, a
-// weighted mix) extends this by giving K per source and the position within each; the formats
-// that exist (bytes, uint16, generated) are one source.
+// and `train.epochs: n` trains exactly that many steps.
+// Several files (data.paths, a glob) are one stream, their concatenation: N is their tokens
+// together, and K as above. A weighted mix (data.mix, sources i with K_i = N_i - T starts each
+// and weights w_i summing to L) defines K = sum K_i: the sequences of one epoch are as many as
+// the windows of all sources. Source i is drawn w_i / L of the time, so it makes
+// K x w_i / (L x K_i) passes over its own windows per epoch: exactly one each only when the
+// weights are proportional to the K_i. No source's windows are held out (eval.holdout_fraction
+// is refused beside a mix). common/data_spec.h CheckDataFiles counts K this way at submit; the
+// readers of worker/data/data.h use the same ranges.
 #ifndef PP_COMMON_EPOCH_H_
 #define PP_COMMON_EPOCH_H_
 
@@ -26,7 +32,7 @@
 
 namespace pp::common {
 
-// K for a training data set of `n_tokens` tokens under `spec` (model.seq_len, eval's holdout).
+// K for a training stream of `n_tokens` tokens under `spec` (model.seq_len, eval's holdout).
 // REQUIRES n_tokens >= seq_len + 1 (ValidateSpecFiles checked it); >= 1 for a valid spec.
 int64_t TrainWindowCount(const pp::v1::JobSpec& spec, int64_t n_tokens);
 

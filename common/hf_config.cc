@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
 #include "common/hf_gpt2.h"
+#include "common/job_spec.h"
 #include "common/path_roots.h"
 #include "common/proto_io.h"
 #include "common/spec_bounds.h"
@@ -145,6 +146,7 @@ absl::StatusOr<pp::v1::ModelSpec> ReadHfGpt2Config(const std::string& dir,
 std::string HfGpt2ConfigJson(const pp::v1::ModelSpec& m) {
   // No dropout: we train without it, so a model fine-tuned on in transformers behaves the same.
   // The token ids are null: GPT-2's 50256 is outside a byte-level vocabulary.
+  // vocab_size is the real one: the padding rows are not written (ToHfGpt2Tensors).
   return absl::StrFormat(
       "{\n"
       "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
@@ -168,9 +170,32 @@ std::string HfGpt2ConfigJson(const pp::v1::ModelSpec& m) {
       "  \"eos_token_id\": null,\n"
       "  \"dtype\": \"float32\"\n"
       "}\n",
-      m.vocab_size(), m.seq_len(), m.d_model(), m.n_layers(), m.n_heads(),
+      RealVocabSize(m), m.seq_len(), m.d_model(), m.n_layers(), m.n_heads(),
       m.tie_embeddings() ? "true" : "false");
 }
+
+namespace {
+
+// config.json's vocabulary is the spec's real one; a larger model.vocab_size is padding, which
+// needs model.real_vocab_size (the weights get zero rows when read: ReadInitFrom).
+absl::Status FitVocab(int hf_vocab, absl::string_view origin, pp::v1::ModelSpec* spec) {
+  const int vocab = spec->vocab_size(), real = spec->real_vocab_size();
+  if (real != 0 && real != hf_vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("model.real_vocab_size: the spec says ", real,
+                                                   ", ", origin, " says vocab_size ", hf_vocab));
+  }
+  if (vocab == 0) {
+    spec->set_vocab_size(hf_vocab);
+  } else if (real == 0 && vocab != hf_vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.vocab_size: the spec says ", vocab, ", ", origin, " says vocab_size ", hf_vocab,
+        vocab > hf_vocab ? absl::StrCat(" (to pad it, set model.real_vocab_size ", hf_vocab, ")")
+                         : ""));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status FitModelSpec(const pp::v1::ModelSpec& hf, absl::string_view origin,
                           pp::v1::ModelSpec* spec) {
@@ -181,9 +206,8 @@ absl::Status FitModelSpec(const pp::v1::ModelSpec& hf, absl::string_view origin,
     int (pp::v1::ModelSpec::*get)() const;
     void (pp::v1::ModelSpec::*set)(int32_t);
   };
-  const Size sizes[] = {{"vocab_size", "vocab_size", hf.vocab_size(),
-                         &pp::v1::ModelSpec::vocab_size, &pp::v1::ModelSpec::set_vocab_size},
-                        {"seq_len", "n_positions", hf.seq_len(), &pp::v1::ModelSpec::seq_len,
+  if (absl::Status s = FitVocab(hf.vocab_size(), origin, spec); !s.ok()) return s;
+  const Size sizes[] = {{"seq_len", "n_positions", hf.seq_len(), &pp::v1::ModelSpec::seq_len,
                          &pp::v1::ModelSpec::set_seq_len},
                         {"d_model", "n_embd", hf.d_model(), &pp::v1::ModelSpec::d_model,
                          &pp::v1::ModelSpec::set_d_model},

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
+#include "common/job_spec.h"
 #include "common/path_roots.h"
 
 namespace pp::common {
@@ -24,12 +25,13 @@ struct Pair {
   std::vector<int64_t> shape;
   bool transposed = false;
   bool prefixed = true;
+  bool vocab_rows = false;  // wte, lm_head: one row per id; HF holds the real ids' rows only
 };
 
 // Our tensor list (docs/model.md "Tensor names") with each one's HF name, in unit order.
 std::vector<Pair> Pairs(const pp::v1::ModelSpec& m) {
   const int64_t V = m.vocab_size(), T = m.seq_len(), C = m.d_model();
-  std::vector<Pair> p = {{"wte.weight", "wte.weight", {V, C}},
+  std::vector<Pair> p = {{"wte.weight", "wte.weight", {V, C}, false, true, true},
                          {"wpe.weight", "wpe.weight", {T, C}}};
   for (int i = 0; i < m.n_layers(); ++i) {
     const std::string h = absl::StrCat("h.", i, ".");
@@ -52,7 +54,9 @@ std::vector<Pair> Pairs(const pp::v1::ModelSpec& m) {
   }
   p.push_back({"ln_f.weight", "ln_f.weight", {C}});
   p.push_back({"ln_f.bias", "ln_f.bias", {C}});
-  if (!m.tie_embeddings()) p.push_back({"lm_head.weight", "lm_head.weight", {V, C}, false, false});
+  if (!m.tie_embeddings()) {
+    p.push_back({"lm_head.weight", "lm_head.weight", {V, C}, false, false, true});
+  }
   return p;
 }
 
@@ -109,6 +113,10 @@ absl::StatusOr<std::vector<Tensor>> ToHfGpt2Tensors(const pp::v1::ModelSpec& mod
     t.name = p.prefixed ? absl::StrCat(kPrefix, p.hf) : p.hf;
     t.shape = HfShape(p);
     t.data = p.transposed ? Transpose(it->second.data, p.shape[0], p.shape[1]) : it->second.data;
+    if (p.vocab_rows) {  // the padding rows [real, V) stay behind: HF's vocab_size is the real one
+      t.shape[0] = RealVocabSize(model);
+      t.data.resize(static_cast<size_t>(t.shape[0] * t.shape[1]));
+    }
     out.push_back(std::move(t));
   }
   return out;
@@ -152,6 +160,19 @@ absl::StatusOr<std::map<std::string, Tensor>> FromHfGpt2Tensors(const pp::v1::Mo
                                                    " not in GPT-2)"));
   }
   return ours;
+}
+
+void PadVocabRows(const pp::v1::ModelSpec& model, std::map<std::string, Tensor>* ours) {
+  const int64_t real = RealVocabSize(model), V = model.vocab_size();
+  for (const char* name : {"wte.weight", "lm_head.weight"}) {
+    auto it = ours->find(name);
+    if (it == ours->end() || it->second.shape.size() != 2 || it->second.shape[0] != real ||
+        real >= V) {
+      continue;
+    }
+    it->second.shape[0] = V;
+    it->second.data.resize(static_cast<size_t>(V * it->second.shape[1]), 0.0f);
+  }
 }
 
 absl::Status WriteHfGpt2(const std::string& dir, const pp::v1::ModelSpec& model,
@@ -202,9 +223,12 @@ absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir,
 absl::StatusOr<HfGpt2Model> ReadInitFrom(const pp::v1::ModelSpec& model,
                                          const std::vector<std::string>& data_roots) {
   absl::StatusOr<HfGpt2Model> hf = ReadHfGpt2(model.init_from(), data_roots);
-  if (hf.ok()) return hf;
-  return absl::Status(hf.status().code(),
-                      absl::StrCat("model.init_from: ", hf.status().message()));
+  if (!hf.ok()) {
+    return absl::Status(hf.status().code(),
+                        absl::StrCat("model.init_from: ", hf.status().message()));
+  }
+  if (hf->model.vocab_size() == RealVocabSize(model)) PadVocabRows(model, &hf->tensors);
+  return hf;
 }
 
 }  // namespace pp::common

@@ -13,6 +13,9 @@
 //   h.i.mlp.proj.weight [C,4C]       <-> transformer.h.i.mlp.c_proj.weight [4C,C] (transposed)
 //   biases, ln_f                     <-> the same names under transformer.
 //   lm_head.weight [V,C]             <-> lm_head.weight [V,C], absent when tied
+// Vocabulary padding (model.real_vocab_size < vocab_size, job.proto): the HF model is the real
+// vocabulary's, so its config.json vocab_size is the real one and wte / lm_head hold only the
+// real rows; a folder read for a padded spec gets zero rows for the padding (PadVocabRows).
 // Our numerics are GPT-2's: GELU tanh (activation_function "gelu_new"), LayerNorm eps 1e-5,
 // attention scaled by 1/sqrt(head size), no biases on the head. A transposition is exact, so
 // export -> import -> export gives the same bytes.
@@ -51,11 +54,13 @@ inline constexpr uint64_t kMaxHfConfigBytes = uint64_t{1} << 20;
 // defaults to true as in transformers). `origin` names the bytes in errors.
 absl::StatusOr<pp::v1::ModelSpec> ParseHfGpt2Config(absl::string_view json,
                                                     absl::string_view origin = "config.json");
-// The config.json text for `model` (sizes >= 1 as ValidateJobSpec checks them).
+// The config.json text for `model` (sizes >= 1 as ValidateJobSpec checks them; vocab_size is
+// common::RealVocabSize).
 std::string HfGpt2ConfigJson(const pp::v1::ModelSpec& model);
 
 // Our named tensors (whole; optimizer moments are ignored) -> the HF tensors, in our unit order.
-// Every tensor `model` has must be present with its shape.
+// Every tensor `model` has must be present with its shape; wte and lm_head lose their padding
+// rows.
 absl::StatusOr<std::vector<Tensor>> ToHfGpt2Tensors(const pp::v1::ModelSpec& model,
                                                     const std::map<std::string, Tensor>& ours);
 // HF tensors (names with or without the "transformer." prefix; the causal-mask buffers
@@ -64,6 +69,11 @@ absl::StatusOr<std::vector<Tensor>> ToHfGpt2Tensors(const pp::v1::ModelSpec& mod
 absl::StatusOr<std::map<std::string, Tensor>> FromHfGpt2Tensors(const pp::v1::ModelSpec& model,
                                                                 std::vector<Tensor> hf,
                                                                 absl::string_view origin);
+
+// The tensors of an HF model whose vocabulary is `model`'s real one, for a padded `model`:
+// wte.weight and lm_head.weight of RealVocabSize rows get zero rows up to model.vocab_size.
+// Tensors of any other shape are left alone (the shape checks that follow name them).
+void PadVocabRows(const pp::v1::ModelSpec& model, std::map<std::string, Tensor>* ours);
 
 // Writes <dir>/config.json and <dir>/model.safetensors (F32, metadata format=pt), each
 // atomically, creating dir.
@@ -84,12 +94,15 @@ absl::StatusOr<HfGpt2Model> ReadHfGpt2(const std::string& dir,
                                        const std::vector<std::string>& data_roots = {});
 
 // ReadHfGpt2 of a spec's model.init_from (REQUIRES: set), its errors prefixed "model.init_from: ":
-// what a worker (under its --data_root) and the trainer start a job from.
+// what a worker (under its --data_root) and the trainer start a job from. When the folder's
+// vocabulary is the spec's real one and the spec pads it, the tensors are padded (PadVocabRows).
 absl::StatusOr<HfGpt2Model> ReadInitFrom(const pp::v1::ModelSpec& model,
                                          const std::vector<std::string>& data_roots = {});
 
 // OK when a job's model fields fit the HF model: every size the spec sets (non-zero) equals it,
-// and tie_embeddings is not asked for an untied model. Fills the unset sizes and the tie from
+// and tie_embeddings is not asked for an untied model. The vocabulary: config.json's vocab_size
+// is the spec's real one (RealVocabSize), so a spec may pad it with model.vocab_size above it
+// and model.real_vocab_size equal to it. Fills the unset sizes and the tie from
 // `hf` into `spec`. The refusal names the field, e.g. "model.d_model: the spec says 64,
 // DIR/config.json says n_embd 128".
 absl::Status FitModelSpec(const pp::v1::ModelSpec& hf, absl::string_view origin,

@@ -12,23 +12,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/auto_plan_spec.h"
+#include "common/data_spec.h"
 #include "common/file_io.h"
 #include "common/hf_gpt2.h"
-#include "common/path_roots.h"
 #include "common/proto_io.h"
 #include "common/precision.h"
 #include "common/recompute.h"
 #include "common/schedules.h"
 #include "common/spec_bounds.h"
-#include "common/step_math.h"
 
 namespace pp::common {
 namespace {
 
 constexpr const char* kPartitions[] = {"uniform", "params", "cost", "explicit"};
-constexpr const char* kFormats[] = {"bytes", "uint16", "generated"};
 constexpr const char* kDecayKinds[] = {"constant", "cosine", "linear"};
-constexpr int64_t kDefaultGeneratedTokens = int64_t{1} << 20;
 
 // Collects the parser's complaints instead of logging them.
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
@@ -95,6 +92,11 @@ absl::Status ValidateModel(const pp::v1::ModelSpec& model) {
   if (model.d_model() % model.n_heads() != 0) {
     return Field("model.n_heads",
                  absl::StrCat(model.n_heads(), " does not divide model.d_model ", model.d_model()));
+  }
+  if (model.real_vocab_size() < 0 || model.real_vocab_size() > model.vocab_size()) {
+    return Field("model.real_vocab_size",
+                 absl::StrCat("must be in [0, model.vocab_size ", model.vocab_size(), "], got ",
+                              model.real_vocab_size()));
   }
   return absl::OkStatus();
 }
@@ -225,97 +227,6 @@ absl::Status ValidateTrain(const pp::v1::TrainSpec& train) {
   return absl::OkStatus();
 }
 
-// A data spec's fields: the format, and what a generated corpus needs. `field` is "data" or
-// "eval.data".
-absl::Status ValidateDataFields(absl::string_view field, const pp::v1::DataSpec& data,
-                                const pp::v1::ModelSpec& model) {
-  if (absl::Status s = Choice(absl::StrCat(field, ".format"), data.format(), kFormats); !s.ok()) {
-    return s;
-  }
-  if (data.format() != "generated") {
-    if (data.path().empty()) return Field(absl::StrCat(field, ".path"), "missing");
-    return absl::OkStatus();
-  }
-  if (data.generated_tokens() < int64_t{model.seq_len()} + 1) {
-    return Field(absl::StrCat(field, ".generated_tokens"),
-                 absl::StrCat(data.generated_tokens(), " is fewer than ",
-                              "model.seq_len + 1 = ", model.seq_len() + 1));
-  }
-  if (model.vocab_size() < 256) {
-    return Field("model.vocab_size",
-                 absl::StrCat(model.vocab_size(), " is too small for generated ",
-                              "byte data (need >= 256)"));
-  }
-  return absl::OkStatus();
-}
-
-// The largest uint16 token of `file`, read in chunks (not mapped: a file truncated meanwhile is
-// an error, not a SIGBUS). REQUIRES: an even size.
-absl::StatusOr<int64_t> LargestToken(const RegularFile& file, absl::string_view field) {
-  int64_t max_token = 0;
-  std::vector<uint8_t> chunk(size_t{1} << 20);  // even: a token never straddles two chunks
-  for (uint64_t at = 0; at < file.size(); at += chunk.size()) {
-    size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), file.size() - at));
-    if (absl::Status read = file.ReadAt(at, n, chunk.data()); !read.ok()) {
-      return Field(field, read.message());
-    }
-    for (size_t i = 0; i < n; i += 2) {
-      max_token = std::max<int64_t>(max_token, chunk[i] | (chunk[i + 1] << 8));
-    }
-  }
-  return max_token;
-}
-
-// The tokens of a data spec that passed ValidateDataFields; a file is opened under `roots`, and
-// its largest token checked against the vocabulary.
-absl::StatusOr<int64_t> ValidateDataFile(absl::string_view field, const pp::v1::DataSpec& data,
-                                         const pp::v1::ModelSpec& model,
-                                         const std::vector<std::string>& roots) {
-  if (data.format() == "generated") return data.generated_tokens();
-  const std::string path_field = absl::StrCat(field, ".path");
-  absl::StatusOr<RegularFile> file = OpenUnderRoots(path_field, data.path(), roots, "data_root");
-  if (!file.ok()) return absl::InvalidArgumentError(file.status().message());
-  int64_t tokens = static_cast<int64_t>(file->size());
-  int64_t max_token = 255;  // byte tokens: the vocabulary must hold every byte value
-  if (data.format() == "uint16") {
-    if (file->size() % 2 != 0) {
-      return Field(path_field, absl::StrCat(data.path(), " has an odd size (", file->size(),
-                                            " bytes) for uint16 tokens"));
-    }
-    tokens /= 2;
-    absl::StatusOr<int64_t> largest = LargestToken(*file, path_field);
-    if (!largest.ok()) return largest.status();
-    max_token = *largest;
-  }
-  if (tokens < int64_t{model.seq_len()} + 1) {
-    return Field(path_field,
-                 absl::StrCat(data.path(), " holds ", tokens, " tokens, need at least ",
-                              "model.seq_len + 1 = ", model.seq_len() + 1));
-  }
-  if (model.vocab_size() <= max_token) {
-    return Field("model.vocab_size",
-                 absl::StrCat(model.vocab_size(), " is too small for ", data.format(),
-                              " data with token ", max_token, " (need >= ", max_token + 1, ")"));
-  }
-  return tokens;
-}
-
-// A holdout of the training data's `tokens` must leave at least one window on each side
-// (common::SplitWindows).
-absl::Status ValidateHoldout(const pp::v1::JobSpec& spec, int64_t tokens) {
-  const double fraction = spec.eval().holdout_fraction();
-  const WindowSplit split = SplitWindows(tokens, spec.model().seq_len(), fraction);
-  if (split.held_out_starts < 1 || split.train_starts < 1) {
-    return Field("eval.holdout_fraction",
-                 absl::StrCat(fraction, " of the ", tokens - spec.model().seq_len(),
-                              " window starts leaves ", split.held_out_starts,
-                              " held-out and ", std::max<int64_t>(0, split.train_starts),
-                              " training starts (seq_len ", spec.model().seq_len(),
-                              " lie between them); need at least 1 of each"));
-  }
-  return absl::OkStatus();
-}
-
 // eval: off (batches 0, nothing else set), or batches >= 1 with exactly one of data and
 // holdout_fraction.
 absl::Status ValidateEvalFields(const pp::v1::JobSpec& spec) {
@@ -335,7 +246,7 @@ absl::Status ValidateEvalFields(const pp::v1::JobSpec& spec) {
   if (has_data == has_holdout) {
     return Field("eval", "needs exactly one of eval.data and eval.holdout_fraction");
   }
-  if (has_data) return ValidateDataFields("eval.data", eval.data(), spec.model());
+  if (has_data) return absl::OkStatus();  // its fields: ValidateDataFields (common/data_spec.h)
   if (!(eval.holdout_fraction() > 0 && eval.holdout_fraction() < 1)) {
     return Field("eval.holdout_fraction",
                  absl::StrCat("must be in (0, 1), got ", eval.holdout_fraction()));
@@ -392,6 +303,10 @@ absl::StatusOr<pp::v1::JobSpec> LoadJobSpec(const std::string& path) {
   return ParseJobSpec(*text, path);
 }
 
+int32_t RealVocabSize(const pp::v1::ModelSpec& model) {
+  return model.real_vocab_size() > 0 ? model.real_vocab_size() : model.vocab_size();
+}
+
 bool IsAutoSchedule(const pp::v1::ParallelSpec& parallel) {
   return parallel.schedule() == kAutoSchedule;
 }
@@ -416,18 +331,7 @@ void ApplyDefaults(pp::v1::JobSpec* spec) {
   if (train->threads() == 0) train->set_threads(1);
   if (train->precision().empty()) train->set_precision("fp32");
   if (spec->checkpoint().keep() == 0) spec->mutable_checkpoint()->set_keep(3);
-  pp::v1::DataSpec* data = spec->mutable_data();
-  if (data->format().empty()) data->set_format("bytes");
-  if (data->format() == "generated" && data->generated_tokens() == 0) {
-    data->set_generated_tokens(kDefaultGeneratedTokens);
-  }
-  if (spec->eval().has_data()) {
-    pp::v1::DataSpec* eval_data = spec->mutable_eval()->mutable_data();
-    if (eval_data->format().empty()) eval_data->set_format("bytes");
-    if (eval_data->format() == "generated" && eval_data->generated_tokens() == 0) {
-      eval_data->set_generated_tokens(kDefaultGeneratedTokens);
-    }
-  }
+  ApplyDataDefaults(spec);
 }
 
 absl::Status ValidateJobSpecFields(const pp::v1::JobSpec& spec) {
@@ -449,23 +353,16 @@ absl::Status ValidateJobSpecFields(const pp::v1::JobSpec& spec) {
     return Field("max_restarts",
                  absl::StrCat("must be <= ", kMaxRestarts, ", got ", spec.max_restarts()));
   }
-  if (absl::Status s = ValidateDataFields("data", spec.data(), spec.model()); !s.ok()) return s;
-  return ValidateEvalFields(spec);
+  if (absl::Status s = ValidateEvalFields(spec); !s.ok()) return s;
+  return ValidateDataFields(spec);
 }
 
 absl::StatusOr<int64_t> CheckSpecFiles(const pp::v1::JobSpec& spec,
                                        const std::vector<std::string>& data_roots) {
-  absl::StatusOr<int64_t> tokens =
-      ValidateDataFile("data", spec.data(), spec.model(), data_roots);
-  if (!tokens.ok()) return tokens.status();
+  absl::StatusOr<int64_t> windows = CheckDataFiles(spec, data_roots);
+  if (!windows.ok()) return windows.status();
   if (absl::Status s = ValidateInitFrom(spec.model(), data_roots); !s.ok()) return s;
-  const pp::v1::EvalSpec& eval = spec.eval();
-  if (eval.batches() == 0) return tokens;
-  const absl::Status checked =
-      eval.has_data() ? ValidateDataFile("eval.data", eval.data(), spec.model(), data_roots).status()
-                      : ValidateHoldout(spec, *tokens);
-  if (!checked.ok()) return checked;
-  return tokens;
+  return windows;
 }
 
 absl::Status ValidateSpecFiles(const pp::v1::JobSpec& spec,
@@ -480,11 +377,10 @@ absl::Status ValidateJobSpec(const pp::v1::JobSpec& spec,
 }
 
 std::vector<std::pair<std::string, std::string>> SpecInputPaths(const pp::v1::JobSpec& spec) {
-  std::vector<std::pair<std::string, std::string>> paths;
-  // A generated data set names no file (and a missing path is ValidateData's error to give).
-  if (!spec.data().path().empty()) paths.emplace_back("data.path", spec.data().path());
-  if (!spec.eval().data().path().empty()) {
-    paths.emplace_back("eval.data.path", spec.eval().data().path());
+  // A generated data set names no file (a missing path is ValidateDataFields' error to give).
+  std::vector<std::pair<std::string, std::string>> paths = DataInputPaths("data", spec.data());
+  for (auto& named : DataInputPaths("eval.data", spec.eval().data())) {
+    paths.push_back(std::move(named));
   }
   if (!spec.model().init_from().empty()) {
     paths.emplace_back("model.init_from", spec.model().init_from());

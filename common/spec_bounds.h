@@ -41,6 +41,13 @@ inline constexpr int64_t kMaxThreads = 256;
 inline constexpr int64_t kMaxBucketBytes = int64_t{1} << 30;
 inline constexpr int64_t kMaxGeneratedTokens = int64_t{1} << 30;
 inline constexpr int64_t kMaxCheckpointsKept = 1000;
+// Files of a job's data (data, every mix source, eval.data), globs expanded: every worker holds
+// each one open for the job's life (one descriptor each, beside its sockets, under RLIMIT_NOFILE),
+// and the resolved list travels in the spec. 4096 shards of llm.c's 100M tokens are 400B tokens.
+inline constexpr int64_t kMaxDataFiles = 4096;
+// The sum of data.mix's weights: the period L of the mix's pattern, which every reader builds
+// once (two int32 per slot, 512 KiB at most).
+inline constexpr int64_t kMaxMixWeight = int64_t{1} << 16;
 // Batches of one evaluation: each is one step's forward passes, so an evaluation costs at most
 // about a third of this many training steps.
 inline constexpr int64_t kMaxEvalBatches = 1024;

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/data_spec.h"
 #include "common/epoch.h"
 #include "common/job_spec.h"
 #include "common/path_roots.h"
@@ -96,13 +97,18 @@ absl::StatusOr<PlannedJob> PlanClientSpec(const pp::v1::JobSpec& spec,
   if (absl::Status valid = pp::common::ValidateJobSpecFields(defaulted); !valid.ok()) {
     return absl::InvalidArgumentError(valid.message());
   }
-  absl::StatusOr<int64_t> tokens = pp::common::CheckSpecFiles(defaulted, data_roots);
-  if (!tokens.ok()) return absl::InvalidArgumentError(tokens.status().message());
-  const int64_t windows = pp::common::TrainWindowCount(defaulted, *tokens);
-  absl::StatusOr<pp::v1::JobSpec> resolved = pp::common::ResolveEpochs(std::move(defaulted), windows);
+  // The files a job reads are fixed here, for its life: a file that matches a glob later must not
+  // shift the windows of a running or resumed job.
+  absl::StatusOr<pp::v1::JobSpec> listed =
+      pp::common::ResolveDataGlobs(std::move(defaulted), data_roots);
+  if (!listed.ok()) return listed.status();
+  absl::StatusOr<int64_t> windows = pp::common::CheckSpecFiles(*listed, data_roots);
+  if (!windows.ok()) return absl::InvalidArgumentError(windows.status().message());
+  absl::StatusOr<pp::v1::JobSpec> resolved =
+      pp::common::ResolveEpochs(*std::move(listed), *windows);
   if (!resolved.ok()) return resolved.status();
   absl::StatusOr<PlannedJob> planned = PlanJobSpec(*std::move(resolved), fits);
-  if (planned.ok()) planned->train_windows = windows;
+  if (planned.ok()) planned->train_windows = *windows;
   return planned;
 }
 

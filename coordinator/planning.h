@@ -41,10 +41,13 @@ absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec,
 
 // A spec as a client sends it (SubmitJob, PlanJob, ResumeJob), the same checks for each: every
 // path it names under `data_roots` (common/path_roots.h), before any file is opened, so that the
-// answer for a path outside is the same whether it exists or not; then its fields; then its files
-// (ValidateSpecFiles under `data_roots`), counting K; then train.epochs becomes train.steps
-// (common/epoch.h ResolveEpochs); then PlanJobSpec. Reads every data file through: call
-// it without JobManager's lock. Empty `data_roots`: files may lie anywhere.
+// answer for a path outside is the same whether it exists or not (a glob as written); then its
+// fields; then its data globs become the explicit list of their matches (common/data_spec.h
+// ResolveDataGlobs: the returned spec, which ppcoord stores, names every file the job reads in
+// data.paths, so the job's stream never changes); then its files (ValidateSpecFiles under
+// `data_roots`), counting K; then train.epochs becomes train.steps (common/epoch.h
+// ResolveEpochs); then PlanJobSpec. Reads every data file through: call it without JobManager's
+// lock. Empty `data_roots`: files may lie anywhere.
 absl::StatusOr<PlannedJob> PlanClientSpec(const pp::v1::JobSpec& spec,
                                           const std::vector<std::string>& data_roots,
                                           const pp::plan::MemoryFits& fits);

@@ -113,12 +113,17 @@ class Ops {
   virtual void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
 
   // ---- softmax cross-entropy ------------------------------------------------------------------
-  // logits (N,V), targets (N) -> losses (N) (per-token -log p), probs (N,V)
+  // Only the first Vr <= V columns of a row are the vocabulary; columns [Vr, V) are padding
+  // (job.proto model.real_vocab_size: tables rounded up for faster products). The softmax runs
+  // over the Vr real columns alone, so padding never enters the normalisation, its probs are 0
+  // and its dlogits get exactly nothing; with Vr == V this is the plain softmax, same bits.
+  // logits (N,V), targets (N) in [0, Vr) -> losses (N) (per-token -log p), probs (N,V)
   virtual void CrossEntropyForward(float* losses, float* probs, const float* logits,
-                                   const int32_t* targets, int N, int V) = 0;
-  // dlogits (N,V) += dloss * (probs - onehot(targets)); dloss is d(total loss)/d(each token loss)
+                                   const int32_t* targets, int N, int V, int Vr) = 0;
+  // dlogits (N,:Vr) += dloss * (probs - onehot(targets)), dlogits (N,Vr:) untouched; dloss is
+  // d(total loss)/d(each token loss)
   virtual void CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets,
-                                    float dloss, int N, int V) = 0;
+                                    float dloss, int N, int V, int Vr) = 0;
 
   // ---- optimizer ------------------------------------------------------------------------------
   // Bias-corrected AdamW on n parameters; m, v are the moments (updated in place).

@@ -224,17 +224,17 @@ class CpuOps final : public Ops {
   }
 
   void CrossEntropyForward(float* losses, float* probs, const float* logits, const int32_t* targets,
-                           int N, int V) override {
+                           int N, int V, int Vr) override {
     Split(N, [&](int64_t b, int64_t e) {
-      k_.cross_entropy_forward(losses, probs, logits, targets, b, e, V);
+      k_.cross_entropy_forward(losses, probs, logits, targets, b, e, V, Vr);
     });
   }
   void CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
-                            int N, int V) override {
+                            int N, int V, int Vr) override {
     for (int n = 0; n < N; ++n) {
       const float* p = probs + static_cast<size_t>(n) * V;
       float* d = dlogits + static_cast<size_t>(n) * V;
-      for (int v = 0; v < V; ++v) d[v] += dloss * p[v];
+      for (int v = 0; v < Vr; ++v) d[v] += dloss * p[v];
       d[targets[n]] -= dloss;
     }
   }

@@ -56,9 +56,9 @@ struct VecKernels {
   void (*attention_forward)(float* out, float* att, HeadView head, float* scratch);
   void (*attention_backward)(float* dq, const float* dout, const float* att, HeadView head,
                              float* scratch);
-  // rows [n0, n1) of (N,V)
+  // rows [n0, n1) of (N,V), the softmax over the first Vr columns (ops.h: the rest is padding)
   void (*cross_entropy_forward)(float* losses, float* probs, const float* logits,
-                                const int32_t* targets, int64_t n0, int64_t n1, int V);
+                                const int32_t* targets, int64_t n0, int64_t n1, int V, int Vr);
   void (*adamw)(float* params, const float* grads, float* m, float* v, size_t n,
                 const AdamWScalars& a);
   void (*add)(float* acc, const float* x, size_t n);

@@ -264,15 +264,15 @@ class CudaOps final : public Ops {
   }
 
   void CrossEntropyForward(float* losses, float* probs, const float* logits, const int32_t* targets,
-                           int N, int V) override {
+                           int N, int V, int Vr) override {
     Use();
-    cuda::CrossEntropyForward(stream_, losses, probs, logits, targets, N, V);
+    cuda::CrossEntropyForward(stream_, losses, probs, logits, targets, N, V, Vr);
     Launched("CrossEntropyForward");
   }
   void CrossEntropyBackward(float* dlogits, const float* probs, const int32_t* targets, float dloss,
-                            int N, int V) override {
+                            int N, int V, int Vr) override {
     Use();
-    cuda::CrossEntropyBackward(stream_, dlogits, probs, targets, dloss, N, V);
+    cuda::CrossEntropyBackward(stream_, dlogits, probs, targets, dloss, N, V, Vr);
     Launched("CrossEntropyBackward");
   }
 

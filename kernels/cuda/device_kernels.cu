@@ -332,36 +332,41 @@ __global__ void GeluBackwardKernel(float* dinp, const float* inp, const float* d
 
 // ---- cross-entropy ----------------------------------------------------------------------------
 
-// logits (N,V), targets (N) -> probs (N,V), losses (N); one block per row. A target outside
-// [0, V) gives a NaN loss instead of a read out of bounds.
+// logits (N,V), targets (N) -> probs (N,V), losses (N); one block per row, the softmax over the
+// first Vr columns (the rest is vocabulary padding: probs 0). A target outside [0, Vr) gives a
+// NaN loss instead of a read out of bounds.
 __global__ void CrossEntropyForwardKernel(float* losses, float* probs, const float* logits,
-                                          const int32_t* targets, int V) {
+                                          const int32_t* targets, int V, int Vr) {
   const size_t offset = static_cast<size_t>(blockIdx.x) * V;
   const float* l = logits + offset;
   float* p = probs + offset;
   float max_logit = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) max_logit = fmaxf(max_logit, l[v]);
+  for (int v = threadIdx.x; v < Vr; v += blockDim.x) max_logit = fmaxf(max_logit, l[v]);
   max_logit = BlockMax(max_logit);
   float sum = 0.0f;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+  for (int v = threadIdx.x; v < Vr; v += blockDim.x) {
     p[v] = expf(l[v] - max_logit);
     sum += p[v];
   }
   sum = BlockSum(sum);
   const float inv_sum = 1.0f / sum;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) p[v] *= inv_sum;
+  for (int v = threadIdx.x; v < Vr; v += blockDim.x) p[v] *= inv_sum;
+  for (int v = Vr + threadIdx.x; v < V; v += blockDim.x) p[v] = 0.0f;
   if (threadIdx.x == 0) {
     const int32_t target = targets[blockIdx.x];
     // log-sum-exp form: accurate also when p[target] rounds to 1 or underflows
-    losses[blockIdx.x] = (target >= 0 && target < V) ? logf(sum) + max_logit - l[target] : NAN;
+    losses[blockIdx.x] = (target >= 0 && target < Vr) ? logf(sum) + max_logit - l[target] : NAN;
   }
 }
 
-// dlogits (N,V) += dloss * (probs - onehot(targets))
+// dlogits (N,:Vr) += dloss * (probs - onehot(targets)); the padding columns (N,Vr:) untouched
 __global__ void CrossEntropyBackwardKernel(float* dlogits, const float* probs,
-                                           const int32_t* targets, float dloss, int V, size_t n) {
+                                           const int32_t* targets, float dloss, int V, int Vr,
+                                           size_t n) {
   for (size_t i = GlobalThread(); i < n; i += GridStride()) {
-    const float onehot = static_cast<int>(i % V) == targets[i / V] ? 1.0f : 0.0f;
+    const int v = static_cast<int>(i % V);
+    if (v >= Vr) continue;
+    const float onehot = v == targets[i / V] ? 1.0f : 0.0f;
     dlogits[i] += dloss * (probs[i] - onehot);
   }
 }
@@ -514,17 +519,17 @@ void GeluBackward(cudaStream_t stream, float* dinp, const float* inp, const floa
 }
 
 void CrossEntropyForward(cudaStream_t stream, float* losses, float* probs, const float* logits,
-                         const int32_t* targets, int N, int V) {
+                         const int32_t* targets, int N, int V, int Vr) {
   if (N == 0) return;
-  CrossEntropyForwardKernel<<<N, kBlock, 0, stream>>>(losses, probs, logits, targets, V);
+  CrossEntropyForwardKernel<<<N, kBlock, 0, stream>>>(losses, probs, logits, targets, V, Vr);
 }
 
 void CrossEntropyBackward(cudaStream_t stream, float* dlogits, const float* probs,
-                          const int32_t* targets, float dloss, int N, int V) {
+                          const int32_t* targets, float dloss, int N, int V, int Vr) {
   const size_t n = static_cast<size_t>(N) * V;
   if (n == 0) return;
   CrossEntropyBackwardKernel<<<GridFor(n), kBlock, 0, stream>>>(dlogits, probs, targets, dloss, V,
-                                                                n);
+                                                                Vr, n);
 }
 
 void AdamW(cudaStream_t stream, float* params, const float* grads, float* m, float* v, size_t n,

@@ -54,10 +54,11 @@ void CausalSoftmaxBackward(cudaStream_t stream, float* dp, const float* att, siz
 void GeluForward(cudaStream_t stream, float* out, const float* inp, size_t n);
 void GeluBackward(cudaStream_t stream, float* dinp, const float* inp, const float* dout, size_t n);
 
+// Softmax over the first Vr of V columns (ops.h: the rest is vocabulary padding).
 void CrossEntropyForward(cudaStream_t stream, float* losses, float* probs, const float* logits,
-                         const int32_t* targets, int N, int V);
+                         const int32_t* targets, int N, int V, int Vr);
 void CrossEntropyBackward(cudaStream_t stream, float* dlogits, const float* probs,
-                          const int32_t* targets, float dloss, int N, int V);
+                          const int32_t* targets, float dloss, int N, int V, int Vr);
 
 // x (n) -> out (n) the bfloat16 bits of each value, round to nearest even (NaN stays a quiet
 // NaN), the same bits as the CPU backend's conversion (kernels/cpu/vec_kernels.inc).

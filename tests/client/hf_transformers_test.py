@@ -7,6 +7,11 @@
 - export -> import -> export is bitwise identical (ppctl import trains one step at lr 0).
 - A randomly initialised GPT2LMHeadModel saved by transformers imports, gives transformers'
   logits, and trains (its loss falls).
+- A padded model (vocab 320, 300 real ids) with a tokenizer (a small byte-level BPE trained here
+  with `tokenizers`) exports GPT-2's shape (300 rows) and the tokenizer files:
+  AutoTokenizer.from_pretrained gives the tokenizer's ids, the logits equal ours on the real
+  columns, ppctl sample prints text through it, and import --pad_vocab_to=64 -> export gives
+  the same bytes.
 - Bad inputs are refused with one line naming the problem.
 
 Nothing here touches the network: the models are made locally, from_pretrained reads a folder.
@@ -25,6 +30,7 @@ import tempfile
 import unittest
 
 import numpy as np
+import tokenizers
 import torch
 import transformers
 
@@ -87,13 +93,13 @@ class HfTest(unittest.TestCase):
         self.assertTrue(steps, "ppctl up wrote no checkpoint")
         return steps[-1]
 
-    def ours(self, step_dir):
-        """Our logits (B, T, V) on BATCH."""
+    def ours(self, step_dir, vocab=256):
+        """Our logits (B, T, V) on BATCH (V: the real vocabulary)."""
         rows = []
         for text in BATCH:
             out = self.path("logits.bin")
             subprocess.run([ARGS.logits, step_dir, text, out], check=True, timeout=60)
-            rows.append(np.fromfile(out, dtype=np.float32).reshape(SEQ, 256))
+            rows.append(np.fromfile(out, dtype=np.float32).reshape(SEQ, vocab))
         return np.stack(rows)
 
     def hf_model(self, folder):
@@ -183,6 +189,54 @@ class HfTest(unittest.TestCase):
         self.assertLess(losses[-1], losses[0] - 0.5, f"losses {losses}")
         print(f"  imported model trains: loss {losses[0]:.4f} -> {losses[-1]:.4f}")
 
+    def bpe_tokenizer(self, vocab):
+        """A byte-level BPE of `vocab` ids (<|endoftext|> among them) trained on this file: its
+        folder, holding tokenizer.json and vocab.json + merges.txt."""
+        bpe = tokenizers.Tokenizer(tokenizers.models.BPE())
+        bpe.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+        bpe.decoder = tokenizers.decoders.ByteLevel()
+        trainer = tokenizers.trainers.BpeTrainer(
+            vocab_size=vocab, special_tokens=["<|endoftext|>"], show_progress=False,
+            initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+        with open(__file__) as f:  # text enough for the merges
+            bpe.train_from_iterator([f.read()], trainer)
+        folder = self.path("tokenizer")
+        os.makedirs(folder)
+        bpe.save(os.path.join(folder, "tokenizer.json"))
+        bpe.model.save(folder)
+        return folder, bpe
+
+    def test_padded_model_exports_gpt2_shape_and_its_tokenizer(self):
+        tok_dir, bpe = self.bpe_tokenizer(300)
+        s = spec("pad", vocabSize=320, realVocabSize=300)
+        s["data"]["tokenizer"] = tok_dir
+        step_dir, _ = self.train(s)
+        folder = self.export(step_dir, "hf-pad")
+        for f in ("tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json"):
+            self.assertTrue(os.path.exists(os.path.join(folder, f)), f)
+        model = self.hf_model(folder)
+        self.assertEqual(model.config.vocab_size, 300)
+        self.assert_close(self.ours(step_dir, 300), self.theirs(model))
+        auto = transformers.AutoTokenizer.from_pretrained(folder)
+        text = "The quick brown"
+        self.assertEqual(auto(text).input_ids, bpe.encode(text).ids)
+        self.assertEqual(auto.eos_token, "<|endoftext|>")
+        # The text is the ids' bytes, which an untrained model need not make valid UTF-8.
+        out = subprocess.run([ARGS.ppctl, "sample", step_dir, "--prompt=The", "--tokens=4",
+                              "--temperature=0"], capture_output=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertTrue(out.stdout.startswith(b"The"), out.stdout)
+        # Back in with zero padding rows, out again: the real rows are the same bytes.
+        again = spec("pad2")
+        again["model"] = {}
+        again["train"].update({"steps": 1, "lr": 0})
+        again["checkpoint"] = {"everySteps": 1}
+        self.import_(folder, again, ["--pad_vocab_to=64"])
+        second = self.export(self.path("ckpt", "pad2", "step-1"), "hf-pad2")
+        for f in ("config.json", "model.safetensors"):
+            with open(os.path.join(folder, f), "rb") as x, open(os.path.join(second, f), "rb") as y:
+                self.assertEqual(x.read(), y.read(), f)
+
     def test_bad_inputs_are_refused_with_one_line(self):
         step_dir, _ = self.train(spec("b"))
         good = self.export(step_dir, "hf-b")
@@ -212,6 +266,10 @@ class HfTest(unittest.TestCase):
         shutil.copy(os.path.join(good, "config.json"), bad)
         os.remove(os.path.join(bad, "model.safetensors"))
         refused(["import", bad, "--job=" + self.write_spec(spec("g"), "g")], "model.safetensors")
+        # Sampling a vocab-256 model through a tokenizer of more ids than that.
+        tok_dir, _ = self.bpe_tokenizer(300)
+        refused(["sample", step_dir, "--prompt=x", "--tokenizer=" + tok_dir],
+                "has 300 ids, more than the model's vocabulary of 256")
 
 
 def main():

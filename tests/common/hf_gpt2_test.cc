@@ -2,6 +2,7 @@
 // both directions, the folder round trip (bitwise), and every refusal being one clear line.
 #include "common/hf_gpt2.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -212,7 +213,8 @@ TEST(HfGpt2, FitModelSpecFillsAndRefusesByField) {
   pp::v1::ModelSpec wrong;
   wrong.set_vocab_size(512);
   EXPECT_EQ(FitModelSpec(hf, "D/config.json", &wrong).message(),
-            "model.vocab_size: the spec says 512, D/config.json says vocab_size 256");
+            "model.vocab_size: the spec says 512, D/config.json says vocab_size 256 (to pad it, "
+            "set model.real_vocab_size 256)");
   pp::v1::ModelSpec tied;
   tied.set_tie_embeddings(true);
   EXPECT_THAT(std::string(FitModelSpec(Spec(false), "D/config.json", &tied).message()),
@@ -232,6 +234,46 @@ TEST(HfGpt2, FolderRoundTripIsBitwise) {
     EXPECT_EQ(*ReadFile(dir + "/a/" + f), *ReadFile(dir + "/b/" + f)) << f;
   }
   std::filesystem::remove_all(dir);
+}
+
+// A padded model (vocab_size 320, real 300) exports GPT-2's shape: config.json and wte /
+// lm_head say 300. Read back as init_from of the padded spec, the real rows are the same bits and
+// the padding rows are zeros; the spec must name the real vocabulary to pad it.
+TEST(HfGpt2, PaddedVocabExportsRealRowsAndReadsBackPadded) {
+  const std::string dir = ::testing::TempDir() + "/hf_gpt2_padded";
+  std::filesystem::remove_all(dir);
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied);
+    pp::v1::ModelSpec m = Spec(tied);
+    m.set_vocab_size(320), m.set_real_vocab_size(300);
+    const std::map<std::string, Tensor> ours = Ours(m);
+    ASSERT_TRUE(WriteHfGpt2(dir, m, ours).ok());
+    absl::StatusOr<HfGpt2Model> hf = ReadHfGpt2(dir);
+    ASSERT_TRUE(hf.ok()) << hf.status();
+    EXPECT_EQ(hf->model.vocab_size(), 300);
+    EXPECT_EQ(hf->tensors["wte.weight"].shape, (std::vector<int64_t>{300, 4}));
+    pp::v1::ModelSpec fitted;
+    fitted.set_vocab_size(320), fitted.set_real_vocab_size(300);
+    ASSERT_TRUE(FitModelSpec(hf->model, "D/config.json", &fitted).ok());
+    m.set_init_from(dir);
+    absl::StatusOr<HfGpt2Model> init = ReadInitFrom(m);
+    ASSERT_TRUE(init.ok()) << init.status();
+    for (const char* name : {"wte.weight", "lm_head.weight"}) {
+      if (tied && std::string(name) == "lm_head.weight") continue;
+      const Tensor& got = init->tensors[name];
+      ASSERT_EQ(got.shape, (std::vector<int64_t>{320, 4})) << name;
+      const std::vector<float>& want = ours.at(name).data;
+      EXPECT_TRUE(std::equal(want.begin(), want.begin() + 300 * 4, got.data.begin())) << name;
+      EXPECT_TRUE(std::all_of(got.data.begin() + 300 * 4, got.data.end(), [](float x) {
+        return x == 0.0f;
+      })) << name;
+    }
+    std::filesystem::remove_all(dir);
+  }
+  pp::v1::ModelSpec wrong_real;
+  wrong_real.set_vocab_size(320), wrong_real.set_real_vocab_size(300);
+  EXPECT_EQ(FitModelSpec(Spec(false), "D/config.json", &wrong_real).message(),
+            "model.real_vocab_size: the spec says 300, D/config.json says vocab_size 256");
 }
 
 TEST(HfGpt2, ReadRefusesShardedAndPickleFolders) {

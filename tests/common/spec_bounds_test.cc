@@ -259,7 +259,8 @@ TEST(SpecBoundsTest, UsualSpecsPass) {
   example.mutable_train()->set_microbatch_size(4);
   EXPECT_TRUE(CheckSpecBounds(example).ok()) << CheckSpecBounds(example);
   Spec gpt2 = example;
-  gpt2.mutable_model()->set_vocab_size(50257);
+  gpt2.mutable_model()->set_vocab_size(50304);  // GPT-2's 50257 padded to a multiple of 64
+  gpt2.mutable_model()->set_real_vocab_size(50257);
   gpt2.mutable_model()->set_seq_len(1024);
   gpt2.mutable_model()->set_d_model(768);
   gpt2.mutable_model()->set_n_heads(12);

@@ -1,8 +1,9 @@
 // Writes the seed corpora of the harnesses (tests/fuzz/corpus/<harness>/) from the project's own
 // writers: safetensors shards and a sliced two-rank checkpoint as the trainer writes them
 // (WriteShard + CommitManifest), the embedded default job spec of `ppctl up` and variants of it
-// (JSON and text), and the planner's rank programs (what `ppctl plan --format=json` prints),
-// encoded for executor_fuzzer. Usage: fuzz_seeds <corpus folder>.
+// (JSON and text), the planner's rank programs (what `ppctl plan --format=json` prints),
+// encoded for executor_fuzzer, and llm.c shard headers as common/llmc_shard.h writes them.
+// Usage: fuzz_seeds <corpus folder>.
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "client/up_spec.h"
 #include "common/checkpoint.h"
 #include "common/file_io.h"
+#include "common/llmc_shard.h"
 #include "common/proto_io.h"
 #include "common/safetensors.h"
 #include "coordinator/plan/plan.h"
@@ -141,6 +143,24 @@ void JobSpecs(const fs::path& out) {
     carried.mutable_parallel()->add_program(std::string(row));
   }
   specs.emplace_back("program", carried);
+  // llm.c shards: a glob and a file read as one stream; then a weighted mix with a generated
+  // source (the harness puts its own files in place of the paths).
+  pp::v1::JobSpec shards = DefaultSpec();
+  shards.mutable_data()->set_format("llmc");
+  shards.mutable_data()->add_paths("shards/train-*.bin");
+  shards.mutable_data()->add_paths("shards/extra.bin");
+  specs.emplace_back("shards", shards);
+  pp::v1::JobSpec mix = DefaultSpec();
+  mix.clear_eval();  // a mix holds nothing out
+  mix.mutable_data()->set_format("llmc");
+  pp::v1::WeightedData* web = mix.mutable_data()->add_mix();
+  web->set_weight(3);
+  web->mutable_data()->set_path("web/*.bin");
+  pp::v1::WeightedData* text = mix.mutable_data()->add_mix();
+  text->set_weight(1);
+  text->mutable_data()->set_format("generated");
+  text->mutable_data()->set_generated_tokens(8192);
+  specs.emplace_back("mix", mix);
   for (const auto& [name, spec] : specs) {
     absl::StatusOr<std::string> json = MessageToJson(spec, /*pretty=*/true);
     Die(json.status());
@@ -149,6 +169,25 @@ void JobSpecs(const fs::path& out) {
     google::protobuf::TextFormat::PrintToString(spec, &text);
     Put(out / (name + ".txt"), text);
   }
+}
+
+// llmc_shard_fuzzer's inputs (the file size, 8 bytes little-endian, then the file's first
+// bytes): a shard of 1000 tokens as LlmcHeader writes it, the same truncated, llm.c's Llama-3
+// kind, and a header cut short.
+void LlmcShards(const fs::path& out) {
+  auto input = [](uint64_t file_size, const std::string& header) {
+    std::string bytes;
+    for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>(file_size >> (8 * i)));
+    return bytes + header;
+  };
+  const std::string header = LlmcHeader(1000);
+  Put(out / "shard", input(kLlmcHeaderBytes + 2000, header));
+  Put(out / "truncated", input(kLlmcHeaderBytes + 1998, header));
+  std::string llama3 = header;
+  llama3[0] = static_cast<char>(0xA1);  // 20240801 = 0x0134D9A1, 20240520 = 0x0134D888
+  llama3[1] = static_cast<char>(0xD9);
+  Put(out / "llama3", input(kLlmcHeaderBytes + 4000, llama3));
+  Put(out / "short", input(100, header.substr(0, 100)));
 }
 
 // One rank's program in executor_fuzzer's encoding.
@@ -201,6 +240,7 @@ int main(int argc, char** argv) {
   Checkpoints(out / "checkpoint", scratch);
   JobSpecs(out / "job_spec");
   Programs(out / "executor");
+  LlmcShards(out / "llmc_shard");
   fs::remove_all(scratch);
   return 0;
 }

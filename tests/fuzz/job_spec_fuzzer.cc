@@ -6,8 +6,10 @@
 // (kMaxInput), and a spec whose planning work is large (pipeline x chunks x microbatches or
 // n_layers above kMaxPlanWork) is validated but not planned. PP_FUZZ_UNBOUNDED=1 lifts the
 // planning bound: a valid spec that then allocates gigabytes or runs for seconds is a finding.
-// data.path is replaced by a small token file of the harness and model.init_from is cleared, so
-// no input opens a file of its choice (a FIFO would block).
+// Every data file a spec names (data and eval.data: path, paths, mix sources, tokenizer) is
+// replaced by one of the harness's folder (a byte file, an llm.c shard; a glob becomes a glob
+// over that folder) and model.init_from is cleared, so no input opens a file or lists a folder of
+// its choice (a FIFO would block, a glob over / would take long).
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
+#include "common/llmc_shard.h"
 #include "coordinator/plan/plan.h"
 #include "coordinator/planning.h"
 
@@ -28,17 +31,40 @@ namespace {
 constexpr size_t kMaxInput = 16 << 10;
 constexpr int64_t kMaxPlanWork = 1 << 14;
 
-const std::string& DataFile() {
-  static const std::string* path = [] {
-    auto* p = new std::string((std::filesystem::temp_directory_path() /
-                               ("pp-fuzz-job-spec-" + std::to_string(getpid()) + ".bin"))
+// The harness's data folder: 0.bin, 4096 letters; 1.bin, an llm.c shard of 2048 ids below 256.
+const std::string& DataDir() {
+  static const std::string* dir = [] {
+    auto* d = new std::string((std::filesystem::temp_directory_path() /
+                               ("pp-fuzz-job-spec-" + std::to_string(getpid())))
                                   .string());
-    std::ofstream out(*p, std::ios::binary | std::ios::trunc);
-    for (int i = 0; i < 4096; ++i) out.put(static_cast<char>('a' + i % 26));
-    std::atexit([] { std::remove(DataFile().c_str()); });
-    return p;
+    std::filesystem::create_directories(*d);
+    std::ofstream bytes(*d + "/0.bin", std::ios::binary | std::ios::trunc);
+    for (int i = 0; i < 4096; ++i) bytes.put(static_cast<char>('a' + i % 26));
+    std::ofstream shard(*d + "/1.bin", std::ios::binary | std::ios::trunc);
+    shard << pp::common::LlmcHeader(2048);
+    for (int i = 0; i < 2048; ++i) shard.put(static_cast<char>('a' + i % 26)).put('\0');
+    std::atexit([] { std::filesystem::remove_all(DataDir()); });
+    return d;
   }();
-  return *path;
+  return *dir;
+}
+
+// A path of the harness's in place of `path`, of the file that `format` reads; a glob stays one.
+std::string Confined(const std::string& path, const std::string& format) {
+  const bool glob = path.find_first_of("*?[") != std::string::npos;
+  if (format == "llmc") return DataDir() + (glob ? "/1*.bin" : "/1.bin");
+  return DataDir() + (glob ? "/*.bin" : "/0.bin");
+}
+
+// `inherited`: the format a mix gives its sources whose own is empty.
+void Confine(pp::v1::DataSpec* data, const std::string& inherited = "") {
+  const std::string format = data->format().empty() ? inherited : data->format();
+  if (!data->path().empty()) data->set_path(Confined(data->path(), format));
+  for (std::string& path : *data->mutable_paths()) path = Confined(path, format);
+  for (pp::v1::WeightedData& source : *data->mutable_mix()) {
+    Confine(source.mutable_data(), format);
+  }
+  if (!data->tokenizer().empty()) data->set_tokenizer(DataDir());
 }
 
 bool Unbounded() {
@@ -105,7 +131,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<pp::v1::JobSpec> spec =
       pp::common::ParseJobSpec(absl::string_view(reinterpret_cast<const char*>(data), size));
   if (!spec.ok()) return 0;
-  if (!spec->data().path().empty()) spec->mutable_data()->set_path(DataFile());
+  Confine(spec->mutable_data());
+  if (spec->eval().has_data()) Confine(spec->mutable_eval()->mutable_data());
   // Nor a folder of its choice: what model.init_from reads is hf_config_fuzzer's to cover.
   spec->mutable_model()->clear_init_from();
   if (!Unbounded() && PlanWork(*spec) > kMaxPlanWork) {

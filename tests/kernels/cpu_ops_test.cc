@@ -1,6 +1,7 @@
 // The CPU Ops against double-precision references: forward values, and every backward against
 // central finite differences of the reference in double. Objectives are L = sum(R * out) for a
 // random R, so the analytic gradient is the backward of dout = R.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -275,17 +276,61 @@ TEST_F(CpuOpsTest, CrossEntropyForwardAndBackward) {
   float *losses = ops_->Alloc(N), *probs = ops_->Alloc(N * V);
   owned_.insert(owned_.end(), {losses, probs});
   int32_t* tg = DevInt(targets);
-  ops_->CrossEntropyForward(losses, probs, Dev(logits), tg, N, V);
+  ops_->CrossEntropyForward(losses, probs, Dev(logits), tg, N, V, V);
   ExpectForward(Host(losses, N), RefCrossEntropy(Lg, targets, N, V), "cross-entropy");
   auto pre = Random(N * V, 51);
   float* g = Dev(pre);
-  ops_->CrossEntropyBackward(g, probs, tg, dloss, N, V);
+  ops_->CrossEntropyBackward(g, probs, tg, dloss, N, V, V);
   auto f = [&](const Vec& v) {
     double s = 0;
     for (double l : RefCrossEntropy(v, targets, N, V)) s += dloss * l;
     return s;
   };
   ExpectGradient(f, Lg, Added(g, pre), "cross-entropy dlogits");
+}
+
+// Vocabulary padding (Vr < V): the rows of a padded table give exactly the bits of the same rows
+// without the padding columns, whatever those hold (+30 here would take all the probability if
+// it entered the softmax); padding probs are 0 and the backward leaves padding dlogits alone.
+TEST_F(CpuOpsTest, CrossEntropyMasksPaddingColumns) {
+  const int N = 6, V = 12, Vr = 9;
+  const float dloss = 0.37f;
+  auto real = Random(N * Vr, 50, 3.0f);
+  std::vector<float> padded(N * V, 30.0f);
+  for (int n = 0; n < N; ++n) std::copy_n(&real[n * Vr], Vr, &padded[n * V]);
+  std::vector<int32_t> targets = {0, 8, 3, 3, 5, 1};
+  int32_t* tg = DevInt(targets);
+  float *losses = ops_->Alloc(N), *probs = ops_->Alloc(N * V);
+  float *want_losses = ops_->Alloc(N), *want_probs = ops_->Alloc(N * Vr);
+  owned_.insert(owned_.end(), {losses, probs, want_losses, want_probs});
+  ops_->CrossEntropyForward(losses, probs, Dev(padded), tg, N, V, Vr);
+  ops_->CrossEntropyForward(want_losses, want_probs, Dev(real), tg, N, Vr, Vr);
+  ExpectForward(Host(losses, N), RefCrossEntropy(ToDouble(real), targets, N, Vr), "loss");
+  const std::vector<float> got_p = Host(probs, N * V), want_p = Host(want_probs, N * Vr);
+  const std::vector<float> got_l = Host(losses, N), want_l = Host(want_losses, N);
+  EXPECT_EQ(0, std::memcmp(got_l.data(), want_l.data(), N * sizeof(float)));
+  auto pre = Random(N * V, 51);
+  std::vector<float> pre_real(N * Vr);
+  for (int n = 0; n < N; ++n) std::copy_n(&pre[n * V], Vr, &pre_real[n * Vr]);
+  float *g = Dev(pre), *want_g = Dev(pre_real), *zero_g = Dev(std::vector<float>(N * V, 0.0f));
+  ops_->CrossEntropyBackward(g, probs, tg, dloss, N, V, Vr);
+  ops_->CrossEntropyBackward(want_g, want_probs, tg, dloss, N, Vr, Vr);
+  ops_->CrossEntropyBackward(zero_g, probs, tg, dloss, N, V, Vr);
+  const std::vector<float> got_g = Host(g, N * V), want = Host(want_g, N * Vr);
+  const std::vector<float> from_zero = Host(zero_g, N * V);
+  for (int n = 0; n < N; ++n) {
+    for (int v = 0; v < V; ++v) {
+      const int i = n * V + v;
+      if (v < Vr) {
+        ASSERT_EQ(got_p[i], want_p[n * Vr + v]) << "probs[" << n << "," << v << "]";
+        ASSERT_EQ(got_g[i], want[n * Vr + v]) << "dlogits[" << n << "," << v << "]";
+      } else {
+        ASSERT_EQ(got_p[i], 0.0f) << "padding probs[" << n << "," << v << "]";
+        ASSERT_EQ(got_g[i], pre[i]) << "padding dlogits[" << n << "," << v << "]";
+        ASSERT_EQ(from_zero[i], 0.0f) << "padding dlogits[" << n << "," << v << "]";
+      }
+    }
+  }
 }
 
 TEST_F(CpuOpsTest, AdamWMatchesDoubleReference) {

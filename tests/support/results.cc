@@ -1,6 +1,7 @@
 #include "tests/support/results.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -48,6 +49,32 @@ absl::StatusOr<std::vector<double>> StoredLosses(const std::string& data_dir,
     losses.push_back(s.loss);
   }
   return losses;
+}
+
+absl::Status SameBits(const std::string& data_dir, const std::string& root, const std::string& a,
+                      const std::string& b, int step) {
+  absl::StatusOr<std::vector<double>> losses[2] = {StoredLosses(data_dir, a),
+                                                   StoredLosses(data_dir, b)};
+  absl::StatusOr<std::map<std::string, std::vector<float>>> values[2] = {
+      CheckpointValues(root, a, step), CheckpointValues(root, b, step)};
+  for (int i = 0; i < 2; ++i) {
+    if (!losses[i].ok()) return losses[i].status();
+    if (!values[i].ok()) return values[i].status();
+  }
+  if (*losses[0] != *losses[1]) {
+    return absl::InternalError(absl::StrCat(a, " and ", b, " stored different losses"));
+  }
+  if (values[0]->size() != values[1]->size()) {
+    return absl::InternalError(absl::StrCat(a, " and ", b, " hold different tensor counts"));
+  }
+  for (const auto& [name, tensor] : *values[0]) {
+    auto other = values[1]->find(name);
+    if (other == values[1]->end() || other->second.size() != tensor.size() ||
+        std::memcmp(tensor.data(), other->second.data(), tensor.size() * sizeof(float)) != 0) {
+      return absl::InternalError(absl::StrCat(name, " differs between ", a, " and ", b));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace pp::testing_support

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "pp/v1/job.pb.h"
 
@@ -27,6 +28,11 @@ absl::StatusOr<std::map<std::string, std::vector<float>>> CheckpointValues(const
 // when a step is missing.
 absl::StatusOr<std::vector<double>> StoredLosses(const std::string& data_dir,
                                                  const std::string& job);
+
+// OK when jobs `a` and `b` stored the same losses, bit for bit, and their checkpoints of `step`
+// hold the same tensors with the same bits; otherwise an error naming the first difference.
+absl::Status SameBits(const std::string& data_dir, const std::string& root, const std::string& a,
+                      const std::string& b, int step);
 
 }  // namespace pp::testing_support
 

@@ -249,11 +249,9 @@ size_t ModelCompute::InputSize(int stage) const {
 size_t ModelCompute::OutputSize(int stage) const { return InputSize(stage); }
 
 absl::Status ModelCompute::OpenData(const pp::v1::JobSpec& spec) {
-  absl::StatusOr<data::TokenSource> source = data::TokenSource::Open(spec.data());
-  if (!source.ok()) return source.status();
-  source_.emplace(std::move(*source));
-  train_windows_ =
-      data::TrainWindows(source_->size(), seq_len_, spec.eval().holdout_fraction());
+  absl::StatusOr<data::TrainData> train_data = data::TrainData::Open(spec);
+  if (!train_data.ok()) return train_data.status();
+  train_data_.emplace(*std::move(train_data));
   if (!common::EvalEnabled(spec)) return absl::OkStatus();
   absl::StatusOr<data::EvalSource> eval = data::OpenEvalSource(spec);
   if (!eval.ok()) return eval.status();
@@ -298,8 +296,7 @@ absl::StatusOr<double> ModelCompute::RunForward(int stage, int local_mb, const f
   if ((*model)->has_embedding() || (*model)->has_head()) {
     batch = evaluate ? data::ReadMicrobatch(eval_->source, eval_->windows, eval_position_, mb,
                                             batch_, seq_len_)
-                     : data::ReadMicrobatch(*source_, train_windows_, position_, mb, batch_,
-                                            seq_len_);
+                     : data::ReadMicrobatch(*train_data_, position_, mb, batch_, seq_len_);
     if (!batch.ok()) return batch.status();
     if ((*model)->has_embedding()) input.tokens = batch->inputs.data();
     if ((*model)->has_head()) input.targets = batch->targets.data();

@@ -107,8 +107,7 @@ class ModelCompute : public executor::StageCompute {
 
   std::unique_ptr<kernels::Ops> ops_;
   std::map<int, std::unique_ptr<model::StageModel>> stages_;
-  std::optional<data::TokenSource> source_;
-  data::WindowRange train_windows_;  // all of source_'s, or those a holdout leaves to training
+  std::optional<data::TrainData> train_data_;
   std::optional<data::EvalSource> eval_;  // with spec.eval
   int64_t eval_position_ = 0;             // data position of the current eval batch
   pp::v1::TrainSpec train_;

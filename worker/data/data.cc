@@ -4,6 +4,8 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_spec.h"
+#include "common/llmc_shard.h"
 #include "common/step_math.h"
 
 namespace pp::data {
@@ -63,23 +65,31 @@ std::string GenerateCorpus(uint64_t seed, int64_t n_bytes) {
   return text;
 }
 
-absl::StatusOr<TokenSource> TokenSource::Open(const pp::v1::DataSpec& spec) {
-  std::string format = spec.format().empty() ? "bytes" : spec.format();
+absl::StatusOr<TokenSource> TokenSource::Open(const pp::v1::DataSpec& spec,
+                                              absl::string_view field) {
+  const std::string format = spec.format().empty() ? "bytes" : spec.format();
   if (format == "generated") return Generated(spec.generated_seed(), spec.generated_tokens());
-  if (format != "bytes" && format != "uint16") {
-    return absl::InvalidArgumentError(absl::StrCat("data.format: unknown value \"", format,
-                                                   "\" (one of bytes, uint16, generated)"));
-  }
-  absl::StatusOr<pp::common::RegularFile> file = pp::common::RegularFile::Open(spec.path());
-  if (!file.ok()) return file.status();
-  TokenSource source;
-  source.uint16_ = format == "uint16";
-  if (source.uint16_ && file->size() % 2 != 0) {
+  if (format != "bytes" && format != "uint16" && format != "llmc") {
     return absl::InvalidArgumentError(
-        absl::StrCat(spec.path(), " has an odd size (", file->size(), " bytes) for uint16 tokens"));
+        absl::StrCat(field, ".format: unknown value \"", format,
+                     "\" (one of bytes, uint16, llmc, generated)"));
   }
-  source.size_ = static_cast<int64_t>(source.uint16_ ? file->size() / 2 : file->size());
-  source.file_ = *std::move(file);
+  if (spec.mix_size() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".mix: a mix is not one stream"));
+  }
+  absl::StatusOr<std::vector<common::DataFile>> files = common::StreamFiles(field, spec);
+  if (!files.ok()) return files.status();
+  TokenSource source;
+  source.uint16_ = format != "bytes";
+  for (const common::DataFile& name : *files) {
+    absl::StatusOr<common::RegularFile> file = common::RegularFile::Open(name.path);
+    if (!file.ok()) return file.status();
+    absl::StatusOr<Part> part = OpenPart(*std::move(file), format, name.field);
+    if (!part.ok()) return part.status();
+    part->first = source.size_;
+    source.size_ += part->tokens;
+    source.parts_.push_back(*std::move(part));
+  }
   return source;
 }
 
@@ -91,15 +101,63 @@ TokenSource TokenSource::Generated(uint64_t seed, int64_t n_tokens) {
   return source;
 }
 
+absl::StatusOr<TokenSource::Part> TokenSource::OpenPart(common::RegularFile file,
+                                                        absl::string_view format,
+                                                        absl::string_view field) {
+  Part part{std::move(file)};
+  const uint64_t size = part.file.size();
+  if (format == "bytes") {
+    part.tokens = static_cast<int64_t>(size);
+  } else if (format == "uint16") {
+    if (size % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": ", part.file.path(), " has an odd size (", size, " bytes) for uint16 tokens"));
+    }
+    part.tokens = static_cast<int64_t>(size / 2);
+  } else {  // llmc: the header states the count, which the size must match
+    std::string header(static_cast<size_t>(std::min<uint64_t>(common::kLlmcHeaderBytes, size)),
+                       '\0');
+    absl::Status read =
+        part.file.ReadAt(0, header.size(), reinterpret_cast<uint8_t*>(header.data()));
+    if (!read.ok()) return read;
+    absl::StatusOr<int64_t> tokens = common::LlmcTokenCount(header, size, part.file.path());
+    if (!tokens.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": ", tokens.status().message()));
+    }
+    part.tokens = *tokens;
+    part.offset = common::kLlmcHeaderBytes;
+  }
+  return part;
+}
+
 absl::Status TokenSource::Read(int64_t start, int64_t count, int32_t* out) const {
-  if (!file_.has_value()) {
+  if (parts_.empty()) {
     for (int64_t i = 0; i < count; ++i) out[i] = owned_[static_cast<size_t>(start + i)];
     return absl::OkStatus();
   }
-  int64_t width = uint16_ ? 2 : 1;
+  // The last part that starts at or before `start`; then on through the following ones.
+  auto part = std::upper_bound(parts_.begin(), parts_.end(), start,
+                               [](int64_t at, const Part& p) { return at < p.first; }) -
+              1;
+  while (count > 0) {
+    const int64_t n = std::min(count, part->first + part->tokens - start);
+    if (n > 0) {
+      if (absl::Status s = ReadPart(*part, start - part->first, n, out); !s.ok()) return s;
+    }
+    start += n;
+    out += n;
+    count -= n;
+    ++part;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TokenSource::ReadPart(const Part& part, int64_t start, int64_t count,
+                                   int32_t* out) const {
+  const int64_t width = uint16_ ? 2 : 1;
   std::vector<uint8_t> bytes(static_cast<size_t>(count * width));
-  absl::Status status =
-      file_->ReadAt(static_cast<uint64_t>(start * width), bytes.size(), bytes.data());
+  absl::Status status = part.file.ReadAt(part.offset + static_cast<uint64_t>(start * width),
+                                         bytes.size(), bytes.data());
   if (!status.ok()) return status;
   for (int64_t i = 0; i < count; ++i) {
     out[i] = uint16_ ? static_cast<int32_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8))
@@ -144,12 +202,134 @@ int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len) {
 absl::StatusOr<EvalSource> OpenEvalSource(const pp::v1::JobSpec& spec) {
   const pp::v1::EvalSpec& eval = spec.eval();
   const int64_t T = spec.model().seq_len();
-  absl::StatusOr<TokenSource> source = TokenSource::Open(eval.has_data() ? eval.data() : spec.data());
+  absl::StatusOr<TokenSource> source = eval.has_data()
+                                            ? TokenSource::Open(eval.data(), "eval.data")
+                                            : TokenSource::Open(spec.data());
   if (!source.ok()) return source.status();
   const WindowRange windows = eval.has_data()
                                   ? AllWindows(source->size(), T)
                                   : HeldOutWindows(source->size(), T, eval.holdout_fraction());
   return EvalSource{*std::move(source), windows};
+}
+
+MixPattern::MixPattern(const std::vector<int32_t>& weights) : weights_(weights) {
+  // Slot k of source i at the ideal time (2k + 1) / (2 w_i) of a period: compared exactly as
+  // (2k + 1) * w_j against (2k' + 1) * w_i (below 2^17 * 2^16), ties to the lower source.
+  struct Slot {
+    int64_t twice_k_plus_1;
+    int32_t source;
+  };
+  std::vector<Slot> slots;
+  for (int32_t i = 0; i < static_cast<int32_t>(weights.size()); ++i) {
+    for (int64_t k = 0; k < weights[i]; ++k) slots.push_back({2 * k + 1, i});
+  }
+  std::sort(slots.begin(), slots.end(), [&](const Slot& a, const Slot& b) {
+    const int64_t lhs = a.twice_k_plus_1 * weights[b.source];
+    const int64_t rhs = b.twice_k_plus_1 * weights[a.source];
+    return lhs != rhs ? lhs < rhs : a.source < b.source;
+  });
+  for (const Slot& slot : slots) {
+    source_.push_back(slot.source);
+    rank_.push_back(static_cast<int32_t>(slot.twice_k_plus_1 / 2));
+  }
+}
+
+MixPattern::Draw MixPattern::At(int64_t sequence) const {
+  const int64_t slot = sequence % period();
+  const int32_t source = source_[static_cast<size_t>(slot)];
+  // (s div L) * w_i < s: no overflow.
+  return {source, sequence / period() * weights_[static_cast<size_t>(source)] +
+                      rank_[static_cast<size_t>(slot)]};
+}
+
+namespace {
+
+// A stream opened with its windows; `field` names it in errors.
+absl::StatusOr<Stream> OpenStream(const pp::v1::DataSpec& spec, absl::string_view field,
+                                  int64_t seq_len, double holdout_fraction) {
+  absl::StatusOr<TokenSource> source = TokenSource::Open(spec, field);
+  if (!source.ok()) return source.status();
+  if (source->size() < seq_len + 1) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": holds ", source->size(),
+                                                   " tokens, need at least seq_len + 1 = ",
+                                                   seq_len + 1));
+  }
+  const WindowRange windows = TrainWindows(source->size(), seq_len, holdout_fraction);
+  return Stream{*std::move(source), windows};
+}
+
+// Rows of B windows of T + 1 tokens, each read by `read(row, window)`, as inputs and targets.
+template <typename ReadRow>
+absl::StatusOr<Microbatch> FillMicrobatch(int64_t batch, int64_t seq_len, ReadRow read) {
+  Microbatch mb;
+  mb.batch = batch;
+  mb.seq_len = seq_len;
+  mb.inputs.resize(static_cast<size_t>(batch * seq_len));
+  mb.targets.resize(mb.inputs.size());
+  std::vector<int32_t> window(static_cast<size_t>(seq_len + 1));
+  for (int64_t b = 0; b < batch; ++b) {
+    if (absl::Status status = read(b, window.data()); !status.ok()) return status;
+    std::copy(window.begin(), window.end() - 1, mb.inputs.begin() + b * seq_len);
+    std::copy(window.begin() + 1, window.end(), mb.targets.begin() + b * seq_len);
+  }
+  return mb;
+}
+
+absl::Status CheckArguments(int64_t data_position, int64_t microbatch, int64_t batch,
+                            int64_t seq_len) {
+  if (batch >= 1 && seq_len >= 1 && data_position >= 0 && microbatch >= 0) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("ReadMicrobatch: bad arguments (data_position ",
+                                                 data_position, ", microbatch ", microbatch,
+                                                 ", batch ", batch, ", seq_len ", seq_len, ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<TrainData> TrainData::Open(const pp::v1::JobSpec& spec) {
+  const pp::v1::DataSpec& data = spec.data();
+  const int64_t T = spec.model().seq_len();
+  TrainData opened;
+  if (data.mix_size() == 0) {
+    absl::StatusOr<Stream> stream = OpenStream(data, "data", T, spec.eval().holdout_fraction());
+    if (!stream.ok()) return stream.status();
+    opened.streams_.push_back(*std::move(stream));
+  }
+  std::vector<int32_t> weights;
+  for (int i = 0; i < data.mix_size(); ++i) {
+    // No holdout beside a mix (common/data_spec.h): every source reads all its windows.
+    absl::StatusOr<Stream> stream =
+        OpenStream(data.mix(i).data(), absl::StrCat("data.mix[", i, "].data"), T, 0);
+    if (!stream.ok()) return stream.status();
+    opened.streams_.push_back(*std::move(stream));
+    weights.push_back(data.mix(i).weight());
+  }
+  if (!weights.empty()) opened.mix_.emplace(weights);
+  for (const Stream& stream : opened.streams_) opened.windows_ += stream.windows.count;
+  return opened;
+}
+
+TrainData::Window TrainData::WindowOf(int64_t sequence) const {
+  if (!mix_.has_value()) return {0, WindowStart(sequence, streams_[0].windows)};
+  const MixPattern::Draw draw = mix_->At(sequence);
+  const Stream& stream = streams_[static_cast<size_t>(draw.source)];
+  return {draw.source, WindowStart(draw.sequence, stream.windows)};
+}
+
+absl::Status TrainData::ReadWindow(int64_t sequence, int64_t seq_len, int32_t* out) const {
+  const Window window = WindowOf(sequence);
+  return streams_[static_cast<size_t>(window.stream)].source.Read(window.start, seq_len + 1, out);
+}
+
+absl::StatusOr<Microbatch> ReadMicrobatch(const TrainData& data, int64_t data_position,
+                                          int64_t microbatch, int64_t batch, int64_t seq_len) {
+  if (absl::Status s = CheckArguments(data_position, microbatch, batch, seq_len); !s.ok()) {
+    return s;
+  }
+  return FillMicrobatch(batch, seq_len, [&](int64_t b, int32_t* window) {
+    return data.ReadWindow(data_position + microbatch * batch + b, seq_len, window);
+  });
 }
 
 absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t data_position,
@@ -161,10 +341,8 @@ absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t dat
 absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, const WindowRange& range,
                                           int64_t data_position, int64_t microbatch,
                                           int64_t batch, int64_t seq_len) {
-  if (batch < 1 || seq_len < 1 || data_position < 0 || microbatch < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ReadMicrobatch: bad arguments (data_position ",
-                                                   data_position, ", microbatch ", microbatch,
-                                                   ", batch ", batch, ", seq_len ", seq_len, ")"));
+  if (absl::Status s = CheckArguments(data_position, microbatch, batch, seq_len); !s.ok()) {
+    return s;
   }
   if (source.size() < seq_len + 1) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -176,20 +354,10 @@ absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, const Windo
                      range.first + range.count, ") are empty or past the ",
                      source.size() - seq_len, " starts of the data"));
   }
-  Microbatch mb;
-  mb.batch = batch;
-  mb.seq_len = seq_len;
-  mb.inputs.resize(static_cast<size_t>(batch * seq_len));
-  mb.targets.resize(mb.inputs.size());
-  std::vector<int32_t> window(static_cast<size_t>(seq_len + 1));
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t start = WindowStart(data_position + microbatch * batch + b, range);
-    absl::Status status = source.Read(start, seq_len + 1, window.data());
-    if (!status.ok()) return status;
-    std::copy(window.begin(), window.end() - 1, mb.inputs.begin() + b * seq_len);
-    std::copy(window.begin() + 1, window.end(), mb.targets.begin() + b * seq_len);
-  }
-  return mb;
+  return FillMicrobatch(batch, seq_len, [&](int64_t b, int32_t* window) {
+    return source.Read(WindowStart(data_position + microbatch * batch + b, range), seq_len + 1,
+                       window);
+  });
 }
 
 }  // namespace pp::data

@@ -2,11 +2,18 @@
 // reads, so that every layout and every restart sees the same tokens.
 //
 // Sources: "bytes" (any file, token = byte, vocab 256), "uint16" (little-endian uint16 tokens; odd
-// file size is an error), "generated" (deterministic text-like bytes from a seed, for tests). Files
-// must be regular files (common::RegularFile) and are neither mapped nor copied: each window is
-// read with pread, so a file truncated while a job trains fails that read with DataLoss naming the
-// file, never with a SIGBUS. Token ids are checked against the vocabulary once, by
-// common/job_spec.h ValidateJobSpec, not here.
+// file size is an error), "llmc" (llm.c shards, common/llmc_shard.h: the tokens are the uint16 ids
+// after the 1024-byte header, whose count must match the file's size), "generated" (deterministic
+// text-like bytes from a seed, for tests). Files must be regular files (common::RegularFile) and
+// are neither mapped nor copied: each window is read with pread, so a file truncated while a job
+// trains fails that read with DataLoss naming the file, never with a SIGBUS. Token ids are checked
+// against the vocabulary once, by common/data_spec.h CheckDataFiles, not here.
+//
+// Streams. A stream's files (data.path, or data.paths, globs expanded in byte order by
+// common/data_spec.h StreamFiles; ppcoord stores them resolved) are ONE sequence of N tokens,
+// their concatenation in order: token n of the stream is token n - N_0 - ... - N_{k-1} of file k.
+// A window may straddle a file boundary: it reads the end of one file and the start of the next,
+// as if the files were one (no document separator is added; an llm.c shard starts with one).
 //
 // Window formula. N tokens, T = seq_len, W = N - T valid starts (a window reads T+1 tokens). A
 // stream of sequences draws from a range of K starts [first, first + K):
@@ -20,6 +27,16 @@
 // the last H = floor(W f) starts [W - H, W) are held out for evaluation and training reads
 // [0, W - H - T), so no trained window shares a token with a held-out one. Evaluation on a
 // separate file (eval.data) reads all of its starts.
+// Mix (data.mix: streams i = 0..n-1 with weights w_i, L = sum w_i): stream i is its own N_i tokens
+// with its own range of K_i = N_i - T starts (no holdout with a mix), and training sequence s is
+// sequence s_i of stream i, read by the formula above on stream i's range, where
+//   r = s mod L,  i = source(r),  s_i = (s div L) * w_i + rank(r)
+// source(r) and rank(r) (the slots of source(r) before slot r) form MixPattern, a fixed pattern of
+// L slots computed once from the weights: source i's k-th slot (k = 0..w_i-1) has the ideal time
+// (2k + 1) / (2 w_i) of a period, and the L slots are sorted by it (ties: the lower i first). So
+// every L consecutive sequences hold exactly w_i of source i, spread evenly, and s_i runs through
+// 0, 1, 2, ... as s does: a pure O(1) function of the spec and s, the same on every layout,
+// restart and resume. K of a mix is sum K_i (common/epoch.h).
 // Sequence numbering: the data position is the number of sequences consumed before a step; row b of
 // microbatch j reads sequence s = position + j*B + b, and a step advances the position by M*B. A
 // fresh run is at position step*M*B (common::DataPositionAtStep), so microbatch j of step k reads
@@ -36,30 +53,47 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/file_io.h"
 #include "pp/v1/job.pb.h"
 
 namespace pp::data {
 
+// One stream (above): generated, or the files of a DataSpec that is not a mix, concatenated.
 class TokenSource {
  public:
-  // Errors name the file: missing, unreadable, not a regular file, odd-sized uint16 file, unknown
-  // format.
-  static absl::StatusOr<TokenSource> Open(const pp::v1::DataSpec& spec);
+  // Errors start with `field` (the spec's field of the stream) and name the file: missing,
+  // unreadable, not a regular file, odd-sized uint16 file, not an llm.c shard, a glob matching
+  // nothing; or an unknown format or a mix.
+  static absl::StatusOr<TokenSource> Open(const pp::v1::DataSpec& spec,
+                                          absl::string_view field = "data");
   static TokenSource Generated(uint64_t seed, int64_t n_tokens);
 
-  // Token count at Open.
+  // Token count at Open (all files).
   int64_t size() const { return size_; }
-  // Tokens [start, start + count) into out[0, count). REQUIRES 0 <= start, start + count <= size().
-  // DataLoss naming the file when the file shrank since Open. Thread-safe.
+  // Tokens [start, start + count) of the stream into out[0, count), across files as needed.
+  // REQUIRES 0 <= start, start + count <= size(). DataLoss naming the file when a file shrank
+  // since Open. Thread-safe.
   absl::Status Read(int64_t start, int64_t count, int32_t* out) const;
 
  private:
+  // One file of the stream: its tokens are the stream's [first, first + tokens), from byte
+  // `offset` of the file on (the llm.c header's size, else 0).
+  struct Part {
+    pp::common::RegularFile file;
+    int64_t first = 0;
+    int64_t tokens = 0;
+    uint64_t offset = 0;
+  };
   TokenSource() = default;
-  std::optional<pp::common::RegularFile> file_;
+  // `file` as a part of `format`, its tokens counted (first still 0).
+  static absl::StatusOr<Part> OpenPart(pp::common::RegularFile file, absl::string_view format,
+                                       absl::string_view field);
+  absl::Status ReadPart(const Part& part, int64_t start, int64_t count, int32_t* out) const;
+  std::vector<Part> parts_;      // in stream order
   std::vector<uint8_t> owned_;  // generated corpus
   int64_t size_ = 0;
-  bool uint16_ = false;
+  bool uint16_ = false;  // uint16 and llmc
 };
 
 // Deterministic text-like bytes (words, punctuation, lines) for tests; same seed, same bytes.
@@ -82,13 +116,60 @@ int64_t WindowStart(int64_t sequence, const WindowRange& range);
 int64_t WindowStride(int64_t n_tokens, int64_t seq_len);
 int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len);
 
-// What evaluation reads (REQUIRES common::EvalEnabled(spec), a validated spec): eval.data with
-// every start, or the training data with its held-out starts.
-struct EvalSource {
+// A stream and the range of window starts it is read from.
+struct Stream {
   TokenSource source;
   WindowRange windows;
 };
+// What evaluation reads (REQUIRES common::EvalEnabled(spec), a validated spec): eval.data with
+// every start, or the training data with its held-out starts.
+using EvalSource = Stream;
 absl::StatusOr<EvalSource> OpenEvalSource(const pp::v1::JobSpec& spec);
+
+// The fixed pattern of a mix (above): slot r of the period L belongs to source(r), the rank(r)-th
+// of that source's slots. Immutable, thread-safe.
+class MixPattern {
+ public:
+  // REQUIRES every weight >= 1, their sum <= common::kMaxMixWeight. O(W log W), once.
+  explicit MixPattern(const std::vector<int32_t>& weights);
+  struct Draw {
+    int source = 0;
+    int64_t sequence = 0;  // s_i: the sequence of that source's own stream
+  };
+  // Of training sequence `sequence` >= 0: O(1).
+  Draw At(int64_t sequence) const;
+  int64_t period() const { return static_cast<int64_t>(source_.size()); }
+
+ private:
+  std::vector<int32_t> weights_;
+  std::vector<int32_t> source_;  // per slot
+  std::vector<int32_t> rank_;    // per slot
+};
+
+// What training reads of spec.data: one stream's training windows, or a mix of streams each
+// read over all its windows. Immutable after Open; ReadWindow is thread-safe.
+class TrainData {
+ public:
+  // Opens every file (TokenSource::Open) and checks each stream holds seq_len + 1 tokens.
+  // REQUIRES a validated spec (common/job_spec.h).
+  static absl::StatusOr<TrainData> Open(const pp::v1::JobSpec& spec);
+  // K: the training windows of an epoch (common/epoch.h); of a mix, the sum over its streams.
+  int64_t windows() const { return windows_; }
+  // The T + 1 = `seq_len` + 1 tokens of training sequence `sequence` >= 0 into `out`.
+  absl::Status ReadWindow(int64_t sequence, int64_t seq_len, int32_t* out) const;
+  // The stream and the window start of training sequence `sequence` (what ReadWindow reads).
+  struct Window {
+    int stream = 0;
+    int64_t start = 0;
+  };
+  Window WindowOf(int64_t sequence) const;
+
+ private:
+  TrainData() = default;
+  std::vector<Stream> streams_;
+  std::optional<MixPattern> mix_;  // with data.mix
+  int64_t windows_ = 0;
+};
 
 // inputs (B,T) and targets (B,T), int32, row-major.
 struct Microbatch {
@@ -106,6 +187,10 @@ absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, const Windo
                                           int64_t data_position, int64_t microbatch,
                                           int64_t batch, int64_t seq_len);
 absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t data_position,
+                                          int64_t microbatch, int64_t batch, int64_t seq_len);
+// Microbatch `microbatch` of the step at `data_position` from the training data. InvalidArgument
+// when a size is not positive.
+absl::StatusOr<Microbatch> ReadMicrobatch(const TrainData& data, int64_t data_position,
                                           int64_t microbatch, int64_t batch, int64_t seq_len);
 
 }  // namespace pp::data

@@ -105,22 +105,24 @@ void StageModel::Impl::BlockBackwardWeight(ModelTensor* w, BlockSaved& s, const 
 }
 
 // x (N,C) -> logits (N,V) -> mean token loss, against s.targets (N) (LoadInputs put them there).
+// Only the first Vr = real_vocab columns are the vocabulary: the cross-entropy leaves the padding
+// logits out of the softmax and gives them zero gradient (model.h).
 double StageModel::Impl::HeadForward(HeadSaved& s, const float* x) {
-  const int C = C_, V = cfg_.vocab_size, N = static_cast<int>(N_);
+  const int C = C_, V = cfg_.vocab_size, Vr = cfg_.real_vocab(), N = static_cast<int>(N_);
   s.lnf = NewOut(N_ * C), s.mean = NewOut(N_), s.rstd = NewOut(N_);
   ops_->LayerNormForward(s.lnf.get(), s.mean.get(), s.rstd.get(), x, head_[0].value,
                          head_[1].value, N, C);
   ops_->MatmulForward(logits_, s.lnf.get(), head_weight_->value, nullptr, N, C, V);
   s.probs = NewOut(N_ * V);
-  ops_->CrossEntropyForward(losses_, s.probs.get(), logits_, s.targets.get(), N, V);
+  ops_->CrossEntropyForward(losses_, s.probs.get(), logits_, s.targets.get(), N, V, Vr);
   return ops_->Sum(losses_, N_) / static_cast<double>(N_);
 }
 
 void StageModel::Impl::HeadBackwardInput(HeadSaved& s, const float* x, float* dx) {
-  const int C = C_, V = cfg_.vocab_size, N = static_cast<int>(N_);
+  const int C = C_, V = cfg_.vocab_size, Vr = cfg_.real_vocab(), N = static_cast<int>(N_);
   const float dloss = 1.0f / static_cast<float>(N_ * opt_.microbatches);
   s.dlogits = NewF(N_ * V);
-  ops_->CrossEntropyBackward(s.dlogits.get(), s.probs.get(), s.targets.get(), dloss, N, V);
+  ops_->CrossEntropyBackward(s.dlogits.get(), s.probs.get(), s.targets.get(), dloss, N, V, Vr);
   s.dlnf = NewF(N_ * C);
   ops_->MatmulBackwardInput(s.dlnf.get(), s.dlogits.get(), head_weight_->value, N, C, V);
   ops_->Zero(dx, N_ * C);

@@ -250,11 +250,12 @@ absl::Status StageModel::Impl::CheckTokens(const int32_t* tokens, const char* wh
   if (tokens == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("this stage needs ", what));
   }
+  // Padding ids (real_vocab_size and up) are not in the vocabulary: the loss masks them.
   for (size_t i = 0; i < N_; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= cfg_.vocab_size) {
+    if (tokens[i] < 0 || tokens[i] >= cfg_.real_vocab()) {
       return absl::InvalidArgumentError(absl::StrCat(what, "[", i, "] = ", tokens[i],
                                                      " is outside the vocabulary [0, ",
-                                                     cfg_.vocab_size, ")"));
+                                                     cfg_.real_vocab(), ")"));
     }
   }
   return absl::OkStatus();
@@ -276,7 +277,8 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(Ops* ops, const M
                                                    ") must be > 0"));
   }
   if (config.d_model <= 0 || config.n_heads <= 0 || config.d_model % config.n_heads != 0 ||
-      config.vocab_size <= 0 || config.seq_len <= 0 || config.n_layers <= 0) {
+      config.vocab_size <= 0 || config.seq_len <= 0 || config.n_layers <= 0 ||
+      config.real_vocab_size < 0 || config.real_vocab_size > config.vocab_size) {
     return absl::InvalidArgumentError("bad model config (use ModelConfigFromSpec to check it)");
   }
   if (config.tie_embeddings && options.last_unit == units - 1 && options.first_unit != 0) {

@@ -12,6 +12,9 @@
 //   (same bits); from BackwardInput to BackwardWeight the state is kNone's.
 // - The last stage returns the microbatch's mean token loss (summed in double); its gradient is
 //   seeded with 1/(B*T*M), so gradients sum to those of the step loss = sum_j loss_j / M.
+// - Vocabulary padding (ModelConfig.real_vocab_size < vocab_size): tokens and targets must be
+//   below the real size; the padding logits do not enter the loss, so the lm_head rows (and,
+//   tied, the wte rows) of padding ids get exactly zero gradient. No padding: the same bits.
 // - Gradients accumulate in the order backward calls arrive; run them in ascending microbatch
 //   order for bits that do not depend on the schedule. Activations are passed by copy, so a chain
 //   of stages gives exactly the bits of one stage holding every unit.
@@ -53,15 +56,20 @@
 namespace pp::model {
 
 struct ModelConfig {
-  int vocab_size = 256;
+  int vocab_size = 256;  // rows of wte and lm_head, columns of the logits
+  // The ids in use, <= vocab_size; 0: vocab_size. Logits [real, vocab_size) are padding: masked
+  // out of the loss (Ops::CrossEntropyForward's Vr), so their rows get no gradient from it.
+  int real_vocab_size = 0;
   int seq_len = 64;   // T
   int d_model = 128;  // C
   int n_heads = 4;
   int n_layers = 4;
   bool tie_embeddings = false;
+  int real_vocab() const { return real_vocab_size > 0 ? real_vocab_size : vocab_size; }
 };
 
-// Checks the numbers (positive sizes, n_heads divides d_model).
+// Checks the numbers (positive sizes, n_heads divides d_model, real_vocab_size in
+// [0, vocab_size]).
 absl::StatusOr<ModelConfig> ModelConfigFromSpec(const pp::v1::ModelSpec& spec);
 int NumUnits(const ModelConfig& config);  // n_layers + 2
 

@@ -29,6 +29,7 @@ uint64_t HashName(const std::string& s) {
 absl::StatusOr<ModelConfig> ModelConfigFromSpec(const pp::v1::ModelSpec& spec) {
   ModelConfig c;
   c.vocab_size = spec.vocab_size();
+  c.real_vocab_size = spec.real_vocab_size();
   c.seq_len = spec.seq_len();
   c.d_model = spec.d_model();
   c.n_heads = spec.n_heads();
@@ -47,6 +48,10 @@ absl::StatusOr<ModelConfig> ModelConfigFromSpec(const pp::v1::ModelSpec& spec) {
   if (c.d_model % c.n_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.n_heads (", c.n_heads, ") must divide model.d_model (", c.d_model, ")"));
+  }
+  if (c.real_vocab_size < 0 || c.real_vocab_size > c.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("model.real_vocab_size must be in [0, ",
+                                                   c.vocab_size, "], got ", c.real_vocab_size));
   }
   return c;
 }

@@ -72,9 +72,10 @@ class Decoder::Impl {
     ops->Add(x, proj, size_t(N) * C);
   }
 
-  // ln_f and the head over x (N,C) -> logits (N,V) on the host.
+  // ln_f and the head over x (N,C) -> logits (N,V) -> their real columns (N,Vr) on the host: the
+  // padding columns are dropped here, so nothing downstream can sample them.
   std::vector<float> Head(const float* x, int N, Buffers& buf) {
-    const int C = cfg.d_model, V = cfg.vocab_size;
+    const int C = cfg.d_model, V = cfg.vocab_size, Vr = cfg.real_vocab();
     float* ln = buf.Get(size_t(N) * C);
     float* mean = buf.Get(N);
     float* rstd = buf.Get(N);
@@ -83,6 +84,10 @@ class Decoder::Impl {
     ops->MatmulForward(logits, ln, HeadWeight(), nullptr, N, C, V);
     std::vector<float> out(size_t(N) * V);
     ops->CopyToHost(out.data(), logits, out.size());
+    for (int n = 1; n < N && Vr < V; ++n) {
+      std::copy_n(&out[size_t(n) * V], Vr, &out[size_t(n) * Vr]);
+    }
+    out.resize(size_t(N) * Vr);
     return out;
   }
 
@@ -135,6 +140,7 @@ class Decoder::Impl {
 Decoder::Decoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Decoder::~Decoder() = default;
 int Decoder::vocab_size() const { return impl_->cfg.vocab_size; }
+int Decoder::real_vocab_size() const { return impl_->cfg.real_vocab(); }
 int Decoder::seq_len() const { return impl_->cfg.seq_len; }
 void Decoder::Reset() { impl_->cached = 0; }
 
@@ -177,7 +183,7 @@ absl::StatusOr<std::vector<float>> Decoder::Logits(const std::vector<int32_t>& t
         absl::StrCat(N, " tokens; the model takes 1 to ", m.cfg.seq_len));
   }
   for (int32_t t : tokens) {
-    if (t < 0 || t >= m.cfg.vocab_size) {
+    if (t < 0 || t >= m.cfg.real_vocab()) {
       return absl::InvalidArgumentError(absl::StrCat("token ", t, " is outside the vocabulary"));
     }
   }
@@ -199,7 +205,7 @@ absl::StatusOr<std::vector<float>> Decoder::Step(int32_t token) {
     return absl::OutOfRangeError(
         absl::StrCat("the model takes at most ", m.cfg.seq_len, " positions"));
   }
-  if (token < 0 || token >= m.cfg.vocab_size) {
+  if (token < 0 || token >= m.cfg.real_vocab()) {
     return absl::InvalidArgumentError(absl::StrCat("token ", token, " is outside the vocabulary"));
   }
   Buffers buf{m.ops.get(), {}};
@@ -234,20 +240,16 @@ int32_t SampleToken(const std::vector<float>& logits, double temperature, int to
   return ids[keep - 1];
 }
 
-absl::StatusOr<std::string> Generate(Decoder& decoder, const SampleOptions& o) {
-  if (decoder.vocab_size() != 256) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "sample prints bytes: it needs a byte-level model (vocab_size 256), this one has ",
-        decoder.vocab_size()));
-  }
-  if (o.prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
-  if (o.tokens < 0 || o.prompt.size() + size_t(o.tokens) > size_t(decoder.seq_len())) {
-    return absl::InvalidArgumentError(absl::StrCat("the prompt (", o.prompt.size(), " bytes) plus ",
+absl::StatusOr<std::vector<int32_t>> GenerateTokens(Decoder& decoder,
+                                                    const std::vector<int32_t>& prompt,
+                                                    const SampleOptions& o) {
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  if (o.tokens < 0 || prompt.size() + size_t(o.tokens) > size_t(decoder.seq_len())) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt (", prompt.size(), " tokens) plus ",
                                                    o.tokens, " tokens exceed the model's ",
                                                    decoder.seq_len(), " positions"));
   }
-  std::vector<int32_t> tokens;
-  for (unsigned char c : o.prompt) tokens.push_back(c);
+  std::vector<int32_t> tokens = prompt;
   decoder.Reset();
   std::vector<float> logits;
   for (size_t i = 0; o.use_cache && i < tokens.size(); ++i) {
@@ -256,18 +258,19 @@ absl::StatusOr<std::string> Generate(Decoder& decoder, const SampleOptions& o) {
     logits = *std::move(l);
   }
   const uint64_t key = Mix(o.seed);
-  std::string out;
+  std::vector<int32_t> out;
   for (int i = 0; i < o.tokens; ++i) {
     if (!o.use_cache) {
       absl::StatusOr<std::vector<float>> all = decoder.Logits(tokens);
       if (!all.ok()) return all.status();
-      logits.assign(all->end() - decoder.vocab_size(), all->end());
+      logits.assign(all->end() - decoder.real_vocab_size(), all->end());
     }
     const double u =
         static_cast<double>(Mix(key + (i + 1) * common::kSplitMixGolden) >> 11) * 0x1.0p-53;
     const int32_t next = SampleToken(logits, o.temperature, o.top_k, u);
-    out.push_back(static_cast<char>(next));
+    out.push_back(next);
     tokens.push_back(next);
+    if (next == o.stop_token) break;
     if (o.use_cache && i + 1 < o.tokens) {
       absl::StatusOr<std::vector<float>> l = decoder.Step(next);
       if (!l.ok()) return l.status();
@@ -277,10 +280,33 @@ absl::StatusOr<std::string> Generate(Decoder& decoder, const SampleOptions& o) {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<Decoder>> LoadDecoder(const std::string& step_dir, int threads) {
+absl::StatusOr<std::string> Generate(Decoder& decoder, const SampleOptions& o) {
+  if (decoder.real_vocab_size() != 256) {  // a byte-level table may be padded
+    return absl::FailedPreconditionError(
+        absl::StrCat("sample prints bytes: it needs a byte-level model (256 ids), this one has ",
+                     decoder.real_vocab_size()));
+  }
+  if (o.prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
+  if (o.tokens < 0 || o.prompt.size() + size_t(o.tokens) > size_t(decoder.seq_len())) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt (", o.prompt.size(), " bytes) plus ",
+                                                   o.tokens, " tokens exceed the model's ",
+                                                   decoder.seq_len(), " positions"));
+  }
+  std::vector<int32_t> prompt;
+  for (unsigned char c : o.prompt) prompt.push_back(c);
+  absl::StatusOr<std::vector<int32_t>> ids = GenerateTokens(decoder, prompt, o);
+  if (!ids.ok()) return ids.status();
+  std::string out;
+  for (int32_t id : *ids) out.push_back(static_cast<char>(id));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Decoder>> LoadDecoder(const std::string& step_dir, int threads,
+                                                     pp::v1::JobSpec* job) {
   absl::StatusOr<common::Checkpoint> checkpoint = common::LoadCheckpoint(
       step_dir, [](const std::string& name) { return !absl::StartsWith(name, "optim."); });
   if (!checkpoint.ok()) return checkpoint.status();
+  if (job != nullptr) *job = checkpoint->manifest.spec();
   return Decoder::Create(checkpoint->manifest.spec().model(), checkpoint->tensors, "cpu", threads);
 }
 

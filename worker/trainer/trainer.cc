@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/checkpoint.h"
+#include "common/data_spec.h"
 #include "common/epoch.h"
 #include "common/file_io.h"
 #include "common/hf_gpt2.h"
@@ -52,12 +53,12 @@ absl::Status WriteCheckpoint(kernels::Ops& ops, model::StageModel& model,
 // process's M x B sequences per step (it trains as one replica).
 absl::Status ResolveEpochSteps(pp::v1::JobSpec* spec) {
   if (spec->train().epochs() == 0) return absl::OkStatus();
-  auto source = data::TokenSource::Open(spec->data());
-  if (!source.ok()) return source.status();
+  absl::StatusOr<data::TrainData> train_data = data::TrainData::Open(*spec);
+  if (!train_data.ok()) return train_data.status();
   pp::v1::JobSpec replica = *spec;
   replica.mutable_parallel()->set_data(1);
   absl::StatusOr<pp::v1::JobSpec> resolved =
-      common::ResolveEpochs(replica, common::TrainWindowCount(replica, source->size()));
+      common::ResolveEpochs(replica, train_data->windows());
   if (!resolved.ok()) return resolved.status();
   spec->mutable_train()->set_steps(resolved->train().steps());
   return absl::OkStatus();
@@ -65,14 +66,13 @@ absl::Status ResolveEpochSteps(pp::v1::JobSpec* spec) {
 
 // Step `step`'s gradients of the M microbatches (B sequences of T tokens each), in microbatch
 // order; the step loss = the microbatch losses summed in double, divided by M.
-absl::StatusOr<double> ForwardBackward(model::StageModel& model, const data::TokenSource& source,
-                                       const data::WindowRange& windows, int step, int M, int B,
-                                       int T) {
+absl::StatusOr<double> ForwardBackward(model::StageModel& model, const data::TrainData& train_data,
+                                       int step, int M, int B, int T) {
   model.ZeroGrads();
   const int64_t position = common::DataPositionAtStep(step, M, B);
   double loss = 0.0;
   for (int j = 0; j < M; ++j) {
-    auto batch = data::ReadMicrobatch(source, windows, position, j, B, T);
+    auto batch = data::ReadMicrobatch(train_data, position, j, B, T);
     if (!batch.ok()) return batch.status();
     model::StageInput in;
     in.tokens = batch->inputs.data();
@@ -221,10 +221,8 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
   if (!stage.ok()) return stage.status();
   auto model = CreateModel(**ops, *config, *stage, init);
   if (!model.ok()) return model.status();
-  auto source = data::TokenSource::Open(spec.data());
-  if (!source.ok()) return source.status();
-  const data::WindowRange train_windows =
-      data::TrainWindows(source->size(), T, spec.eval().holdout_fraction());
+  absl::StatusOr<data::TrainData> train_data = data::TrainData::Open(spec);
+  if (!train_data.ok()) return train_data.status();
   absl::StatusOr<std::optional<data::EvalSource>> eval = OpenEval(spec);
   if (!eval.ok()) return eval.status();
   TrainResult result;
@@ -232,7 +230,7 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
-    absl::StatusOr<double> step_loss = ForwardBackward(**model, *source, train_windows, step, M, B, T);
+    absl::StatusOr<double> step_loss = ForwardBackward(**model, *train_data, step, M, B, T);
     if (!step_loss.ok()) return step_loss.status();
     const double loss = *step_loss;
     const Update update = ApplyUnlessNonFinite(**ops, (*model)->tensors(), train, step, loss);
@@ -255,7 +253,7 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
     const bool due = common::CheckpointDue(step + 1, steps, spec.checkpoint().every_steps());
     if (!options.checkpoint_root.empty() && due) {
       if (auto s = WriteCheckpoint(**ops, **model, spec, options.checkpoint_root, step + 1,
-                                   train_windows.count);
+                                   train_data->windows());
           !s.ok()) {
         return s;
       }
@@ -287,6 +285,13 @@ int TrainMain(const std::string& spec_path, const TrainOptions& options) {
     return 1;
   }
   common::ApplyDefaults(&*spec);
+  // The files fixed once, as ppcoord fixes a job's (coordinator/planning.h PlanClientSpec).
+  absl::StatusOr<pp::v1::JobSpec> listed = common::ResolveDataGlobs(*spec);
+  if (!listed.ok()) {
+    std::cerr << spec_path << ": " << listed.status().message() << "\n";
+    return 1;
+  }
+  *spec = *std::move(listed);
   if (auto s = common::ValidateJobSpec(*spec); !s.ok()) {
     std::cerr << spec_path << ": " << s.message() << "\n";
     return 1;

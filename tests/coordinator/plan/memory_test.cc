@@ -144,6 +144,22 @@ TEST(MemoryTest, TensorParallelRanksHoldTheirShare) {
   EXPECT_EQ(ranks[0].bytes.checkpoint, 24 * (160 + 2 * 460 + 144));
 }
 
+// GPT-2 small with its vocabulary padded to 50304 (model.real_vocab_size 50257): the tables are
+// counted at their padded size, 50304 x 768 floats each for wte (rank 0) and lm_head (rank 3).
+TEST(MemoryTest, Gpt2SmallWithAPaddedVocabularyFits) {
+  pp::v1::JobSpec spec = TinySpec(4, 8);
+  pp::v1::ModelSpec* m = spec.mutable_model();
+  m->set_vocab_size(50304), m->set_real_vocab_size(50257), m->set_seq_len(1024);
+  m->set_d_model(768), m->set_n_heads(12), m->set_n_layers(12);
+  spec.mutable_train()->set_microbatch_size(4);
+  const std::vector<RankMemory> ranks = Estimate(spec, {4, 3, 3, 4});
+  ASSERT_EQ(ranks.size(), 4u);
+  const int64_t table = int64_t{50304} * 768 * 4, block = (12 * 768 * 768 + 13 * 768) * 4;
+  EXPECT_EQ(ranks[0].bytes.parameters, table + 1024 * 768 * 4 + 3 * block);
+  EXPECT_EQ(ranks[3].bytes.parameters, 3 * block + 2 * 768 * 4 + table);
+  for (const RankMemory& r : ranks) EXPECT_LT(r.bytes.total, int64_t{64} << 30) << r.rank;
+}
+
 TEST(MemoryTest, StagesThatDisagreeWithTheScheduleAreRefused) {
   pp::v1::JobSpec spec = TinySpec(2, 2);
   absl::StatusOr<pp::v1::Schedule> schedule = PlanSchedule("1f1b", 2, 1, 2, pp::v1::CostModel());

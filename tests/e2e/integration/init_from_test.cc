@@ -1,9 +1,9 @@
 // model.init_from: a job starts from a Hugging Face GPT-2 folder (as `ppctl export` writes it)
-// instead of its seeded initialisation. On the CPU cluster the losses and final weights are
-// bitwise those of the single-process trainer started from the same folder; tensor-parallel ranks
-// cut their slices from the folder's whole tensors (their all-reduces sum in another order, so
-// that job matches within the fixture's Match::kClose); a folder whose weights do not load fails
-// the job naming model.init_from.
+// instead of its seeded initialisation, here with a padded vocabulary (model.real_vocab_size). On
+// the CPU cluster the losses and final weights are bitwise those of the single-process trainer
+// started from the same folder; tensor-parallel ranks cut their slices from the folder's whole
+// tensors (their all-reduces sum in another order, so that job matches within the fixture's
+// Match::kClose); a folder whose weights do not load fails the job naming model.init_from.
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,14 +59,21 @@ void ExpectBitwise(const std::vector<double>& got, const std::vector<double>& wa
   }
 }
 
+// The model pads its vocabulary (320 rows, 300 real ids; the bytes are ids < 256): the folder
+// holds the 300 real rows, every loader adds the same zero rows, and the masked loss gives the
+// same bits on every pipeline stage layout as in the reference.
 TEST_F(InitFromTest, JobStartsFromTheFolderLikeTheReference) {
   pp::v1::JobSpec source = TinySpec("1f1b", 1, 2);
   source.set_name("source");
+  source.mutable_model()->set_vocab_size(320);
+  source.mutable_model()->set_real_vocab_size(300);
   const std::string hf = ExportTrained(source);
 
   // Another seed: only the folder can make its losses the reference's.
   pp::v1::JobSpec spec = TinySpec("1f1b", 1, kSteps);
   spec.mutable_train()->set_seed(11);
+  spec.mutable_model()->set_vocab_size(320);
+  spec.mutable_model()->set_real_vocab_size(300);
   spec.mutable_model()->set_init_from(hf);
   pp::v1::JobSpec defaulted = spec;
   common::ApplyDefaults(&defaulted);
@@ -81,6 +88,7 @@ TEST_F(InitFromTest, JobStartsFromTheFolderLikeTheReference) {
   seeded.mutable_model()->clear_init_from();
   absl::StatusOr<common::HfGpt2Model> folder = common::ReadHfGpt2(hf);
   ASSERT_TRUE(folder.ok()) << folder.status();
+  common::PadVocabRows(seeded.model(), &folder->tensors);  // as ppctl import does
   options.checkpoint_root = (dir_ / "imported").string();
   absl::StatusOr<trainer::TrainResult> imported =
       trainer::TrainFrom(seeded, options, folder->tensors);

@@ -2,6 +2,7 @@
 // of every chunk split, I-then-W against full backward, clipped updates, init, errors.
 #include "worker/model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -179,6 +180,62 @@ TEST_F(ModelTest, InterleavedZeroBubbleOrderMatches) {
       EXPECT_TRUE(BitwiseEqual(Host(*ops_, t.grad, t.size),
                                Host(*ops_, FindTensor(*zb[i], t.name)->grad, t.size)))
           << t.name;
+    }
+  }
+}
+
+// One step's loss and gradients of `chain` on `batches` (M = batches.size()).
+std::pair<double, Values> LossAndGrads(ModelTest& t, std::vector<std::unique_ptr<StageModel>> chain,
+                                       const std::vector<Batch>& batches, kernels::Ops& ops) {
+  double loss = 0;
+  for (size_t mb = 0; mb < batches.size(); ++mb) loss += t.ForwardChain(chain, mb, batches[mb]);
+  for (size_t mb = 0; mb < batches.size(); ++mb) t.BackwardChain(chain, mb, false);
+  Values grads;
+  for (auto& stage : chain) {
+    for (auto& tensor : stage->tensors()) grads[tensor.name] = Host(ops, tensor.grad, tensor.size);
+  }
+  return {loss / batches.size(), grads};
+}
+
+// Vocabulary padding: a model of vocab 16 with real 13 computes the loss of the vocab-13 model
+// (same seed: the real rows are its rows) whatever its padding rows of the head hold (set to 3
+// here; in the softmax they would add 3 more terms); their gradients (lm_head's, or wte's when
+// tied) are exactly 0. real_vocab_size == vocab_size is the unpadded model, bit for bit.
+TEST_F(ModelTest, PaddedVocabularyIsMaskedOutOfTheLoss) {
+  for (bool tied : {false, true}) {
+    SCOPED_TRACE(tied);
+    ModelConfig real = Tiny();
+    real.n_layers = 1, real.tie_embeddings = tied;
+    ModelConfig padded = real, explicit_real = real;
+    padded.vocab_size = 16, padded.real_vocab_size = 13;
+    explicit_real.real_vocab_size = 13;
+    const std::vector<Batch> batches = MakeBatches(real, 2, 2, 9);
+    // Untied: the head on a stage of its own; tied needs it beside the embedding.
+    const std::vector<int> firsts = tied ? std::vector<int>{0} : std::vector<int>{0, 2};
+    auto b = Chain(padded, firsts, 2, 2);
+    ModelTensor* head = FindTensor(*b.back(), tied ? "wte.weight" : "lm_head.weight");
+    std::vector<float> w = Host(*ops_, head->value, head->size);
+    std::fill(w.begin() + 13 * real.d_model, w.end(), 3.0f);
+    ops_->CopyToDevice(head->value, w.data(), w.size());
+    const auto [la, ga] = LossAndGrads(*this, Chain(real, firsts, 2, 2), batches, *ops_);
+    const auto [lb, gb] = LossAndGrads(*this, std::move(b), batches, *ops_);
+    const auto [ls, gs] = LossAndGrads(*this, Chain(explicit_real, firsts, 2, 2), batches, *ops_);
+    EXPECT_EQ(std::memcmp(&la, &ls, sizeof(double)), 0);
+    EXPECT_NEAR(lb, la, 1e-6 * la);
+    for (const auto& [name, want] : ga) {
+      EXPECT_TRUE(BitwiseEqual(gs.at(name), want)) << name;
+      const std::vector<float>& got = gb.at(name);
+      const bool vocab_rows = name == "wte.weight" || name == "lm_head.weight";
+      ASSERT_EQ(got.size(), vocab_rows ? want.size() / 13 * 16 : want.size()) << name;
+      double scale = 1e-30;
+      for (float x : want) scale = std::max(scale, std::fabs(double(x)));
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (i < want.size()) {
+          ASSERT_NEAR(got[i], want[i], 1e-5 * scale) << name << "[" << i << "]";
+        } else {
+          ASSERT_EQ(got[i], 0.0f) << "padding gradient " << name << "[" << i << "]";
+        }
+      }
     }
   }
 }

@@ -1,7 +1,7 @@
 // sample_logits STEP_DIR TEXT OUT: the logits (T, V) of the byte sequence TEXT under the checkpoint
-// in STEP_DIR (any layout), by the inference path of worker/trainer/sample.h, written to OUT as
-// raw little-endian float32. tests/client/hf_transformers_test.py compares them with
-// transformers' logits of the exported model.
+// in STEP_DIR (any layout; V: the real vocabulary, without a padded model's padding columns), by
+// the inference path of worker/trainer/sample.h, written to OUT as raw little-endian float32.
+// tests/client/hf_transformers_test.py compares them with transformers' logits of the export.
 #include <fstream>
 #include <iostream>
 

@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
@@ -165,6 +167,47 @@ TEST(Sample, SampleTokenHonoursTopKAndTemperature) {
     EXPECT_TRUE(id == 1 || id == 3) << u;
   }
   EXPECT_EQ(SampleToken(logits, 1.0, 1, 0.999), 1);
+}
+
+// A padded model (vocab 320, real 300) whose padding rows of the head would win every draw: ln_f
+// makes every position's features all ones, so a logit is its head row's sum, and the padding
+// rows sum to 10 C. The decoder returns the 300 real logits only, so greedy, top-k and plain
+// draws, cached or not, give real ids; <|endoftext|>-style stops end the generation.
+TEST(Sample, NeverEmitsAPaddingId) {
+  pp::v1::ModelSpec m = TinySpec("p").model();
+  m.set_vocab_size(320), m.set_real_vocab_size(300);
+  absl::StatusOr<model::ModelConfig> cfg = model::ModelConfigFromSpec(m);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  const int C = cfg->d_model;
+  std::map<std::string, common::Tensor> tensors;
+  for (const model::TensorShape& t : model::ModelTensors(*cfg)) {
+    std::vector<float> v = model::InitTensorValues(t, cfg->n_layers, 1);
+    if (t.name == "ln_f.weight") std::fill(v.begin(), v.end(), 0.0f);
+    if (t.name == "ln_f.bias") std::fill(v.begin(), v.end(), 1.0f);
+    if (t.name == "lm_head.weight") std::fill(v.begin() + 300 * C, v.end(), 10.0f);
+    tensors[t.name] = common::Tensor{t.name, {}, std::move(v)};
+  }
+  absl::StatusOr<std::unique_ptr<Decoder>> d = Decoder::Create(m, tensors);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ((*d)->real_vocab_size(), 300);
+  absl::StatusOr<std::vector<float>> logits = (*d)->Logits({1, 2, 3});
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  EXPECT_EQ(logits->size(), 3u * 300);
+  EXPECT_FALSE((*d)->Logits({300}).ok());  // a padding id is no input either
+  SampleOptions o;
+  o.tokens = 20;
+  for (const auto& [temperature, top_k, cache] : std::vector<std::tuple<double, int, bool>>{
+           {0, 0, true}, {1, 0, true}, {5, 0, false}, {1, 310, true}, {100, 3, true}}) {
+    o.temperature = temperature, o.top_k = top_k, o.use_cache = cache;
+    absl::StatusOr<std::vector<int32_t>> ids = GenerateTokens(**d, {1, 2, 3}, o);
+    ASSERT_TRUE(ids.ok()) << ids.status();
+    EXPECT_EQ(ids->size(), 20u);
+    for (int32_t id : *ids) ASSERT_LT(id, 300) << temperature << " " << top_k;
+  }
+  o.temperature = 0;
+  const int32_t first = (*GenerateTokens(**d, {1, 2, 3}, o))[0];
+  o.stop_token = first;
+  EXPECT_EQ(*GenerateTokens(**d, {1, 2, 3}, o), std::vector<int32_t>{first});
 }
 
 TEST(Sample, RefusesBadRequests) {
