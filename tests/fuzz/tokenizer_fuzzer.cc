@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <system_error>
 #include <string>
 #include <vector>
 
@@ -17,18 +19,28 @@
 
 namespace {
 
-const std::string& Dir() {
-  static const std::string dir = [] {
-    char name[] = "/tmp/tokenizer_fuzzer.XXXXXX";
-    if (mkdtemp(name) == nullptr) abort();
-    return std::string(name);
+// The folder the harness writes its files to, removed at exit (a plain array: it outlives every
+// static destructor, so the atexit handler may read it).
+char dir_name[] = "/tmp/tokenizer_fuzzer.XXXXXX";
+
+void RemoveDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_name, ignored);
+}
+
+const char* Dir() {
+  static const bool made = [] {
+    if (mkdtemp(dir_name) == nullptr) abort();
+    atexit(RemoveDir);
+    return true;
   }();
-  return dir;
+  (void)made;
+  return dir_name;
 }
 
 // Plain writes, not WriteFileAtomic: an fsync per input would slow the fuzzer a hundredfold.
 void Put(const std::string& name, absl::string_view bytes, bool present) {
-  std::string path = Dir() + "/" + name;
+  std::string path = std::string(Dir()) + "/" + name;
   unlink(path.c_str());
   if (!present) return;
   FILE* f = fopen(path.c_str(), "wb");
