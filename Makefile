@@ -54,7 +54,9 @@ run: build
 
 # bench/peer: ours next to PyTorch on the same model, shapes and threads (bench/peer/README.md).
 # Uses the torch venv the Hugging Face tests make, $(BUILD)/venv-hf (scripts/test-venv.sh --hf:
-# PyPI, about 5.5 GB once). Extra flags: make peer PEER_FLAGS="--part=single --repeats=5".
+# PyPI, about 5.5 GB once). The full run takes about 75 minutes on 2 cores (estimated: three
+# shapes, fp32 and bf16, torch.compile); the short one: make peer PEER_FLAGS=--quick (about 5).
+# Other flags: make peer PEER_FLAGS="--shapes=b --precision=bf16 --threads=2".
 PEER_FLAGS ?=
 peer: build
 	@venv="$$(bash scripts/test-venv.sh --hf $(abspath $(BUILD))/venv-hf)" && \

@@ -1,15 +1,21 @@
 """bench/peer: our trainer and pipeline next to PyTorch's on the same model, shapes and threads.
 
-Case (a), one process: `ppctl train` against torch_train.py, 6 layers C=256 T=128 4 heads, 4 x 8
-sequences per step, at each of --threads. Case (b), a pipeline of D=2: `ppctl up --workers=2` on the
-embedded default model (4 layers C=128 T=128, M=8 microbatches of 4 sequences, cost partition)
-against torch_pipe.py (torch.distributed.pipelining, gloo, 2 processes, 1 thread each), for each of
---schedules. Runs alternate, ours then torch, --repeats times; each figure is printed as it comes,
-then the medians, their ratio (ours / torch) and the spread of each side ((max - min) / median).
-Pure standard library: PyTorch runs in --python (scripts/test-venv.sh --torch). README.md beside
-this file says what each side does.
+One process: `ppctl train` against torch_train.py (eager, and torch.compile beside it) at each of
+--shapes, --precision and --threads:
+  (a) 6 layers C=256 T=128 4 heads, 4 x 8 sequences per step;
+  (b) 12 layers C=768 T=256 12 heads (GPT-2 small's width, byte vocabulary), 2 x 2 sequences;
+  (c) 12 layers C=768 T=1024 12 heads, 1 x 1 sequence (long context: attention matters).
+A pipeline of D=2: `ppctl up --workers=2` on the embedded default model (4 layers C=128 T=128, M=8
+microbatches of 4 sequences, cost partition) against torch_pipe.py (torch.distributed.pipelining,
+gloo, 2 processes, 1 thread each), for each of --schedules and --precision. Runs alternate (ours,
+torch, torch.compile, ours, ...), --repeats times; each figure is printed as it comes, then the
+medians as tokens/s, GFLOP/s and share of the measured GEMM peak (torch_machine.py), their ratio
+(ours / torch) and the spread of each side ((max - min) / median); last, the goals of issue 28 with
+met / not met. Pure standard library: PyTorch runs in --python. README.md beside this file says
+what each side does and how FLOPs are counted.
 """
 import argparse
+import collections
 import json
 import math
 import os
@@ -21,19 +27,54 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = "/usr/share/common-licenses/GPL-3"
-LN_VOCAB = math.log(256)
-SANITY = 0.25  # both sides' first loss must lie within this of ln(256)
+VOCAB = 256
+SANITY = 0.25  # both sides' first loss must lie within this of the expected one
 GAP_GOAL = 3.0  # points: measured idle against the idle simulated from the measured costs
+RATIO_GOAL = 1.3  # ours over torch eager (issue 28)
+PRECISIONS = ("fp32", "bf16")
+PEAK_GOALS = {"bf16": 0.35, "fp32": 0.70}  # the step's share of the GEMM peak at shape (b)
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 # Schedules torch_pipe.py has a class for; the others (zb-h1) run on our side alone.
 TORCH_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-v")
+GOAL_SCHEDULES = ("1f1b", "interleaved-1f1b")  # the pipeline rows issue 28 sets the ratio for
 TWO_CHUNKS = ("interleaved-1f1b", "zb-v", "v-half", "v-min", "dualpipe-v")  # V=2; others V=1
 
+Shape = collections.namedtuple("Shape", "name layers d_model heads seq_len microbatches batch")
+SHAPES = {s.name: s for s in (Shape("a", 6, 256, 4, 128, 4, 8),
+                              Shape("b", 12, 768, 12, 256, 2, 2),
+                              Shape("c", 12, 768, 12, 1024, 1, 1))}
+PIPE = Shape("pipe", 4, 128, 4, 128, 8, 4)  # ppctl up's embedded default model
+# What --quick changes; a flag given on the command line wins over either column.
+FULL = {"shapes": "a,b,c", "repeats": 3, "single_steps": 8, "pipe_steps": 30, "compile": True}
+QUICK = {"shapes": "a", "repeats": 2, "single_steps": 4, "pipe_steps": 10, "compile": False}
 
-def run(cmd, timeout):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        sys.exit(f"peer_bench: {' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
-    return proc.stdout
+
+class Failed(Exception):
+    """A run that may fail (torch.compile) did; the message is its reason's first line."""
+
+
+def reason(proc, timeout):
+    """The first line of why a run failed: the last `SomeError: ...` line of its stderr (Python
+    prints the exception last), else its last line."""
+    if proc is None:
+        return f"timed out after {timeout:.0f} s"
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b", line)]
+    return (errors or lines or [f"exit {proc.returncode}"])[-1][:200]
+
+
+def run(cmd, timeout, may_fail=False):
+    """cmd's stdout. A failure ends the bench, or with may_fail raises Failed."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc = None
+    if proc is not None and proc.returncode == 0:
+        return proc.stdout
+    if may_fail:
+        raise Failed(reason(proc, timeout))
+    tail = proc.stderr[-2000:] if proc is not None else ""
+    sys.exit(f"peer_bench: {' '.join(cmd)}: {reason(proc, timeout)}\n{tail}")
 
 
 def torch_result(out):
@@ -41,29 +82,36 @@ def torch_result(out):
     return json.loads(line[len("RESULT "):])
 
 
-def single_spec(path, steps):
-    spec = {"name": "peer-single",
-            "model": {"vocabSize": 256, "seqLen": 128, "dModel": 256, "nHeads": 4, "nLayers": 6},
-            "parallel": {"pipeline": 1, "schedule": "1f1b"},
-            "train": {"steps": steps, "microbatches": 4, "microbatchSize": 8, "lr": 1e-3,
-                      "weightDecay": 0.1, "gradClip": 1.0, "seed": 1},
+def flops_per_token(shape):
+    """6 P + 6 L C T: P the matmul parameters (all but the wte and wpe lookups: per block 12 C^2
+    weights and 13 C biases and LayerNorm, the final LayerNorm, the head C x vocab), 6 P the
+    forward and backward of the products (Kaplan et al. 2020; Chinchilla's 6N), 6 L C T the
+    attention's score and value products forward and backward: PaLM's 12 L C T (Chowdhery et al.
+    2022, appendix B) halved for the causal mask, whose masked half neither side computes. The
+    formula of bench/trainer/trainer_bench.cc."""
+    L, C, T = shape.layers, shape.d_model, shape.seq_len
+    matmul_params = L * (12 * C * C + 13 * C) + 2 * C + C * VOCAB
+    return 6 * matmul_params + 6 * L * C * T
+
+
+def write_spec(path, shape, parallel, steps, lr, precision):
+    spec = {"name": "peer-" + shape.name,
+            "model": {"vocabSize": VOCAB, "seqLen": shape.seq_len, "dModel": shape.d_model,
+                      "nHeads": shape.heads, "nLayers": shape.layers},
+            "parallel": parallel,
+            "train": {"steps": steps, "microbatches": shape.microbatches,
+                      "microbatchSize": shape.batch, "lr": lr, "weightDecay": 0.1,
+                      "gradClip": 1.0, "seed": 1, "precision": precision},
             "data": {"path": CORPUS}}
     with open(path, "w") as f:
         json.dump(spec, f)
 
 
-def pipe_spec(path, schedule, steps):
+def pipe_spec(path, schedule, steps, precision):
     parallel = {"pipeline": 2, "schedule": schedule, "partition": "cost"}
     if schedule in TWO_CHUNKS:
         parallel["chunks"] = 2
-    spec = {"name": "peer-pipe",
-            "model": {"vocabSize": 256, "seqLen": 128, "dModel": 128, "nHeads": 4, "nLayers": 4},
-            "parallel": parallel,
-            "train": {"steps": steps, "microbatches": 8, "microbatchSize": 4, "lr": 2e-3,
-                      "weightDecay": 0.1, "gradClip": 1.0, "seed": 1},
-            "data": {"path": CORPUS}}
-    with open(path, "w") as f:
-        json.dump(spec, f)
+    write_spec(path, PIPE, parallel, steps, 2e-3, precision)
 
 
 STEP_LINE = re.compile(r"^step (\d+)/\d+ loss ([-\d.]+) .* ([\d.]+) tok/s$")
@@ -103,13 +151,57 @@ def spread(values):
     return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else 0.0
 
 
-def summarise(title, ours, theirs):
-    mo = statistics.median(r["tok_s"] for r in ours)
-    mt = statistics.median(r["tok_s"] for r in theirs) if theirs else None
-    versus = (f"torch {mt:.0f} tok/s  ratio {mo / mt:.2f}x  " if mt else "")
-    print(f"  median  ours {mo:.0f} tok/s  {versus}"
-          f"spread ours {100 * spread([r['tok_s'] for r in ours]):.1f}%"
-          + (f" torch {100 * spread([r['tok_s'] for r in theirs]):.1f}%" if theirs else ""))
+def cpu():
+    """lscpu's model name and which of CPU_FLAGS it lists."""
+    out = run(["lscpu"], 60)
+    field = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    flags = set(field.get("Flags", "").split())
+    return field.get("Model name", "?").strip(), [f for f in CPU_FLAGS if f in flags]
+
+
+def machine(a):
+    """Print the header line and return the measured GEMM peaks, {precision: {threads: GFLOP/s}}."""
+    threads = sorted(set(a.threads) | ({1} if a.part != "single" else set()))
+    info = torch_result(run([a.python, os.path.join(HERE, "torch_machine.py"),
+                             "--threads=" + ",".join(map(str, threads))], a.timeout))
+    model, flags = cpu()
+    absent = [f for f in CPU_FLAGS if f not in flags]
+    cores = len(os.sched_getaffinity(0))
+    print(f"CPU {model}, {cores} cores, threads {','.join(map(str, a.threads))}; "
+          f"flags {' '.join(flags) or '-'} (absent: {' '.join(absent) or '-'}); torch "
+          f"{info['torch']}, MKL {info['mkl']}, oneDNN {info['onednn']}, ATen "
+          f"{info['capability']}")
+    for precision, by_threads in info["peak"].items():
+        print(f"GEMM peak {precision} ({info['size']}^3, best of {info['repeats']}): " + "; ".join(
+            f"{t} thread{'s' if t != '1' else ''} {p['gflops']:.1f} GFLOP/s ({p['via']})"
+            for t, p in by_threads.items()), flush=True)
+    return {precision: {int(t): p["gflops"] for t, p in by_threads.items()}
+            for precision, by_threads in info["peak"].items()}
+
+
+def side_line(name, runs, flops, peak):
+    """Print one side's median as tokens/s, GFLOP/s and share of the peak; return the median."""
+    tok = statistics.median(r["tok_s"] for r in runs)
+    gflops = tok * flops / 1e9
+    print(f"  {name:8s} {tok:8.0f} tok/s {gflops:7.1f} GFLOP/s {100 * gflops / peak:5.1f}% of "
+          f"peak   spread {100 * spread([r['tok_s'] for r in runs]):.1f}% over {len(runs)} runs")
+    return tok
+
+
+def summarise(title, runs, failed, flops, peak):
+    print(f"  medians (peak {peak:.1f} GFLOP/s, {flops / 1e6:.1f} MFLOP a token):")
+    medians = {name: side_line(name, results, flops, peak)
+               for name, results in runs.items() if results}
+    for name, why in failed.items():
+        print(f"  {name}: failed ({why})")
+    ratio = medians["ours"] / medians["torch"] if "torch" in medians else None
+    versus = medians["ours"] / medians["compile"] if "compile" in medians else None
+    if ratio:
+        print(f"  ratio ours / torch {ratio:.2f}x" +
+              (f", ours / torch.compile {versus:.2f}x" if versus else ""))
+    ours = runs["ours"]
+    row = {"case": title, "ratio": ratio, "compile": versus, "compile_failed": "compile" in failed,
+           "mfu": medians["ours"] * flops / 1e9 / peak, "gap": None}
     if "idle" in ours[0]:
         med = {k: statistics.median(r[k] for r in ours)
                for k in ("idle", "sim_measured", "sim_planned", "idle_steps")}
@@ -117,65 +209,143 @@ def summarise(title, ours, theirs):
               f"{med['sim_measured']:.1f}% (each step's measured costs): gap "
               f"{med['idle'] - med['sim_measured']:+.1f} points; planned {med['sim_planned']:.1f}% "
               f"(F=1 B=2); whole steps with the optimizer {med['idle_steps']:.1f}%")
-    return {"case": title, "ours": mo, "torch": mt, "ratio": mo / mt if mt else None,
-            "gap": med["idle"] - med["sim_measured"] if "idle" in ours[0] else None}
+        row["gap"] = med["idle"] - med["sim_measured"]
+    return row
 
 
-def sane(result):
-    return abs(result["first_loss"] - LN_VOCAB) <= SANITY
+def first_loss(shape):
+    """The loss an untrained model should start at: the final LayerNorm's unit-variance features
+    through N(0, 0.02) head weights give logits of variance 0.02^2 C, and the cross-entropy of
+    small Gaussian logits is ln(vocab) + variance / 2 (5.57 at C=128, 5.70 at C=768)."""
+    return math.log(VOCAB) + 0.02 ** 2 * shape.d_model / 2
 
 
-def case(a, title, ours_fn, torch_cmd):
-    """torch_cmd None: a schedule torch has no class for; ours runs alone."""
-    print(f"{title}", flush=True)
-    ours, theirs = [], []
+def sane(result, expected):
+    return abs(result["first_loss"] - expected) <= SANITY
+
+
+def run_side(a, name, cmd, failed):
+    """One torch run's result, or None after noting in `failed` why torch.compile failed."""
+    try:
+        return torch_result(run(cmd, a.timeout, may_fail=name == "compile"))
+    except Failed as e:
+        failed[name] = str(e)
+        print(f"  {name}: failed ({e})", flush=True)
+        return None
+
+
+def case(a, title, shape, ours_fn, torch_cmds, peak):
+    """torch_cmds: {side name: command}, eager "torch" and maybe "compile"; empty for a schedule
+    torch has no class for (ours runs alone). A failed side is not run again."""
+    print(title, flush=True)
+    runs = {"ours": [], **{name: [] for name in torch_cmds}}
+    failed = {}
     for rep in range(1, a.repeats + 1):
-        ours.append(ours_fn())
-        if torch_cmd:
-            theirs.append(torch_result(run(torch_cmd, a.timeout)))
-        extra = (f"  idle {ours[-1]['idle']:.1f}% (sim {ours[-1]['sim_measured']:.1f}%)"
-                 if "idle" in ours[-1] else "")
-        other = (f"  torch {theirs[-1]['tok_s']:7.0f} tok/s (loss 1 {theirs[-1]['first_loss']:.4f})"
-                 if theirs else "  (torch has no such schedule class)")
-        print(f"  run {rep}  ours {ours[-1]['tok_s']:7.0f} tok/s (loss 1 {ours[-1]['first_loss']:.4f})"
-              f"{extra}{other}", flush=True)
-    row = summarise(title, ours, theirs)
-    row["sane"] = all(map(sane, ours + theirs))
+        runs["ours"].append(ours_fn())
+        for name, cmd in torch_cmds.items():
+            if name not in failed:
+                result = run_side(a, name, cmd, failed)
+                runs[name] += [result] if result else []
+        line = f"  run {rep}"
+        for name, results in runs.items():
+            if len(results) == rep:
+                last = results[-1]
+                # A compiled run's first step holds the compilation: say how long it took.
+                step1 = f", step 1 {last['first_step_s']:.0f} s" if name == "compile" else ""
+                line += (f"  {name} {last['tok_s']:7.0f} tok/s "
+                         f"(loss 1 {last['first_loss']:.4f}{step1})")
+        if "idle" in runs["ours"][-1]:
+            line += (f"  idle {runs['ours'][-1]['idle']:.1f}% "
+                     f"(sim {runs['ours'][-1]['sim_measured']:.1f}%)")
+        print(line + ("" if torch_cmds else "  (torch has no such schedule class)"), flush=True)
+    row = summarise(title, runs, failed, flops_per_token(shape), peak)
+    expected = first_loss(shape)
+    row["sane"] = all(sane(r, expected) for results in runs.values() for r in results)
     if not row["sane"]:
-        print(f"  SANITY: a first loss is more than {SANITY} from ln(256) = {LN_VOCAB:.4f}")
-    return row, theirs[0] if theirs else None
+        print(f"  SANITY: a first loss is more than {SANITY} from the expected {expected:.4f}")
+    return row
 
 
-def single_cases(a, work):
-    spec = os.path.join(work, "single.json")
-    single_spec(spec, a.single_steps)
+def torch_single_cmd(a, shape, precision, threads, compile_it):
+    return ([a.python, os.path.join(HERE, "torch_train.py"), f"--threads={threads}",
+             f"--layers={shape.layers}", f"--d_model={shape.d_model}", f"--heads={shape.heads}",
+             f"--seq_len={shape.seq_len}", f"--microbatches={shape.microbatches}",
+             f"--batch={shape.batch}", f"--precision={precision}", f"--steps={a.single_steps}",
+             f"--attention={a.attention}", f"--adamw={a.adamw}", f"--data={CORPUS}"]
+            + (["--compile"] if compile_it else []))
+
+
+def single_cases(a, work, peaks):
     rows = []
-    for threads in a.threads:
-        torch_cmd = [a.python, os.path.join(HERE, "torch_train.py"), f"--threads={threads}",
-                     f"--steps={a.single_steps}", f"--attention={a.attention}",
-                     f"--adamw={a.adamw}", f"--data={CORPUS}"]
-        title = (f"(a) one process, 6 layers C=256 T=128, 4 x 8 sequences per step, "
-                 f"{threads} thread{'s' if threads > 1 else ''}")
-        rows.append(case(a, title, lambda: ours_single(a, spec, threads), torch_cmd))
+    for shape in a.shapes:
+        for precision in a.precision:
+            spec = os.path.join(work, f"single-{shape.name}-{precision}.json")
+            write_spec(spec, shape, {"pipeline": 1, "schedule": "1f1b"}, a.single_steps, 1e-3,
+                       precision)
+            for threads in a.threads:
+                cmds = {"torch": torch_single_cmd(a, shape, precision, threads, False)}
+                if a.compile:
+                    cmds["compile"] = torch_single_cmd(a, shape, precision, threads, True)
+                title = (f"({shape.name}) one process, {shape.layers} layers C={shape.d_model} "
+                         f"T={shape.seq_len} {shape.heads} heads, {shape.microbatches} x "
+                         f"{shape.batch} sequences per step, {precision}, {threads} "
+                         f"thread{'s' if threads > 1 else ''}")
+                row = case(a, title, shape, lambda: ours_single(a, spec, threads), cmds,
+                           peaks[precision][threads])
+                rows.append({**row, "shape": shape.name, "precision": precision,
+                             "threads": threads, "goal": True})
     return rows
 
 
-def pipe_cases(a, work):
+def pipe_cases(a, work, peaks):
     rows = []
     for schedule in a.schedules:
-        spec = os.path.join(work, f"pipe-{schedule}.json")
-        pipe_spec(spec, schedule, a.pipe_steps)
-        units = stage_units(a, spec)
-        torch_cmd = [a.python, os.path.join(HERE, "torch_pipe.py"), f"--schedule={schedule}",
-                     f"--stage_units={units}", f"--steps={a.pipe_steps}",
-                     f"--attention={a.attention}", f"--adamw={a.adamw}", f"--data={CORPUS}"]
-        if schedule not in TORCH_SCHEDULES:
-            torch_cmd = None
-        title = (f"(b) pipeline D=2 M=8, 4 layers C=128 T=128, {schedule}, stage units {units}")
-        counter = iter(range(1, 1000))
-        rows.append(case(a, title, lambda: ours_pipe(
-            a, spec, os.path.join(work, f"up-{schedule}-{next(counter)}")), torch_cmd))
+        for precision in a.precision:
+            spec = os.path.join(work, f"pipe-{schedule}-{precision}.json")
+            pipe_spec(spec, schedule, a.pipe_steps, precision)
+            units = stage_units(a, spec)
+            cmds = {"torch": [a.python, os.path.join(HERE, "torch_pipe.py"),
+                              f"--schedule={schedule}", f"--stage_units={units}",
+                              f"--steps={a.pipe_steps}", f"--precision={precision}",
+                              f"--attention={a.attention}", f"--adamw={a.adamw}",
+                              f"--data={CORPUS}"]} if schedule in TORCH_SCHEDULES else {}
+            title = (f"pipeline D=2 M=8, 4 layers C=128 T=128, {schedule}, stage units {units}, "
+                     f"{precision}")
+            counter = iter(range(1, 1000))
+            # Two processes of one thread each: twice one thread's peak.
+            row = case(a, title, PIPE, lambda: ours_pipe(
+                a, spec, os.path.join(work, f"up-{schedule}-{precision}-{next(counter)}")),
+                cmds, 2 * peaks[precision][1])
+            rows.append({**row, "shape": "pipe", "precision": precision, "threads": 1,
+                         "goal": schedule in GOAL_SCHEDULES})
     return rows
+
+
+def met(ok):
+    return "met" if ok else "not met"
+
+
+def report(a, rows):
+    print(f"{a.attention} attention, AdamW {a.adamw}; ratio = our median tokens/s over torch "
+          f"eager's (goal >= {RATIO_GOAL}x; torch.compile's beside it, informational)")
+    for row in rows:
+        gap = (f"  idle gap {row['gap']:+.1f} points (goal within {GAP_GOAL:.0f})"
+               if row["gap"] is not None else "")
+        # Three decimals: at two, a 1.297x that misses the goal would print as 1.30x.
+        ratio = f"{row['ratio']:6.3f}x" if row["ratio"] else "    -  "
+        goal = (f"{met(row['ratio'] >= RATIO_GOAL):7s}" if row["ratio"] and row["goal"]
+                else "       ")
+        versus = (f"  (compile {row['compile']:.2f}x)" if row["compile"] else
+                  "  (compile failed)" if row["compile_failed"] else "")
+        print(f"  {ratio}  {goal}  {row['case']}{versus}{gap}")
+    for precision, goal in PEAK_GOALS.items():
+        shares = [r for r in rows if r["shape"] == "b" and r["precision"] == precision]
+        label = f"{precision} step at shape (b) >= {100 * goal:.0f}% of the {precision} GEMM peak"
+        if not shares:
+            print(f"  {label}: not measured (shape b or {precision} not run)")
+        for r in shares:
+            print(f"  {label}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}: "
+                  f"{100 * r['mfu']:.1f}%, {met(r['mfu'] >= goal)}")
 
 
 def parse():
@@ -183,37 +353,46 @@ def parse():
     p.add_argument("--ppctl", default="build/bin/ppctl")
     p.add_argument("--python", default="build/venv-hf/bin/python", help="a Python with torch")
     p.add_argument("--part", choices=["single", "pipe", "all"], default="all")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--quick", action="store_true",
+                   help="shape a, 2 repeats, 4 single / 10 pipeline steps, no torch.compile")
+    p.add_argument("--shapes", help=f"of {','.join(SHAPES)} (default all)")
+    p.add_argument("--precision", type=lambda s: s.split(","), default=list(PRECISIONS))
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                   help="torch.compile beside eager, one process (default on; off with --quick)")
+    p.add_argument("--repeats", type=int)
     p.add_argument("--threads", type=lambda s: [int(t) for t in s.split(",")], default=[1, 2])
     p.add_argument("--schedules", type=lambda s: s.split(","),
                    default=["1f1b", "interleaved-1f1b", "zb-h1", "zb-v"])
-    p.add_argument("--single_steps", type=int, default=8, help="steps per run; 2 warm-up")
-    p.add_argument("--pipe_steps", type=int, default=30)
+    p.add_argument("--single_steps", type=int, help="steps per run; 2 warm-up (default 8)")
+    p.add_argument("--pipe_steps", type=int, help="default 30")
     p.add_argument("--attention", choices=["sdpa", "manual"], default="sdpa")
     p.add_argument("--adamw", choices=["default", "foreach", "fused"], default="default")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
-    return p.parse_args()
+    a = p.parse_args()
+    for key, value in (QUICK if a.quick else FULL).items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
+    if any(s not in SHAPES for s in a.shapes.split(",")):
+        p.error(f"--shapes: one or more of {','.join(SHAPES)}")
+    if any(x not in PRECISIONS for x in a.precision):
+        p.error("--precision: fp32, bf16 or both")
+    a.shapes = [SHAPES[s] for s in a.shapes.split(",")]
+    return a
 
 
 def main():
     a = parse()
     if not os.path.exists(CORPUS):
         sys.exit(f"peer_bench: needs {CORPUS} (Debian's base-files)")
+    peaks = machine(a)
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as work:
         rows = []
         if a.part in ("single", "all"):
-            rows += single_cases(a, work)
+            rows += single_cases(a, work, peaks)
         if a.part in ("pipe", "all"):
-            rows += pipe_cases(a, work)
-    first_torch = next(torch for _, torch in rows if torch)
-    print(f"torch {first_torch['torch']}, {a.attention} attention, AdamW {a.adamw}; "
-          f"ratio = our median tokens/s over torch's (goal >= 1.3x)")
-    for row, _ in rows:
-        gap = (f"  idle gap {row['gap']:+.1f} points (goal within {GAP_GOAL:.0f})"
-               if row.get("gap") is not None else "")
-        ratio = f"{row['ratio']:.2f}x" if row["ratio"] else "  -  "
-        print(f"  {ratio}  {row['case']}{gap}")
-    return 0 if all(row["sane"] for row, _ in rows) else 1
+            rows += pipe_cases(a, work, peaks)
+    report(a, rows)
+    return 0 if all(row["sane"] for row in rows) else 1
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ way:
   zb-v              ScheduleZBVZeroBubble, stages r and 2D-1-r on rank r (V shape, as ours)
 A step: schedule.step over M microbatches (the schedule scales gradients by 1/M), the global
 gradient norm (each rank's sum of squares, one all_reduce), clipping to 1.0, AdamW, zero_grad.
+--precision=bf16: each stage's forward runs under torch.autocast("cpu", dtype=torch.bfloat16) and
+its backward outside it, as in torch_train.py; a stage hands on fp32 (the residual stream is fp32
+under autocast; the head's logits are cast back), so what crosses ranks, and the loss, are fp32.
 Throughput as `ppctl up` reports it: tokens of steps 2..N over the time from the end of step 1
 to the end of step N (rank 0's clock). Prints `RESULT {json}` last.
 """
@@ -41,6 +44,7 @@ def parse():
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b")
     p.add_argument("--stage_units", required=True, help="units per stage, comma-separated")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--attention", choices=["sdpa", "manual"], default="sdpa")
     p.add_argument("--adamw", choices=["default", "foreach", "fused"], default="default")
     p.add_argument("--data", default="/usr/share/common-licenses/GPL-3")
@@ -53,6 +57,19 @@ def stage_to_rank(schedule, S, D):
     return [s % D for s in range(S)]
 
 
+class Bf16Forward(torch.nn.Module):
+    """A stage's units with their forward under CPU autocast. Its output is cast to fp32 so that it
+    matches the fp32 metadata the stage infers on meta tensors (autocast leaves those alone)."""
+
+    def __init__(self, units):
+        super().__init__()
+        self.units = units
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return self.units(x).float()
+
+
 def build_stages(a, rank, D, cfg):
     units = [int(u) for u in a.stage_units.split(",")]
     S, owner = len(units), stage_to_rank(a.schedule, len(units), D)
@@ -61,6 +78,8 @@ def build_stages(a, rank, D, cfg):
         if owner[s] == rank:
             torch.manual_seed(a.seed * 1000 + s)
             module = torch_model.make_units(first, first + n - 1, cfg)
+            if a.precision == "bf16":
+                module = Bf16Forward(module)
             stages.append(pipelining.PipelineStage(module, s, S, torch.device("cpu")))
         first += n
     return stages, S
@@ -124,7 +143,7 @@ def main():
     print("RESULT " + json.dumps({
         "tok_s": tokens * (a.steps - 1) / (ends[-1] - ends[0]), "first_loss": losses[0],
         "last_loss": losses[-1], "torch": torch.__version__,
-        "schedule": SCHEDULES[a.schedule]}))
+        "schedule": SCHEDULES[a.schedule], "precision": a.precision}))
 
 
 if __name__ == "__main__":
