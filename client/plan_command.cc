@@ -14,8 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/command.h"
-#include "common/file_io.h"
 #include "client/schedule_json.h"
+#include "common/file_io.h"
 #include "common/job_spec.h"
 #include "coordinator/plan/plan.h"
 
@@ -136,7 +136,7 @@ absl::StatusOr<plan::CostModel> ParseCosts(const std::string& text) {
 }
 
 std::string Summary(const plan::Planned& planned, const plan::CostModel& costs) {
-  const plan::Schedule& s = planned.schedule;
+  const prog::Schedule& s = planned.schedule;
   const plan::Simulation& sim = planned.simulation;
   std::string out = absl::StrCat(s.name, ": D=", s.pipeline, " V=", s.chunks, " M=", s.microbatches,
                                  ", stage -> rank ", absl::StrJoin(s.stage_to_rank, " "), "\n");

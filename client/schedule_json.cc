@@ -36,14 +36,14 @@ void AppendInt(int value, std::string* out) {
 
 // One action as protobuf prints it: fields in field-number order, the enum by name, `peer` (a
 // proto3 optional) only when set, i.e. on comm actions.
-void AppendAction(const plan::Action& a, std::string* out) {
+void AppendAction(const prog::Action& a, std::string* out) {
   out->append(R"({"kind":")");
-  out->append(plan::KindName(a.kind));
+  out->append(prog::KindName(a.kind));
   out->append(R"(","stage":)");
   AppendInt(a.stage, out);
   out->append(R"(,"microbatch":)");
   AppendInt(a.microbatch, out);
-  if (plan::IsComm(a.kind)) {
+  if (prog::IsComm(a.kind)) {
     out->append(R"(,"peer":)");
     AppendInt(a.peer, out);
   }
@@ -51,7 +51,7 @@ void AppendAction(const plan::Action& a, std::string* out) {
 }
 
 // `[{"rank":0,"actions":[...]},...]`
-void AppendPrograms(const plan::Schedule& schedule, Sink& sink) {
+void AppendPrograms(const prog::Schedule& schedule, Sink& sink) {
   std::string* out = &sink.text;
   if (sink.file == nullptr) {
     size_t actions = 0;
@@ -85,7 +85,7 @@ absl::StatusOr<std::string> ProtoJson(const google::protobuf::Message& message) 
 }
 
 // The splice: `message`'s protobuf JSON with the programs written in place of its empty ranks.
-absl::Status Splice(const google::protobuf::Message& message, const plan::Schedule& schedule,
+absl::Status Splice(const google::protobuf::Message& message, const prog::Schedule& schedule,
                     Sink& sink) {
   absl::StatusOr<std::string> header = ProtoJson(message);
   if (!header.ok()) return header.status();
@@ -105,20 +105,20 @@ absl::Status Splice(const google::protobuf::Message& message, const plan::Schedu
 
 }  // namespace
 
-plan::Schedule WithoutPrograms(const plan::Schedule& schedule) {
+prog::Schedule WithoutPrograms(const prog::Schedule& schedule) {
   return {schedule.name, schedule.pipeline, schedule.chunks, schedule.microbatches,
           schedule.stage_to_rank, {}};
 }
 
 absl::StatusOr<std::string> JsonWithPrograms(const google::protobuf::Message& message,
-                                             const plan::Schedule& schedule) {
+                                             const prog::Schedule& schedule) {
   Sink sink;
   if (absl::Status s = Splice(message, schedule, sink); !s.ok()) return s;
   return std::move(sink.text);
 }
 
 absl::Status WriteJsonWithPrograms(const google::protobuf::Message& message,
-                                   const plan::Schedule& schedule, std::FILE* file) {
+                                   const prog::Schedule& schedule, std::FILE* file) {
   Sink sink{file};
   if (absl::Status s = Splice(message, schedule, sink); !s.ok()) return s;
   sink.text.push_back('\n');
@@ -129,7 +129,7 @@ absl::Status WriteJsonWithPrograms(const google::protobuf::Message& message,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ScheduleJson(const plan::Schedule& schedule,
+absl::StatusOr<std::string> ScheduleJson(const prog::Schedule& schedule,
                                          const plan::Simulation* simulation) {
   return JsonWithPrograms(plan::ScheduleToProto(WithoutPrograms(schedule), simulation), schedule);
 }

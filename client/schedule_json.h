@@ -23,7 +23,7 @@ namespace pp::client {
 
 // MessageToJsonString(ScheduleToProto(schedule, simulation)), always printing primitive fields.
 // `simulation` may be null.
-absl::StatusOr<std::string> ScheduleJson(const plan::Schedule& schedule,
+absl::StatusOr<std::string> ScheduleJson(const prog::Schedule& schedule,
                                          const plan::Simulation* simulation);
 
 // The same for a message that holds, as its field `field` (a pp.v1.Schedule), the proto of
@@ -31,15 +31,15 @@ absl::StatusOr<std::string> ScheduleJson(const plan::Schedule& schedule,
 // the programs are written into its place. A pp.v1.PlanJobResponse's `schedule` is one.
 // Internal error when that field prints no empty "ranks" where the programs belong.
 absl::StatusOr<std::string> JsonWithPrograms(const google::protobuf::Message& message,
-                                             const plan::Schedule& schedule);
+                                             const prog::Schedule& schedule);
 
 // JsonWithPrograms, then a newline, written to `file` as it is made, in pieces of about 1 MB.
 // Unavailable when a write fails.
 absl::Status WriteJsonWithPrograms(const google::protobuf::Message& message,
-                                   const plan::Schedule& schedule, std::FILE* file);
+                                   const prog::Schedule& schedule, std::FILE* file);
 
 // The schedule without its programs: what JsonWithPrograms expects inside the message.
-plan::Schedule WithoutPrograms(const plan::Schedule& schedule);
+prog::Schedule WithoutPrograms(const prog::Schedule& schedule);
 
 }  // namespace pp::client
 

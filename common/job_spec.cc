@@ -15,11 +15,11 @@
 #include "common/data_spec.h"
 #include "common/file_io.h"
 #include "common/hf_gpt2.h"
-#include "common/proto_io.h"
 #include "common/precision.h"
+#include "common/proto_io.h"
 #include "common/recompute.h"
-#include "common/schedules.h"
 #include "common/spec_bounds.h"
+#include "program/schedules.h"
 
 namespace pp::common {
 namespace {
@@ -63,10 +63,10 @@ absl::Status Choice(absl::string_view field, const std::string& value, const Nam
                                    absl::StrJoin(names, ", "), ")"));
 }
 
-// parallel.chunks against the chunk rule of the schedule table (common/schedules.h), in a spec's
+// parallel.chunks against the chunk rule of the schedule table (program/schedules.h), in a spec's
 // words: "schedule zb-v needs 2 chunks, got 1", "schedule interleaved-1f1b needs >= 2 chunks".
-absl::Status ValidateChunks(const ScheduleRule& rule, int chunks) {
-  if (CheckChunkRule(rule, chunks).ok()) return absl::OkStatus();
+absl::Status ValidateChunks(const prog::ScheduleKind& rule, int chunks) {
+  if (prog::CheckChunkRule(rule, chunks).ok()) return absl::OkStatus();
   auto count = [](int n) { return absl::StrCat(n, n == 1 ? " chunk" : " chunks"); };
   std::string wanted;
   if (rule.min_chunks == rule.max_chunks) {
@@ -118,8 +118,10 @@ absl::Status ValidateScheduleChoice(const pp::v1::ParallelSpec& parallel) {
                               " carries the schedule, got \"", parallel.schedule(), "\""));
   }
   const std::string& schedule = parallel.schedule();
-  if (absl::Status s = Choice("parallel.schedule", schedule, TrainingScheduleNames()); !s.ok()) return s;
-  return ValidateChunks(*FindScheduleRule(schedule), parallel.chunks());
+  if (absl::Status s = Choice("parallel.schedule", schedule, prog::TrainingScheduleNames());
+      !s.ok())
+    return s;
+  return ValidateChunks(*prog::FindSchedule(schedule), parallel.chunks());
 }
 
 absl::Status ValidateParallel(const pp::v1::JobSpec& spec) {
@@ -308,7 +310,7 @@ int32_t RealVocabSize(const pp::v1::ModelSpec& model) {
 }
 
 bool IsAutoSchedule(const pp::v1::ParallelSpec& parallel) {
-  return parallel.schedule() == kAutoSchedule;
+  return parallel.schedule() == prog::kAutoSchedule;
 }
 
 
@@ -402,7 +404,7 @@ std::string CarriedScheduleCsv(const pp::v1::ParallelSpec& parallel) {
 }
 
 std::string ScheduleLabel(const pp::v1::ParallelSpec& parallel) {
-  return CarriesSchedule(parallel) ? std::string(kScheduleFileName) : parallel.schedule();
+  return CarriesSchedule(parallel) ? std::string(prog::kScheduleFileName) : parallel.schedule();
 }
 
 }  // namespace pp::common

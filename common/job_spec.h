@@ -14,7 +14,7 @@
 //   name the field and the path, never the files' bytes.
 // The data section's rules (data, eval.data: path, paths, mix, globs) are common/data_spec.h's.
 // - ValidateJobSpec is both.
-// The schedule names and chunk rules are those of the schedule table (common/schedules.h); its
+// The schedule names and chunk rules are those of the schedule table (program/schedules.h); its
 // rules that depend on microbatch counts (ScheduleRule::constraints) are for the planner to apply.
 // Every size, and every product of sizes, is bounded before a file is opened
 // (common/spec_bounds.h).
@@ -80,7 +80,7 @@ int32_t RealVocabSize(const pp::v1::ModelSpec& model);
 // Whether the spec asks ppcoord to choose its schedule (parallel.schedule "auto").
 bool IsAutoSchedule(const pp::v1::ParallelSpec& parallel);
 
-// parallel.schedule, or kScheduleFileName (common/schedules.h) for a spec that carries its
+// parallel.schedule, or kScheduleFileName (program/schedules.h) for a spec that carries its
 // schedule: what logs, checkpoint layouts and ppctl print.
 std::string ScheduleLabel(const pp::v1::ParallelSpec& parallel);
 

@@ -8,9 +8,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/job_spec.h"
-#include "common/schedules.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
+#include "program/schedules.h"
 
 namespace pp::common {
 namespace {
@@ -228,13 +228,14 @@ std::vector<double> UnitParameters(const pp::v1::ModelSpec& model) {
 
 std::optional<int64_t> MaxActionsPerRank(const std::string& schedule, int64_t D, int64_t V,
                                          int64_t M) {
-  // The zero-bubble schedules split each backward into I and W (docs/planner.md); dualpipe-v some
-  // of them. tests/common/spec_bounds_plan_test.cc checks the bound against every schedule.
-  const bool split = schedule == "zb-h1" || schedule == "zb-h2" || schedule == "zb-v" ||
-                     schedule == "v-half" || schedule == "v-min" || schedule == "dualpipe-v";
+  // A schedule that splits the backward (the table's splits_backward: the zero-bubble ones, and
+  // dualpipe-v for some) runs F, I, W. tests/common/spec_bounds_plan_test.cc checks the bound
+  // against every schedule.
+  const prog::ScheduleKind* kind = prog::FindSchedule(schedule);
+  const bool split = kind != nullptr && kind->splits_backward;
   // Lowering adds a receive before and a send after a forward and a backward (or I) whose
   // neighbouring stage lives on another rank; W never communicates. Forward-only has only the F.
-  const bool forward_only = schedule == kForwardOnly;
+  const bool forward_only = kind != nullptr && !kind->trains;
   const int64_t per_stage_and_microbatch =
       forward_only ? 1 + (D > 1 ? 2 : 0) : (split ? 3 : 2) + (D > 1 ? 4 : 0);
   return CheckedProduct({V, M, per_stage_and_microbatch});

@@ -1,5 +1,6 @@
-// JobManager's part of parallel.schedule "auto" (jobs.h): calibrating the placed workers,
-// deciding the plan from what they measured, and checking every step against the prediction.
+// JobManager's part of parallel.schedule "auto" (jobs.h): calibrating the placed workers (the
+// run in flight and the cache of what was measured are calibration_run.h's), deciding the plan
+// from what they measured, and checking every step against the prediction.
 //
 // A job whose spec says "auto" is placed like any other, on a provisional layout (planning.h
 // ProvisionalSpec), but instead of RunTask its workers get Calibrate, held BUSY for the job's
@@ -15,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "coordinator/calibration_run.h"
 #include "coordinator/jobs.h"
 #include "coordinator/log.h"
 #include "coordinator/plan/plan.h"
@@ -30,23 +32,12 @@ pp::v1::JobSpec AutoSpecOf(const pp::v1::JobSpec& spec) {
   if (common::IsAutoSchedule(spec.parallel())) return spec;
   pp::v1::JobSpec open = spec;
   pp::v1::ParallelSpec* p = open.mutable_parallel();
-  p->set_schedule(common::kAutoSchedule);
+  p->set_schedule(prog::kAutoSchedule);
   p->set_chunks(0);
   p->set_partition("");
   p->clear_stage_layers();
   p->set_recompute("none");
   return open;
-}
-
-std::string CalibrationKey(const pp::v1::JobSpec& spec, const std::vector<int>& sizes,
-                           const std::vector<pp::v1::RankPlacement>& placement) {
-  const pp::v1::ModelSpec& m = spec.model();
-  std::vector<std::string> workers;
-  for (const pp::v1::RankPlacement& p : placement) workers.push_back(p.worker());
-  return absl::StrCat(m.vocab_size(), "/", m.seq_len(), "/", m.d_model(), "/", m.n_heads(), "/",
-                      m.n_layers(), "/", m.tie_embeddings(), "/", spec.train().threads(), "/",
-                      spec.train().precision(), "/", absl::StrJoin(sizes, ","), "/",
-                      absl::StrJoin(workers, ","));
 }
 
 // The placement's ranks with the stages `schedule` gives them (a pipeline-only mesh: global
@@ -64,29 +55,16 @@ std::vector<pp::v1::RankPlacement> Restage(std::vector<pp::v1::RankPlacement> pl
 
 std::string Ms(double seconds) { return absl::StrFormat("%.1f ms", seconds * 1e3); }
 
-// Whether `calibration` measured the workers `placement` puts on its ranks.
-bool SameWorkers(const pp::v1::Calibration& calibration,
-                 const std::vector<pp::v1::RankPlacement>& placement) {
-  if (calibration.ranks_size() != static_cast<int>(placement.size())) return false;
-  for (const pp::v1::RankCalibration& rank : calibration.ranks()) {
-    if (rank.rank() < 0 || rank.rank() >= calibration.ranks_size() ||
-        placement[rank.rank()].worker() != rank.worker()) {
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 bool JobManager::IsCalibrating(const Held& held) {
   JobRecord* rec = FindLocked(held.job_id);
-  return rec != nullptr && rec->calibrating && rec->calibrating->attempt == held.attempt &&
-         rec->job.attempt() == held.attempt;
+  return rec != nullptr && rec->calibrating && rec->calibrating->attempt() == held.attempt &&
+         rec->job().attempt() == held.attempt;
 }
 
 void JobManager::BeginCalibration(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement) {
-  pp::v1::Job& job = rec.job;
+  const pp::v1::Job& job = rec.job();
   const bool replan = !job.plan().chosen().empty();
   const pp::v1::JobSpec spec = AutoSpecOf(job.spec());
   const std::vector<int> sizes =
@@ -101,21 +79,15 @@ void JobManager::BeginCalibration(JobRecord& rec, std::vector<pp::v1::RankPlacem
     return;
   }
   rec.calibration_key = key;
-  if (auto cached = calibrations_.find(key); cached != calibrations_.end() && !replan) {
-    pp::v1::Calibration calibration = cached->second;
+  if (const pp::v1::Calibration* cached = calibrations_.Find(key); cached != nullptr && !replan) {
+    pp::v1::Calibration calibration = *cached;
     calibration.set_cached(true);
     Decide(rec, std::move(placement), std::move(calibration));
     return;
   }
   const double budget = spec.parallel().auto_plan().calibration_seconds();
   const int64_t largest = sizes.empty() ? 1 : sizes.back();
-  rec.calibrating = JobRecord::Calibrating{.attempt = job.attempt(),
-                                           .placement = placement,
-                                           .answers = {},
-                                           .started = absl::Now(),
-                                           .key = key,
-                                           .serial = ++calibration_serial_};
-  rec.calibrating->answers.resize(placement.size());
+  rec.calibrating.emplace(job.attempt(), placement, key, calibrations_.NextSerial(), absl::Now());
   std::vector<std::string> names;
   for (const pp::v1::RankPlacement& p : placement) {
     workers_.SetBusy(p.worker(), job.id());
@@ -130,7 +102,7 @@ void JobManager::BeginCalibration(JobRecord& rec, std::vector<pp::v1::RankPlacem
                  .plan = {},
                  .calibrate = {},
                  .answer = {},
-                 .serial = rec.calibrating->serial};
+                 .serial = rec.calibrating->serial()};
     pp::v1::CalibrateRequest& request = rpc.calibrate;
     request.set_job_id(job.id());
     request.set_attempt(job.attempt());
@@ -150,19 +122,18 @@ void JobManager::BeginCalibration(JobRecord& rec, std::vector<pp::v1::RankPlacem
 
 void JobManager::ReleaseCalibration(JobRecord& rec) {
   if (!rec.calibrating) return;
-  for (const pp::v1::RankPlacement& p : rec.calibrating->placement) {
-    Release(p.worker(), Held{.job_id = rec.job.id(), .attempt = rec.calibrating->attempt});
+  for (const pp::v1::RankPlacement& p : rec.calibrating->placement()) {
+    Release(p.worker(), Held{.job_id = rec.job().id(), .attempt = rec.calibrating->attempt()});
   }
   rendezvous_.EraseWithPrefix(
-      absl::StrCat(rec.job.id(), "/", rec.calibrating->attempt, "/calibrate/"));
+      absl::StrCat(rec.job().id(), "/", rec.calibrating->attempt(), "/calibrate/"));
   rec.calibrating.reset();
 }
 
 void JobManager::CalibrationAnswered(const Outbound& rpc, const grpc::Status& status) {
   JobRecord* rec = FindLocked(rpc.job_id);
   // A calibration released meanwhile (cancelled, failed on another worker): nothing to do.
-  if (rec == nullptr || !rec->calibrating || rec->calibrating->serial != rpc.serial) return;
-  JobRecord::Calibrating& cal = *rec->calibrating;
+  if (rec == nullptr || !rec->calibrating || rec->calibrating->serial() != rpc.serial) return;
   const int rank = rpc.calibrate.rank();
   if (!status.ok()) {
     const std::string reason =
@@ -175,33 +146,27 @@ void JobManager::CalibrationAnswered(const Outbound& rpc, const grpc::Status& st
              absl::StrCat(reason, " (", rec->calibration_failures, " calibrations failed)"));
       return;
     }
-    rec->not_before = absl::Now() + RestartBackoff(rec->calibration_failures,
-                                                   options_.restart_backoff,
-                                                   options_.restart_backoff_cap);
+    LogAndApply(*rec, JobEdit::Backoff(absl::Now() + RestartBackoff(rec->calibration_failures,
+                                                                    options_.restart_backoff,
+                                                                    options_.restart_backoff_cap)));
     NoteWait(*rec, absl::StrCat(reason, "; calibrating again"));
     return;
   }
-  cal.answers[rank] = rpc.answer;
-  cal.answers[rank]->set_rank(rank);
-  cal.answers[rank]->set_worker(rpc.worker);
-  for (const auto& answer : cal.answers) {
-    if (!answer) return;
-  }
-  pp::v1::Calibration calibration;
-  for (auto& answer : cal.answers) *calibration.add_ranks() = *std::move(answer);
-  calibration.set_seconds(absl::ToDoubleSeconds(absl::Now() - cal.started));
+  std::optional<pp::v1::Calibration> calibration =
+      rec->calibrating->Answer(rank, rpc.worker, rpc.answer, absl::Now());
+  if (!calibration) return;  // ranks still measure
   // The last trial's overheads stand until this plan's own trial steps refit them.
-  if (rec->job.plan().calibration().has_trial()) {
-    *calibration.mutable_trial() = rec->job.plan().calibration().trial();
+  if (rec->job().plan().calibration().has_trial()) {
+    *calibration->mutable_trial() = rec->job().plan().calibration().trial();
   }
-  calibrations_[cal.key] = calibration;
+  calibrations_.Put(rec->calibrating->key(), *calibration);
   rec->calibration_failures = 0;
-  Decide(*rec, cal.placement, std::move(calibration));
+  Decide(*rec, rec->calibrating->placement(), *std::move(calibration));
 }
 
 void JobManager::Decide(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement,
                         pp::v1::Calibration calibration) {
-  pp::v1::Job& job = rec.job;
+  pp::v1::Job& job = *rec.mutable_job();
   const bool replan = !job.plan().chosen().empty();
   absl::StatusOr<pp::plan::CalibratedPlan> plan = pp::plan::ChooseCalibrated(
       AutoSpecOf(job.spec()), calibration, replan ? job.spec().train().microbatches() : 0);
@@ -238,7 +203,7 @@ void JobManager::Decide(JobRecord& rec, std::vector<pp::v1::RankPlacement> place
 }
 
 void JobManager::CheckPrediction(JobRecord& rec, const StepSummary& summary) {
-  pp::v1::Job& job = rec.job;
+  pp::v1::Job& job = *rec.mutable_job();
   pp::v1::JobPlan* record = job.mutable_plan();
   // The first step of an attempt pays for warm-up (allocation, connections, caches).
   if (record->predicted_step_seconds() <= 0 || summary.step - 1 <= job.start_step()) return;
@@ -258,7 +223,7 @@ void JobManager::CheckPrediction(JobRecord& rec, const StepSummary& summary) {
 }
 
 void JobManager::FitTrial(JobRecord& rec, const StepSummary& summary) {
-  pp::v1::Job& job = rec.job;
+  pp::v1::Job& job = *rec.mutable_job();
   pp::v1::JobPlan* record = job.mutable_plan();
   const pp::v1::AutoPlanSpec& bounds = job.spec().parallel().auto_plan();
   JobRecord::Trial& trial = rec.trial;
@@ -286,7 +251,7 @@ void JobManager::FitTrial(JobRecord& rec, const StepSummary& summary) {
   const pp::v1::Calibration& calibration = refitted->calibration;
   const double refit = refitted->predicted_step_seconds;
   // Later jobs on these workers choose with the overheads too.
-  if (!rec.calibration_key.empty()) calibrations_[rec.calibration_key] = calibration;
+  if (!rec.calibration_key.empty()) calibrations_.Put(rec.calibration_key, calibration);
   *record->mutable_calibration() = calibration;
   std::string note = absl::StrFormat(
       "trial steps to %d: sends %s, a waited message %s, step tail %s, %s an action: predicted "
@@ -311,7 +276,7 @@ void JobManager::FitTrial(JobRecord& rec, const StepSummary& summary) {
 }
 
 bool JobManager::CallReplan(JobRecord& rec, const std::string& why) {
-  pp::v1::Job& job = rec.job;
+  const pp::v1::Job& job = rec.job();
   const pp::v1::AutoPlanSpec& bounds = job.spec().parallel().auto_plan();
   if (rec.replan || rec.stop_step > 0 || bounds.max_replans() < 0 ||
       job.plan().replans() >= bounds.max_replans()) {

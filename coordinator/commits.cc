@@ -51,30 +51,28 @@ void PauseIfTestHookInCommit(int step) {
 }  // namespace
 
 int64_t JobManager::Persist(JobRecord& rec) {
-  const int64_t ticket = next_ticket_++;
-  dirty_[rec.job.id()] = ticket;
-  return ticket;
+  return commit_queue_.MarkDirty(rec.job().id());
 }
 
 absl::Status JobManager::AwaitStored(const std::string& job_id, int64_t ticket) {
   if (ticket <= 0) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  auto written = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = stored_.find(job_id);
-    return it != stored_.end() && it->second.ticket >= ticket;
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return commit_queue_.done() || commit_queue_.WrittenAt(job_id, ticket) != nullptr;
   };
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return committer_done_ || written(); };
   mu_.AwaitWithTimeout(absl::Condition(&done), kStoreWait);  // releases mu_ while it waits
-  if (written()) return stored_.at(job_id).status;
-  if (committer_done_) return absl::UnavailableError("ppcoord is shutting down");
+  if (const StoredRow* written = commit_queue_.WrittenAt(job_id, ticket); written != nullptr) {
+    return written->status;
+  }
+  if (commit_queue_.done()) return absl::UnavailableError("ppcoord is shutting down");
   return absl::DeadlineExceededError(
       absl::StrCat("the job store did not answer within ", absl::FormatDuration(kStoreWait)));
 }
 
 void JobManager::CommitCheckpoint(JobRecord& rec,
                                   const std::vector<pp::v1::CheckpointReport>& shards) {
-  const pp::v1::Job& job = rec.job;
-  PendingCommit& commit = commits_.emplace_back();
+  const pp::v1::Job& job = rec.job();
+  PendingCommit commit;
   commit.job_id = job.id();
   commit.step = shards.front().step();
   commit.keep = job.spec().checkpoint().keep();
@@ -87,6 +85,7 @@ void JobManager::CommitCheckpoint(JobRecord& rec,
                                           manifest_shards, NowUnix(), job.train_windows());
   ++rec.commits_in_flight;
   rec.newest_commit_in_flight = std::max(rec.newest_commit_in_flight, commit.step);
+  commit_queue_.AddCommit(std::move(commit));
 }
 
 void JobManager::CommitterLoop() {
@@ -99,17 +98,17 @@ void JobManager::CommitterLoop() {
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return closing_store_ || HasStoreWork();
+        return commit_queue_.closing() || commit_queue_.HasWork();
       };
       mu_.AwaitWithTimeout(absl::Condition(&ready),
                            expire ? kExpiryScan : absl::InfiniteDuration());
-      work = HasStoreWork();
-      if (closing_store_ && !work) {  // everything is written
-        committer_done_ = true;
+      work = commit_queue_.HasWork();
+      if (commit_queue_.closing() && !work) {  // everything is written
+        commit_queue_.Done();
         return;
       }
-      commits = std::exchange(commits_, {});
-      if (expire && !closing_store_ && absl::Now() >= next_scan) {
+      commits = commit_queue_.TakeCommits();
+      if (expire && !commit_queue_.closing() && absl::Now() >= next_scan) {
         expiring = ExpiredJobs();
         next_scan = absl::Now() + kExpiryScan;
       }
@@ -129,17 +128,16 @@ void JobManager::CommitRound(std::deque<PendingCommit> commits) {
         common::CommitManifest(common::StepDir(root, commit.job_id, commit.step), commit.manifest);
   }
   std::vector<pp::v1::Job> rows;
-  std::map<std::string, Stored> stored;
+  std::map<std::string, StoredRow> stored;
   std::vector<std::pair<std::string, StepRecord>> steps;
   {
     absl::MutexLock lock(&mu_);
     for (PendingCommit& commit : commits) ApplyManifest(commit);
-    for (const auto& [id, ticket] : dirty_) {
-      if (JobRecord* rec = FindLocked(id); rec != nullptr) rows.push_back(rec->job);
+    for (const auto& [id, ticket] : commit_queue_.TakeDirty()) {
+      if (JobRecord* rec = FindLocked(id); rec != nullptr) rows.push_back(rec->job());
       stored[id].ticket = ticket;
     }
-    dirty_.clear();
-    steps = std::exchange(steps_to_store_, {});
+    steps = commit_queue_.TakeSteps();
   }
   {
     absl::MutexLock lock(&store_mu_);
@@ -168,18 +166,14 @@ void JobManager::CommitRound(std::deque<PendingCommit> commits) {
 void JobManager::ApplyManifest(PendingCommit& commit) {
   JobRecord* rec = FindLocked(commit.job_id);
   if (rec == nullptr) return;
-  pp::v1::Job& job = rec->job;
+  const pp::v1::Job& job = rec->job();
   if (!commit.written.ok()) {
     Log(absl::StrCat("job ", job.id(), ": checkpoint step ", commit.step,
                      " not committed: ", commit.written.message()));
     metrics_->CheckpointFailed(job.id());
     return;
   }
-  // Only a resume moves last_checkpoint_step back, and it waits for the commits in flight.
-  if (commit.step > job.last_checkpoint_step()) {
-    job.set_last_checkpoint_step(commit.step);
-    commit.ticket = Persist(*rec);
-  }
+  commit.ticket = LogAndApply(*rec, JobEdit::Checkpoint(commit.step));
   metrics_->CheckpointCommitted(job.id(), commit.step, commit.manifest.created_unix());
   pp::v1::JobEvent& event =
       Emit(*rec, pp::v1::EVENT_CHECKPOINT, absl::StrCat("checkpoint step ", commit.step, " committed"));
@@ -187,11 +181,11 @@ void JobManager::ApplyManifest(PendingCommit& commit) {
   if (commit.manifest.has_epoch()) *event.mutable_epoch() = commit.manifest.epoch();
 }
 
-void JobManager::ApplyStored(const std::map<std::string, Stored>& stored,
+void JobManager::ApplyStored(const std::map<std::string, StoredRow>& stored,
                              const std::deque<PendingCommit>& commits) {
   for (const auto& [id, outcome] : stored) {
     if (!outcome.status.ok()) Log(absl::StrCat("job ", id, " not saved: ", outcome.status.message()));
-    stored_[id] = outcome;
+    commit_queue_.RecordStored(id, outcome);
   }
   for (const PendingCommit& commit : commits) {
     JobRecord* rec = FindLocked(commit.job_id);
@@ -230,11 +224,12 @@ void JobManager::VerifyQueued() {
     absl::MutexLock lock(&mu_);
     for (const auto& [id, rec] : jobs_) {
       // A checkpoint still being committed is verified once it is (or found missing).
-      if (rec.verify_pending && rec.job.state() == pp::v1::QUEUED && rec.commits_in_flight == 0) {
+      if (rec.verify_pending() && rec.job().state() == pp::v1::QUEUED &&
+          rec.commits_in_flight == 0) {
         Pending& p = pending.emplace_back();
         p.job_id = id;
-        p.attempt = rec.job.attempt();
-        p.max_step = rec.job.start_step();
+        p.attempt = rec.job().attempt();
+        p.max_step = rec.job().start_step();
       }
     }
   }
@@ -245,8 +240,8 @@ void JobManager::VerifyQueued() {
   absl::MutexLock lock(&mu_);
   for (Pending& p : pending) {
     JobRecord* rec = FindLocked(p.job_id);
-    if (rec == nullptr || rec->job.state() != pp::v1::QUEUED || rec->job.attempt() != p.attempt ||
-        !rec->verify_pending) {
+    if (rec == nullptr || rec->job().state() != pp::v1::QUEUED ||
+        rec->job().attempt() != p.attempt || !rec->verify_pending()) {
       continue;  // cancelled or requeued meanwhile
     }
     SettleStartStep(*rec, p.latest);
@@ -257,25 +252,17 @@ void JobManager::VerifyQueued() {
 
 void JobManager::SettleStartStep(JobRecord& rec,
                                  const absl::StatusOr<pp::common::LatestManifest>& latest) {
-  rec.verify_pending = false;
-  pp::v1::Job& job = rec.job;
   int from_step = 0;
   if (latest.ok()) {
     from_step = latest->manifest.step();
     for (const std::string& why : latest->skipped) {
-      Log(absl::StrCat("job ", job.id(), ": skipped a checkpoint: ", why));
+      Log(absl::StrCat("job ", rec.job().id(), ": skipped a checkpoint: ", why));
     }
   } else {
-    Log(absl::StrCat("job ", job.id(), ": restarting from scratch: ", latest.status().message()));
+    Log(absl::StrCat("job ", rec.job().id(), ": restarting from scratch: ",
+                     latest.status().message()));
   }
-  if (from_step != job.start_step()) {
-    job.set_start_step(from_step);
-    SetStep(job, from_step);
-    if (job.restart_log_size() > 0) {
-      job.mutable_restart_log(job.restart_log_size() - 1)->set_from_step(from_step);
-    }
-    Persist(rec);
-  }
+  LogAndApply(rec, JobEdit::SettleStart(from_step));
 }
 
 }  // namespace pp::coordinator

@@ -12,15 +12,15 @@
 
 namespace pp::coordinator {
 
-JobManager::JobRecord* JobManager::FindLocked(const std::string& job_id) {
+JobRecord* JobManager::FindLocked(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
 bool JobManager::IsLive(const Held& held) {
   JobRecord* rec = FindLocked(held.job_id);
-  return rec != nullptr && rec->job.state() == pp::v1::RUNNING &&
-         rec->job.attempt() == held.attempt;
+  return rec != nullptr && rec->job().state() == pp::v1::RUNNING &&
+         rec->job().attempt() == held.attempt;
 }
 
 void JobManager::Release(const std::string& worker, const Held& held) {
@@ -47,7 +47,7 @@ void JobManager::QueueAbort(const std::string& worker, const std::string& addres
 void JobManager::StopAttempt(JobRecord& rec, const std::string& reason,
                              const std::string& skip_worker) {
   ReleaseCalibration(rec);
-  const pp::v1::Job& job = rec.job;
+  const pp::v1::Job& job = rec.job();
   for (const pp::v1::RankPlacement& p : job.placement()) {
     auto held = held_.find(p.worker());
     if (p.worker() == skip_worker || held == held_.end() || held->second.job_id != job.id() ||
@@ -61,26 +61,20 @@ void JobManager::StopAttempt(JobRecord& rec, const std::string& reason,
 
 int64_t JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
                            const std::string& skip_worker) {
-  if (absl::Status allowed = CheckTransition(rec.job.state(), state); !allowed.ok()) {
-    Log(absl::StrCat("job ", rec.job.id(), ": ", allowed.message()));
-    return 0;
-  }
+  const JobEdit edit = JobEdit::End(state, reason, NowUnix());
+  if (!MayApply(rec, edit)) return 0;
   StopAttempt(rec, reason, skip_worker);
-  pp::v1::Job& job = rec.job;
-  job.set_state(state);
-  job.set_reason(reason);
-  job.set_updated_unix(NowUnix());
-  rendezvous_.EraseWithPrefix(job.id() + "/");
-  const int64_t ticket = Persist(rec);
+  rendezvous_.EraseWithPrefix(rec.job().id() + "/");
+  const int64_t ticket = LogAndApply(rec, edit);
   Emit(rec, FinalEventKind(state),
-       reason.empty() ? absl::StrCat("finished after ", job.step(), " steps") : reason);
+       reason.empty() ? absl::StrCat("finished after ", rec.job().step(), " steps") : reason);
   UpdateGauges();
   return ticket;
 }
 
 void JobManager::Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker) {
-  const int budget = rec.job.spec().max_restarts();
-  if (rec.job.restarts() < budget) {
+  const int budget = rec.job().spec().max_restarts();
+  if (rec.job().restarts() < budget) {
     Requeue(rec, reason, /*automatic=*/true, skip_worker);
     return;
   }
@@ -90,7 +84,7 @@ void JobManager::Fail(JobRecord& rec, const std::string& reason, const std::stri
 }
 
 void JobManager::Suspect(JobRecord& rec, const std::string& reason, const std::string& worker) {
-  const pp::v1::Job& job = rec.job;
+  const pp::v1::Job& job = rec.job();
   // The workers still running this attempt: each may be the cause, or report its own error.
   std::vector<const pp::v1::RankPlacement*> busy;
   for (const pp::v1::RankPlacement& p : job.placement()) {
@@ -137,7 +131,7 @@ void JobManager::ProbeAnswered(const Outbound& probe, const grpc::Status& status
     return;
   }
   const std::string reason = absl::StrCat(
-      "worker ", probe.worker, " (rank ", RankOfWorker(rec->job, probe.worker), ") at ",
+      "worker ", probe.worker, " (rank ", RankOfWorker(rec->job(), probe.worker), ") at ",
       probe.address, " does not answer (", status.error_message(),
       "); its peer reported: ", rec->suspicion->reason);
   rec->suspicion.reset();
@@ -164,12 +158,7 @@ void JobManager::RpcDone(const Outbound& rpc, const grpc::Status& status) {
 
 void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automatic,
                          const std::string& skip_worker) {
-  pp::v1::Job& job = rec.job;
-  if (absl::Status allowed = CheckTransition(job.state(), pp::v1::QUEUED); !allowed.ok()) {
-    Log(absl::StrCat("job ", job.id(), ": ", allowed.message()));
-    return;
-  }
-  StopAttempt(rec, reason, skip_worker);
+  const pp::v1::Job& job = rec.job();
   // From the newest checkpoint this job committed (a resume to an older step left newer folders of
   // the abandoned history behind, which last_checkpoint_step excludes). Hashing its shards takes
   // long for a large model, so the scheduler verifies it outside the lock before placing the job
@@ -179,20 +168,18 @@ void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automat
   const int from_step = rec.commits_in_flight > 0
                             ? std::max(job.last_checkpoint_step(), rec.newest_commit_in_flight)
                             : job.last_checkpoint_step();
-  rec.verify_pending = from_step > 0;
-  absl::Duration backoff = absl::ZeroDuration();
-  if (automatic) {
-    job.set_restarts(job.restarts() + 1);
-    metrics_->JobRestarted(job.id());
-    backoff =
-        RestartBackoff(job.restarts(), options_.restart_backoff, options_.restart_backoff_cap);
-  }
-  rec.not_before = absl::Now() + backoff;
-  job.set_state(pp::v1::QUEUED);
-  StartNextAttempt(job, from_step, reason, automatic, NowUnix());
+  const absl::Duration backoff =
+      automatic ? RestartBackoff(job.restarts() + 1, options_.restart_backoff,
+                                 options_.restart_backoff_cap)
+                : absl::ZeroDuration();
+  const JobEdit edit =
+      JobEdit::Requeue(from_step, reason, automatic, absl::Now() + backoff, NowUnix());
+  if (!MayApply(rec, edit)) return;
+  StopAttempt(rec, reason, skip_worker);
+  if (automatic) metrics_->JobRestarted(job.id());
+  LogAndApply(rec, edit);
   Log(absl::StrCat("job ", job.id(), ": attempt ", job.attempt(), " from step ", from_step,
                    " after: ", reason));
-  Persist(rec);
   Emit(rec, pp::v1::EVENT_RESTARTED,
        absl::StrCat(
            automatic ? absl::StrCat("restart ", job.restarts(), " of ", job.spec().max_restarts())
@@ -204,12 +191,27 @@ void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automat
   UpdateGauges();
 }
 
+bool JobManager::MayApply(const JobRecord& rec, const JobEdit& edit) {
+  absl::Status legal = rec.Check(edit);
+  if (!legal.ok()) Log(absl::StrCat("internal error: ", legal.message()));
+  return legal.ok();
+}
+
+int64_t JobManager::LogAndApply(JobRecord& rec, const JobEdit& edit) {
+  absl::StatusOr<bool> row_changed = rec.Apply(edit);
+  if (!row_changed.ok()) {
+    Log(absl::StrCat("internal error: ", row_changed.status().message()));
+    return 0;
+  }
+  return *row_changed ? Persist(rec) : 0;
+}
+
 pp::v1::JobEvent& JobManager::Emit(JobRecord& rec, pp::v1::JobEventKind kind,
                                    const std::string& message) {
-  pp::v1::JobEvent event = SnapshotEvent(rec.job, NowUnix());
+  pp::v1::JobEvent event = SnapshotEvent(rec.job(), NowUnix());
   event.set_kind(kind);
   event.set_message(message);
-  return events_.Append(rec.job.id(), std::move(event));
+  return events_.Append(rec.job().id(), std::move(event));
 }
 
 void JobManager::UpdateGauges() {
@@ -218,7 +220,7 @@ void JobManager::UpdateGauges() {
        {pp::v1::QUEUED, pp::v1::RUNNING, pp::v1::SUCCEEDED, pp::v1::FAILED, pp::v1::CANCELLED}) {
     jobs[pp::v1::JobState_Name(s)] = 0;
   }
-  for (const auto& [id, rec] : jobs_) ++jobs[pp::v1::JobState_Name(rec.job.state())];
+  for (const auto& [id, rec] : jobs_) ++jobs[pp::v1::JobState_Name(rec.job().state())];
   metrics_->SetJobCounts(jobs);
   std::map<std::string, int> workers;
   for (pp::v1::WorkerState s : {pp::v1::IDLE, pp::v1::BUSY, pp::v1::DOWN}) {

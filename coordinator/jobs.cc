@@ -74,7 +74,7 @@ void JobManager::Stop() {
     // Worker RPCs carry deadlines, so their callbacks come back in bounded time.
     absl::MutexLock lock(&mu_);
     rpc_.AwaitIdle(options_.worker_rpc_deadline + absl::Seconds(1));
-    closing_store_ = true;  // the committer writes what is marked, then ends
+    commit_queue_.Close();  // the committer writes what is marked, then ends
   }
   if (committer_.joinable()) committer_.join();
 }
@@ -93,29 +93,27 @@ absl::Status JobManager::Reload() {
   absl::MutexLock lock(&mu_);
   for (pp::v1::Job& job : *jobs) {
     const std::string id = job.id();
-    JobRecord& rec = jobs_[id];
-    rec.job = std::move(job);
-    order_.push_back(id);
-    if (IsTerminal(rec.job.state())) continue;
+    JobRecord& rec = jobs_.try_emplace(id, std::move(job)).first->second;
+    queue_.Add(id);
+    if (IsTerminal(rec.job().state())) continue;
     // Its fields only: its files were checked when it came in, and reading them here would hold
     // mu_ (and ppcoord's start) for as long as its data takes to read.
-    absl::StatusOr<PlannedJob> planned = PlanJobSpec(rec.job.spec());
+    absl::StatusOr<PlannedJob> planned = PlanJobSpec(rec.job().spec());
     if (!planned.ok()) {
       // Stored by an older ppcoord, or under older limits: it must not keep ppcoord from starting.
       const std::string reason =
           absl::StrCat("quarantined at startup: its spec is refused: ", planned.status().message());
       Log(absl::StrCat("job ", id, ": ", reason));
-      if (rec.job.state() == pp::v1::RUNNING) rec.job.set_state(pp::v1::QUEUED);
       Finish(rec, pp::v1::FAILED, reason);  // logged above; ppcoord starts anyway
       continue;
     }
     rec.schedule = std::move(planned->schedule);
     rec.stage_units = std::move(planned->stage_units);
     rec.rank_bytes = RankBytes(planned->memory);
-    rec.calibrate = common::IsAutoSchedule(rec.job.spec().parallel());
+    rec.calibrate = common::IsAutoSchedule(rec.job().spec().parallel());
     metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
     // Its workers still run the old attempt; they register again and are told to stop it.
-    if (rec.job.state() == pp::v1::RUNNING) {
+    if (rec.job().state() == pp::v1::RUNNING) {
       Requeue(rec, "ppcoord restarted while the job was running", /*automatic=*/false);
     }
   }
@@ -162,7 +160,7 @@ void JobManager::Tick() {
     if (!IsLive(lost)) continue;
     JobRecord& rec = jobs_.at(lost.job_id);
     Fail(rec,
-         absl::StrCat("worker ", w.name(), " (rank ", RankOfWorker(rec.job, w.name()),
+         absl::StrCat("worker ", w.name(), " (rank ", RankOfWorker(rec.job(), w.name()),
                       ") stopped heartbeating: silent for more than ",
                       absl::FormatDuration(options_.worker_timeout)),
          w.name());
@@ -181,19 +179,14 @@ void JobManager::Tick() {
 }
 
 void JobManager::PlaceQueued() {
-  // Oldest first among the jobs that fit. Backfill lets a stream of small jobs keep a large one
-  // waiting; without it, a large job that never fits would stop every job behind it.
-  const absl::Time now = absl::Now();
-  for (const std::string& id : order_) {
+  // The order and the holds are the queue's (job_queue.h); placing one job changes no other's.
+  for (const std::string& id : queue_.PlacementOrder(jobs_, absl::Now())) {
     JobRecord& rec = jobs_.at(id);
-    if (rec.job.state() != pp::v1::QUEUED) continue;
-    // Its start step is known once VerifyQueued ran; a restart waits out its backoff.
-    if (rec.verify_pending || now < rec.not_before || rec.calibrating) continue;
     const std::vector<int> stage_to_rank(rec.schedule.stage_to_rank().begin(),
                                          rec.schedule.stage_to_rank().end());
     const std::vector<pp::v1::WorkerInfo> idle = workers_.Idle();
     absl::StatusOr<std::vector<pp::v1::RankPlacement>> placement =
-        PlaceRanks(rec.job.spec(), stage_to_rank, idle, rec.rank_bytes);
+        PlaceRanks(rec.job().spec(), stage_to_rank, idle, rec.rank_bytes);
     if (placement.ok()) {
       if (rec.calibrate) {
         BeginCalibration(rec, *std::move(placement));
@@ -202,7 +195,7 @@ void JobManager::PlaceQueued() {
       }
       continue;
     }
-    const int world = common::WorldSize(rec.job.spec());
+    const int world = common::WorldSize(rec.job().spec());
     const int registered =
         workers_.CountInState(pp::v1::IDLE) + workers_.CountInState(pp::v1::BUSY);
     NoteWait(rec, static_cast<int>(idle.size()) < world
@@ -212,31 +205,16 @@ void JobManager::PlaceQueued() {
 }
 
 void JobManager::NoteWait(JobRecord& rec, const std::string& reason) {
-  if (rec.job.reason() == reason) return;
-  rec.waiting = true;
-  rec.job.set_reason(reason);
-  rec.job.set_updated_unix(NowUnix());
-  Persist(rec);
+  if (rec.job().reason() == reason) return;
+  LogAndApply(rec, JobEdit::Wait(reason, NowUnix()));
   Emit(rec, pp::v1::EVENT_QUEUED, reason);
 }
 
 void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement) {
-  pp::v1::Job& job = rec.job;
+  // Its state, placement and the attempt's progress reset; the workers, RPCs and event follow.
+  if (LogAndApply(rec, JobEdit::Place(std::move(placement), NowUnix())) == 0) return;
+  const pp::v1::Job& job = rec.job();
   const std::string& id = job.id();
-  job.mutable_placement()->Assign(placement.begin(), placement.end());
-  job.set_state(pp::v1::RUNNING);
-  if (std::exchange(rec.waiting, false)) {  // running now: the reason is why this attempt began
-    const bool logged = job.restart_log_size() > 0 &&
-                        job.restart_log(job.restart_log_size() - 1).attempt() == job.attempt();
-    job.set_reason(logged ? job.restart_log(job.restart_log_size() - 1).reason() : "");
-  }
-  job.set_updated_unix(NowUnix());
-  rec.steps = std::make_unique<StepAggregator>(job.placement_size());
-  rec.checkpoints = std::make_unique<CheckpointCollector>(job.placement_size());
-  rec.ranks_done.clear();
-  rec.drained = false;
-  rec.stop_step = 0;
-  rec.newest_reported_step = job.start_step();
   std::vector<std::string> names;
   for (const pp::v1::RankPlacement& p : job.placement()) {
     workers_.SetBusy(p.worker(), id);
@@ -254,7 +232,6 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
                         .attempt = job.attempt(),
                         .plan = std::move(plan)});
   }
-  Persist(rec);
   Emit(rec, pp::v1::EVENT_PLACED,
        absl::StrCat("attempt ", job.attempt(), " placed on ", absl::StrJoin(names, ", "),
                     job.start_step() > 0 ? absl::StrCat(", from step ", job.start_step()) : ""));
@@ -295,17 +272,16 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
   }
   const std::string id = job.id();
   absl::MutexLock lock(&mu_);
-  JobRecord& rec = jobs_[id];
-  rec.job = std::move(job);
+  JobRecord& rec = jobs_.try_emplace(id, std::move(job)).first->second;
   rec.schedule = std::move(planned->schedule);
   rec.stage_units = std::move(planned->stage_units);
   rec.rank_bytes = rank_bytes;
-  rec.calibrate = common::IsAutoSchedule(rec.job.spec().parallel());
-  order_.push_back(id);
+  rec.calibrate = common::IsAutoSchedule(rec.job().spec().parallel());
+  queue_.Add(id);
   metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
   Emit(rec, pp::v1::EVENT_QUEUED,
-       absl::StrCat("waiting for ", common::WorldSize(rec.job.spec()), " idle workers",
-                    rec.job.plan().reason().empty() ? "" : "; ", rec.job.plan().reason()));
+       absl::StrCat("waiting for ", common::WorldSize(rec.job().spec()), " idle workers",
+                    rec.job().plan().reason().empty() ? "" : "; ", rec.job().plan().reason()));
   PlaceQueued();
   UpdateGauges();
   return id;
@@ -315,19 +291,21 @@ absl::StatusOr<pp::v1::Job> JobManager::Get(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   JobRecord* rec = FindLocked(job_id);
   if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
-  return rec->job;
+  return rec->job();
 }
 
 absl::StatusOr<pp::v1::ListJobsResponse> JobManager::List(const pp::v1::ListJobsRequest& request) {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<ListPage> page =
-      SelectPage(order_, request.page_size(), request.page_token(),
+      SelectPage(queue_.submitted(), request.page_size(), request.page_token(),
                  [this](size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-                   return FieldBytes(jobs_.at(order_[i]).job.ByteSizeLong());
+                   return FieldBytes(jobs_.at(queue_.submitted()[i]).job().ByteSizeLong());
                  });
   if (!page.ok()) return page.status();
   pp::v1::ListJobsResponse response;
-  for (size_t i = page->begin; i < page->end; ++i) *response.add_jobs() = jobs_.at(order_[i]).job;
+  for (size_t i = page->begin; i < page->end; ++i) {
+    *response.add_jobs() = jobs_.at(queue_.submitted()[i]).job();
+  }
   response.set_next_page_token(page->next_page_token);
   return response;
 }
@@ -339,12 +317,12 @@ absl::StatusOr<pp::v1::Job> JobManager::Cancel(const std::string& job_id) {
     absl::MutexLock lock(&mu_);
     JobRecord* rec = FindLocked(job_id);
     if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
-    if (IsTerminal(rec->job.state())) {
+    if (IsTerminal(rec->job().state())) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "job \"", job_id, "\" already ended: ", pp::v1::JobState_Name(rec->job.state())));
+          "job \"", job_id, "\" already ended: ", pp::v1::JobState_Name(rec->job().state())));
     }
     ticket = Finish(*rec, pp::v1::CANCELLED, "cancelled by the user");
-    cancelled = rec->job;
+    cancelled = rec->job();
   }
   if (absl::Status saved = AwaitStored(job_id, ticket); !saved.ok()) {
     return Unsaved("job cancelled, but a restart may bring it back", saved);
@@ -392,14 +370,14 @@ absl::StatusOr<PlannedJob> JobManager::PlanResume(const pp::v1::ResumeJobRequest
     absl::MutexLock lock(&mu_);
     JobRecord* rec = FindLocked(id);
     if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
-    if (absl::Status ended = CheckResumable(rec->job); !ended.ok()) return ended;
+    if (absl::Status ended = CheckResumable(rec->job()); !ended.ok()) return ended;
     // The checkpoint it resumes from may still be in the committer's queue.
     auto committed = [rec]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return rec->commits_in_flight == 0;
     };
     mu_.AwaitWithTimeout(absl::Condition(&committed), absl::Seconds(30));
-    *attempt = rec->job.attempt();
-    spec = ResumedSpec(rec->job.spec(), request);
+    *attempt = rec->job().attempt();
+    spec = ResumedSpec(rec->job().spec(), request);
   }
   if (!spec.ok()) return spec.status();
   // Outside the lock: planning a large job takes long, and its data files are read again (they
@@ -415,8 +393,8 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
                                                     int64_t* ticket) {
   JobRecord* rec = FindLocked(id);
   if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
-  if (absl::Status ended = CheckResumable(rec->job); !ended.ok()) return ended;
-  if (rec->job.attempt() != attempt) {
+  if (absl::Status ended = CheckResumable(rec->job()); !ended.ok()) return ended;
+  if (rec->job().attempt() != attempt) {
     return absl::AbortedError(
         absl::StrCat("job \"", id, "\" was resumed by another request meanwhile"));
   }
@@ -433,26 +411,24 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
   }
   const int from_step = checkpoint.manifest->step();
   if (absl::Status left = CheckStepsLeft(id, from_step, planned.spec); !left.ok()) return left;
-  pp::v1::Job& job = rec->job;
-  *job.mutable_spec() = std::move(planned.spec);
+  // Verified above, and asked for: no backoff.
+  const std::string reason = ResumeReason(from_step, planned.spec.parallel());
+  const JobEdit edit = JobEdit::Resume(from_step, reason, std::move(planned.spec),
+                                       planned.train_windows, NowUnix());
+  if (absl::Status legal = rec->Check(edit); !legal.ok()) {
+    Log(absl::StrCat("internal error: ", legal.message()));
+    return legal;
+  }
   rec->schedule = std::move(planned.schedule);
   rec->stage_units = std::move(planned.stage_units);
   rec->rank_bytes = RankBytes(planned.memory);
-  rec->calibrate = common::IsAutoSchedule(job.spec().parallel());
-  job.set_state(pp::v1::QUEUED);
-  job.clear_placement();
-  job.set_last_checkpoint_step(from_step);
-  job.set_train_windows(planned.train_windows);  // the data may have changed since the submission
-  rec->verify_pending = false;  // verified above
-  rec->not_before = absl::InfinitePast();  // a resume is asked for: no backoff
-  StartNextAttempt(job, from_step, ResumeReason(from_step, job.spec().parallel()),
-                   /*automatic=*/false, NowUnix());
-  *ticket = Persist(*rec);
+  rec->calibrate = common::IsAutoSchedule(edit.spec->parallel());
+  *ticket = LogAndApply(*rec, edit);
   metrics_->JobCreated(id, rec->schedule.simulation().bubble_fraction());
-  Emit(*rec, pp::v1::EVENT_QUEUED, job.reason());
+  Emit(*rec, pp::v1::EVENT_QUEUED, rec->job().reason());
   PlaceQueued();
   UpdateGauges();
-  return rec->job;
+  return rec->job();
 }
 
 std::optional<LiveAttempt> JobManager::LiveAttemptOf(const std::string& job_id) {
@@ -461,16 +437,16 @@ std::optional<LiveAttempt> JobManager::LiveAttemptOf(const std::string& job_id) 
   if (rec == nullptr) return std::nullopt;
   LiveAttempt live;
   if (rec->calibrating) {  // its workers meet under "<job>/<attempt>/calibrate/"
-    live.attempt = rec->calibrating->attempt;
-    for (const pp::v1::RankPlacement& p : rec->calibrating->placement) {
+    live.attempt = rec->calibrating->attempt();
+    for (const pp::v1::RankPlacement& p : rec->calibrating->placement()) {
       live.workers.push_back(p.worker());
       live.ranks.push_back(p.rank());
     }
     return live;
   }
-  if (rec->job.state() != pp::v1::RUNNING) return std::nullopt;
-  live.attempt = rec->job.attempt();
-  for (const pp::v1::RankPlacement& p : rec->job.placement()) {
+  if (rec->job().state() != pp::v1::RUNNING) return std::nullopt;
+  live.attempt = rec->job().attempt();
+  for (const pp::v1::RankPlacement& p : rec->job().placement()) {
     live.workers.push_back(p.worker());
     live.ranks.push_back(p.rank());
   }
@@ -505,7 +481,7 @@ absl::Status JobManager::Watch(const std::string& job_id,
     absl::MutexLock lock(&mu_);
     JobRecord* rec = FindLocked(job_id);
     if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
-    first = SnapshotEvent(rec->job, NowUnix());
+    first = SnapshotEvent(rec->job(), NowUnix());
     next = events_.End(job_id);
   }
   if (!send(first) || EndsWatch(first.kind())) return absl::OkStatus();

@@ -3,14 +3,29 @@
 // and the threads that do the store and checkpoint I/O outside that lock.
 // The gRPC services (service.cc) are thin adapters over these methods.
 //
-// JobManager owns the lock and wires its parts together: the pure bookkeeping (job_logic.h,
-// resume_logic.h, placement.h, common/manifest.h), the worker table (registry.h), the job store
-// (store.h), the calls to workers (worker_rpc.h) and the event stream (event_log.h); the last two
-// share the lock. Its implementation is in four files: jobs.cc (lifecycle, scheduling, the client
-// side), job_transitions.cc (how an attempt ends, fails or is queued again), worker_reports.cc
-// (the worker side: registration, heartbeats, step, task and checkpoint reports) and commits.cc
-// (the committer and verifier threads: every store and checkpoint I/O); retention.cc deletes the
-// jobs that ended longer than ManagerOptions::retain_jobs ago, on the committer thread.
+// JobManager owns the lock and wires its parts together, each a type with its own contract:
+//  - JobRecord (job_record.h): one job, its row and its live attempt. Its lifecycle changes only
+//    by JobEdit values (place, end, requeue, resume, wait, backoff, settle start, checkpoint),
+//    applied by LogAndApply here, which checks each against the state machine (an illegal one is
+//    logged as an internal error and not applied) and marks the row for the committer.
+//  - JobQueue (job_queue.h): submission order, and which QUEUED jobs PlaceQueued tries, in what
+//    order (held: an unverified restart checkpoint, a backoff, a calibration). Priorities, quotas
+//    and preemption (issue 30) go there.
+//  - CommitQueue (commit_queue.h): the committer's work (dirty rows and their tickets, checkpoints
+//    to commit, step records) and the rows it wrote, which AwaitStored waits on.
+//  - CalibrationRun and CalibrationCache (calibration_run.h): parallel.schedule "auto"'s
+//    calibration in flight (in the job's record) and the calibrations measured so far.
+//  - the pure bookkeeping (job_logic.h, resume_logic.h, placement.h, common/manifest.h), the
+//    worker table (registry.h), the job store (store.h), the calls to workers (worker_rpc.h) and
+//    the event stream (event_log.h).
+// None of them has a lock of its own: all live under mu_ but the job store, under store_mu_ (the
+// rendezvous store, thread-safe on its own, stands apart). The implementation is in six files:
+// jobs.cc (construction, the scheduler, placement, the client side), job_transitions.cc (how an
+// attempt ends, fails or is queued again; LogAndApply), worker_reports.cc (the worker side:
+// registration, heartbeats, step, task and checkpoint reports), commits.cc (the committer and
+// verifier threads: every store and checkpoint I/O), calibration.cc (parallel.schedule "auto":
+// calibrate, decide, check the prediction, re-plan) and retention.cc (deletes the jobs that ended
+// longer than ManagerOptions::retain_jobs ago, on the committer thread).
 //
 // Threading: every public method is thread-safe and takes mu_ itself (none may be called with it
 // held). mu_ guards every member marked ABSL_GUARDED_BY(mu_) and the state of rpc_ and events_.
@@ -20,11 +35,12 @@
 // the reading of a spec's files (planning.h PlanClientSpec: Submit and Resume, before they take
 // mu_; under mu_, Reload and Decide plan with PlanJobSpec, which reads none),
 // and all store and checkpoint I/O, on the committer thread (commits.cc):
-//  - Under mu_, a transition only marks its job's row dirty (Persist, which returns a ticket) and
-//    a complete checkpoint is only queued (CommitCheckpoint). The committer takes the queue, writes
-//    each manifest (CommitManifest) without mu_, re-takes mu_ to point the job at it, snapshots
-//    every dirty row under mu_, writes the rows without mu_ (under store_mu_), prunes the older
-//    checkpoints of the jobs whose row was stored, and re-takes mu_ to record what was stored.
+//  - Under mu_, a transition only marks its job's row dirty (LogAndApply, through Persist, which
+//    returns a ticket) and a complete checkpoint is only queued (CommitCheckpoint): both go into
+//    the CommitQueue. The committer takes the queue, writes each manifest (CommitManifest) without
+//    mu_, re-takes mu_ to point the job at it, snapshots every dirty row under mu_, writes the
+//    rows without mu_ (under store_mu_), prunes the older checkpoints of the jobs whose row was
+//    stored, and re-takes mu_ to record what was stored.
 //    One committer thread: the commits of a job happen in the order its ranks completed them.
 //  - Expiry (retention.cc) runs on the committer thread too, each kExpiryScan, before the round's
 //    rows: it picks the expired jobs under mu_, deletes their rows without mu_ (under store_mu_),
@@ -56,8 +72,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/checkpoint.h"
+#include "coordinator/calibration_run.h"
+#include "coordinator/commit_queue.h"
 #include "coordinator/event_log.h"
 #include "coordinator/job_logic.h"
+#include "coordinator/job_queue.h"
+#include "coordinator/job_record.h"
 #include "coordinator/kv_access.h"
 #include "coordinator/metrics.h"
 #include "coordinator/planning.h"
@@ -147,89 +167,6 @@ class JobManager {
   std::string checkpoint_root() const;
 
  private:
-  // A rank's ReportTask of a live attempt, with the worker it came from.
-  struct TaskEnd {
-    pp::v1::TaskReport report;
-    std::string worker;
-  };
-  // job.attempt() is the live attempt: the one running, or the one waiting to be placed.
-  struct JobRecord {
-    pp::v1::Job job;
-    pp::v1::Schedule schedule;
-    std::vector<int> stage_units;
-    std::vector<int64_t> rank_bytes;  // estimated peak memory per global rank (RankBytes)
-    std::unique_ptr<StepAggregator> steps;
-    std::unique_ptr<CheckpointCollector> checkpoints;
-    std::set<int> ranks_done;
-    bool drained = false;  // a rank stopped at stop_step (a worker drains)
-    int stop_step = 0;     // >0: every rank checkpoints and stops after it
-    int newest_reported_step = 0;
-    std::set<std::string> leaving_workers;  // asked to drain: not placed again
-    // A lost-peer failure of `attempt` waiting for its cause (ManagerOptions::failure_settle).
-    struct Suspicion {
-      int attempt = 0;
-      std::string reason;  // the lost-peer report, the reason when no cause turns up
-      std::string worker;  // that report's worker
-      absl::Time deadline;
-      // Probes not answered yet. The report stands only once every probe has answered (each is
-      // bounded by probe_deadline), so a slow answer under load cannot let the settle time run
-      // out before the worker that does not answer is found.
-      int probes_pending = 0;
-    };
-    std::optional<Suspicion> suspicion;
-    // QUEUED with start_step = the newest committed checkpoint, not verified yet (VerifyQueued).
-    bool verify_pending = false;
-    // QUEUED after an automatic restart: not placed before this time (the restart's backoff).
-    absl::Time not_before = absl::InfinitePast();
-    // job.reason says why it waits (NoteWait) rather than why its attempt began.
-    bool waiting = false;
-    // Checkpoints queued for the committer and not applied yet, and the newest of their steps.
-    int commits_in_flight = 0;
-    int newest_commit_in_flight = 0;
-    // Task ends reported while commits were in flight: ApplyTaskEnd once they are applied.
-    std::vector<TaskEnd> reports_after_commits;
-    // parallel.schedule "auto" (calibration.cc): calibrate the workers before the next placement
-    // (set at submission, at reload of an undecided job, and by a re-plan).
-    bool calibrate = false;
-    // The calibration in flight: its workers are held BUSY for `attempt` while the job is QUEUED.
-    struct Calibrating {
-      int attempt = 0;
-      std::vector<pp::v1::RankPlacement> placement;  // by pipeline rank
-      std::vector<std::optional<pp::v1::RankCalibration>> answers;
-      absl::Time started;
-      std::string key;  // in calibrations_
-      int64_t serial = 0;  // Outbound::serial of its RPCs
-    };
-    std::optional<Calibrating> calibrating;
-    int calibration_failures = 0;  // in a row
-    // A re-plan after prediction drift or trial steps: why, once every rank stopped at stop_step.
-    std::optional<std::string> replan;
-    // The re-plan chooses from the job's calibration as it is (a trial's refit), not measured again.
-    bool replan_cached = false;
-    // The decided plan's trial steps (calibration.cc FitTrial): traced steps after the first,
-    // until auto_plan.trial_steps of them are fitted into plan.calibration.trial.
-    struct Trial {
-      std::vector<pp::v1::StepTrace> traces;
-      std::vector<double> seconds;
-      bool done = false;
-    };
-    Trial trial;
-    std::string calibration_key;  // in calibrations_: the decided plan's calibration
-  };
-  // A complete checkpoint, queued under mu_ for the committer thread.
-  struct PendingCommit {
-    std::string job_id;
-    int step = 0;
-    int keep = 0;  // the job's checkpoint.keep: what the prune leaves
-    pp::v1::CheckpointManifest manifest;
-    absl::Status written;  // CommitManifest's outcome
-    int64_t ticket = 0;    // the row write that points the job at it (0: none)
-  };
-  // A row write the committer made: the newest ticket it covers and its outcome.
-  struct Stored {
-    int64_t ticket = 0;
-    absl::Status status;
-  };
   // The task a BUSY worker was given (or says it runs).
   struct Held {
     std::string job_id;
@@ -241,9 +178,9 @@ class JobManager {
   absl::Status Reload();
   void SchedulerLoop();
   void Tick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Places every QUEUED job that can start now, oldest first; a job that does not fit the idle
-  // workers waits, with the reason in job.reason (WaitReason), and does not hold back later jobs
-  // that fit (backfill).
+  // Places the QUEUED jobs the queue offers now (JobQueue::PlacementOrder: oldest first, none
+  // held), in its order; a job that does not fit the idle workers waits, with the reason in
+  // job.reason (WaitReason), and does not hold back later jobs that fit (backfill).
   void PlaceQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records why a QUEUED job waits: job.reason, persisted and emitted when it changed.
   void NoteWait(JobRecord& rec, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -286,10 +223,10 @@ class JobManager {
   // that attempt's rendezvous keys. The workers stay BUSY until they say the task ended.
   void StopAttempt(JobRecord& rec, const std::string& reason, const std::string& skip_worker)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves a job to a terminal state: persists it, emits the event, stops its live attempt.
-  // Returns Persist's ticket (0 when the transition is not allowed: that is only logged).
+  // Moves a job to a terminal state (JobEdit::End): stops its live attempt, persists it, emits the
+  // event. Returns Persist's ticket (0 when the edit is illegal: that is only logged).
   int64_t Finish(JobRecord& rec, pp::v1::JobState state, const std::string& reason,
-                      const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                 const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A failure of the live attempt: Requeue while max_restarts allows, else Finish FAILED.
   void Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker = "")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -303,16 +240,25 @@ class JobManager {
   void ProbeAnswered(const Outbound& probe, const grpc::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stops the live attempt and queues the next one from the newest verified checkpoint of this
-  // job's history (at most job.last_checkpoint_step); `automatic` restarts count against
-  // max_restarts. Emits EVENT_RESTARTED.
+  // job's history (at most job.last_checkpoint_step) (JobEdit::Requeue); `automatic` restarts
+  // count against max_restarts. Emits EVENT_RESTARTED.
   void Requeue(JobRecord& rec, const std::string& reason, bool automatic,
                const std::string& skip_worker = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends the job's current state as an event of `kind` with `message`; returns it, for the
   // caller to complete.
   pp::v1::JobEvent& Emit(JobRecord& rec, pp::v1::JobEventKind kind, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The one way a job's lifecycle changes (job_record.h): applies `edit` to the job
+  // (JobRecord::Apply) and, when its row changed, marks it for the committer (Persist); returns
+  // Persist's ticket, 0 when the row did not change. An illegal edit is a bug of the caller: it
+  // is logged as an internal error and nothing is applied (ticket 0).
+  int64_t LogAndApply(JobRecord& rec, const JobEdit& edit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `edit` may apply now (JobRecord::Check); when not, logs the internal error. For the
+  // callers that must know before they stop the live attempt.
+  bool MayApply(const JobRecord& rec, const JobEdit& edit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the job's row for the committer to write (the row as it is then, so writes coalesce);
-  // returns the ticket an AwaitStored can wait on.
+  // returns the ticket an AwaitStored can wait on. Transitions go through LogAndApply; this is
+  // for progress (a step) and a row to write again (retention.cc).
   int64_t Persist(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits until the job's row as of `ticket` (0: nothing to wait for) was written: the store's
   // outcome, logged by the committer; Unavailable when ppcoord stops first, DeadlineExceeded
@@ -329,15 +275,12 @@ class JobManager {
   void EndAttempt(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The committer thread (commits.cc): the store and checkpoint I/O, until Stop and nothing left.
   void CommitterLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  bool HasStoreWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !dirty_.empty() || !commits_.empty() || !steps_to_store_.empty();
-  }
   // One round of the committer: `commits`' manifests, then every dirty row, then the prunes.
   void CommitRound(std::deque<PendingCommit> commits) ABSL_LOCKS_EXCLUDED(mu_);
   // Under mu_ after CommitManifest: points the job at the checkpoint and emits its event.
   void ApplyManifest(PendingCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Under mu_ after the rows were written: records them, and ends what waited on the commits.
-  void ApplyStored(const std::map<std::string, Stored>& stored,
+  void ApplyStored(const std::map<std::string, StoredRow>& stored,
                    const std::deque<PendingCommit>& commits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -394,23 +337,16 @@ class JobManager {
   absl::Mutex mu_;
   WorkerRpc rpc_;    // guarded by mu_ (see worker_rpc.h)
   EventLog events_;  // guarded by mu_ (see event_log.h)
-  // The committer's queue: rows to write (job id -> newest ticket), checkpoints to commit in
-  // order, step records to store; and what it wrote.
-  int64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<std::string, int64_t> dirty_ ABSL_GUARDED_BY(mu_);
-  std::deque<PendingCommit> commits_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::pair<std::string, StepRecord>> steps_to_store_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Stored> stored_ ABSL_GUARDED_BY(mu_);
-  bool closing_store_ ABSL_GUARDED_BY(mu_) = false;  // Stop: write what is left, then end
-  bool committer_done_ ABSL_GUARDED_BY(mu_) = false;
+  // The committer's queue (commit_queue.h): rows to write, checkpoints to commit in order, step
+  // records to store; and what it wrote.
+  CommitQueue commit_queue_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // submission order
+  JobQueue queue_ ABSL_GUARDED_BY(mu_);  // submission order, and which QUEUED job to place next
   WorkerTable workers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Held> held_ ABSL_GUARDED_BY(mu_);  // BUSY workers' tasks
-  // Calibrations by (model shape, threads, precision, sizes, workers in rank order): an "auto" job
-  // on the same workers and shape is not calibrated again. A re-plan drops its entry.
-  std::map<std::string, pp::v1::Calibration> calibrations_ ABSL_GUARDED_BY(mu_);
-  int64_t calibration_serial_ ABSL_GUARDED_BY(mu_) = 0;
+  // The calibrations measured (calibration_run.h): an "auto" job on the same workers and shape
+  // is not calibrated again.
+  CalibrationCache calibrations_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread scheduler_;
   std::thread verifier_;  // VerifierLoop: checkpoint hashing never holds up the scheduler

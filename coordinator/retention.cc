@@ -64,11 +64,11 @@ std::vector<JobManager::Expiring> JobManager::ExpiredJobs() {
   for (const auto& [id, rec] : jobs_) {
     if (expiring.size() >= kMaxExpiredPerRound) break;
     // Its last row and checkpoint are written first: nothing writes them after the delete.
-    if (rec.commits_in_flight > 0 || dirty_.count(id) > 0 ||
-        !Expired(rec.job, now, options_.retain_jobs)) {
+    if (rec.commits_in_flight > 0 || commit_queue_.IsDirty(id) ||
+        !Expired(rec.job(), now, options_.retain_jobs)) {
       continue;
     }
-    expiring.push_back({.job_id = id, .attempt = rec.job.attempt()});
+    expiring.push_back({.job_id = id, .attempt = rec.job().attempt()});
   }
   return expiring;
 }
@@ -84,7 +84,7 @@ void JobManager::ExpireRound(const std::vector<Expiring>& expiring) {
   for (size_t i = 0; i < expiring.size(); ++i) {
     if (ForgetExpired(expiring[i], deleted[i])) gone.insert(expiring[i].job_id);
   }
-  std::erase_if(order_, [&gone](const std::string& id) { return gone.count(id) > 0; });
+  queue_.Erase(gone);
   UpdateGauges();
 }
 
@@ -97,17 +97,17 @@ bool JobManager::ForgetExpired(const Expiring& expiring, const absl::Status& del
                      deleted.message(), "); trying again in ", absl::FormatDuration(kExpiryScan)));
     return false;
   }
-  if (!IsTerminal(rec->job.state()) || rec->job.attempt() != expiring.attempt) {
+  if (!IsTerminal(rec->job().state()) || rec->job().attempt() != expiring.attempt) {
     Persist(*rec);  // resumed while its row was deleted: written again before anything waits on it
     return false;
   }
-  Log(absl::StrCat("job ", id, " expired: ", pp::v1::JobState_Name(rec->job.state()),
+  Log(absl::StrCat("job ", id, " expired: ", pp::v1::JobState_Name(rec->job().state()),
                    " and unchanged for --retain_jobs=", FormatRetention(options_.retain_jobs),
                    "; its row is deleted, its checkpoints stay in ",
                    (std::filesystem::path(checkpoint_root()) / id).string()));
   events_.Erase(id);
   metrics_->JobExpired(id);
-  stored_.erase(id);
+  commit_queue_.Forget(id);
   jobs_.erase(id);
   return true;
 }

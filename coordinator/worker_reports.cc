@@ -35,7 +35,7 @@ absl::StatusOr<pp::v1::RegisterWorkerResponse> JobManager::Register(
       (before->job_id != now.job_id || before->attempt != now.attempt)) {
     JobRecord& rec = jobs_.at(before->job_id);
     Fail(rec,
-         absl::StrCat("worker ", worker.name(), " (rank ", RankOfWorker(rec.job, worker.name()),
+         absl::StrCat("worker ", worker.name(), " (rank ", RankOfWorker(rec.job(), worker.name()),
                       ") registered again without its task (restarted?)"),
          worker.name());
   }
@@ -75,7 +75,7 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
     return response;
   }
   JobRecord* rec = FindLocked(report.job_id());
-  pp::v1::Job& job = rec->job;
+  pp::v1::Job& job = *rec->mutable_job();
   if (report.step() < 1 || report.step() > job.spec().train().steps()) {
     // No worker trains such a step: a broken or forged report, which must not move the stop
     // step (newest + 1 overflows at INT_MAX) or the summaries.
@@ -122,7 +122,7 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
                     .tokens_per_second = job.tokens_per_second(),
                     .bubble_ratio = summary->bubble_ratio,
                     .time_unix = job.updated_unix()};
-  steps_to_store_.emplace_back(job.id(), record);
+  commit_queue_.AddStep(job.id(), record);
   Persist(*rec);
   metrics_->StepCompleted(job.id(), summary->loss,
                           common::LearningRateAt(job.spec().train(), summary->step),
@@ -139,8 +139,8 @@ pp::v1::ReportResponse JobManager::ReportTask(const pp::v1::TaskReport& report) 
   const Held ended{.job_id = report.job_id(), .attempt = report.attempt()};
   std::string worker = report.worker();
   if (worker.empty() && rec != nullptr && report.rank() >= 0 &&
-      report.rank() < rec->job.placement_size()) {
-    worker = rec->job.placement(report.rank()).worker();
+      report.rank() < rec->job().placement_size()) {
+    worker = rec->job().placement(report.rank()).worker();
   }
   const bool live = IsLive(ended);
   Release(worker, ended);
@@ -164,7 +164,7 @@ pp::v1::ReportResponse JobManager::ReportTask(const pp::v1::TaskReport& report) 
 
 void JobManager::ApplyTaskEnd(JobRecord& rec, const pp::v1::TaskReport& report,
                               const std::string& worker) {
-  pp::v1::Job& job = rec.job;
+  const pp::v1::Job& job = rec.job();
   if (!report.ok()) {
     const std::string reason = absl::StrCat("rank ", report.rank(), " on worker ", worker, ": ",
                                             ReportedText(report.error()));
@@ -209,17 +209,17 @@ pp::v1::ReportResponse JobManager::ReportCheckpoint(const pp::v1::CheckpointRepo
   JobRecord* rec = FindLocked(report.job_id());
   // A rank's last checkpoint may arrive after another rank ended the job.
   const bool current =
-      rec != nullptr && rec->job.attempt() == report.attempt() && rec->checkpoints != nullptr &&
-      (rec->job.state() == pp::v1::RUNNING || rec->job.state() == pp::v1::SUCCEEDED);
+      rec != nullptr && rec->job().attempt() == report.attempt() && rec->checkpoints != nullptr &&
+      (rec->job().state() == pp::v1::RUNNING || rec->job().state() == pp::v1::SUCCEEDED);
   if (!current) {
-    response.set_abort(rec == nullptr || rec->job.state() != pp::v1::SUCCEEDED);
+    response.set_abort(rec == nullptr || rec->job().state() != pp::v1::SUCCEEDED);
     return response;
   }
   absl::StatusOr<std::optional<std::vector<pp::v1::CheckpointReport>>> complete =
       rec->checkpoints->Add(report);
   if (!complete.ok()) {
-    Log(absl::StrCat("job ", rec->job.id(), ": ", complete.status().message()));
-    metrics_->CheckpointFailed(rec->job.id());
+    Log(absl::StrCat("job ", rec->job().id(), ": ", complete.status().message()));
+    metrics_->CheckpointFailed(rec->job().id());
   } else if (complete->has_value()) {
     CommitCheckpoint(*rec, **complete);
   }

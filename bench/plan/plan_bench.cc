@@ -9,8 +9,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "coordinator/plan/compile.h"
-#include "coordinator/plan/generate.h"
-#include "coordinator/plan/lower.h"
+#include "program/lower.h"
+#include "program/schedules.h"
 
 ABSL_FLAG(int32_t, repeat, 5, "runs; the best and the median are printed");
 ABSL_FLAG(std::string, schedule, "interleaved-1f1b", "schedule to plan");
@@ -43,10 +43,10 @@ int main(int argc, char** argv) {
   std::vector<double> walls, cpus;
   for (int run = 0; run < std::max(1, absl::GetFlag(FLAGS_repeat)); ++run) {
     const auto t0 = Sample();
-    absl::StatusOr<pp::plan::Schedule> compute = pp::plan::Generate(name, D, V, M);
+    absl::StatusOr<pp::prog::Schedule> compute = pp::prog::Generate(name, D, V, M);
     const auto t1 = Sample();
-    absl::StatusOr<pp::plan::Schedule> lowered =
-        compute.ok() ? pp::plan::LowerComms(*compute) : compute;
+    absl::StatusOr<pp::prog::Schedule> lowered =
+        compute.ok() ? pp::prog::LowerComms(*compute) : compute;
     const auto t2 = Sample();
     absl::StatusOr<pp::plan::Simulation> sim =
         lowered.ok() ? pp::plan::ValidateAndSimulate(*lowered, pp::plan::CostModel{})

@@ -16,13 +16,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <utility>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -32,8 +32,8 @@
 #include "absl/strings/str_split.h"
 #include "common/job_spec.h"
 #include "common/median.h"
-#include "common/schedules.h"
 #include "coordinator/plan/plan.h"
+#include "program/schedules.h"
 #include "tests/support/cluster.h"
 #include "tests/support/netns.h"
 
@@ -200,8 +200,8 @@ std::vector<pp::v1::JobSpec> FixedCandidates(const pp::v1::JobSpec& base) {
   std::vector<pp::v1::JobSpec> out;
   const int batch = absl::GetFlag(FLAGS_batch);
   const int units = base.model().n_layers() + 2;
-  for (const std::string& name : common::TrainingScheduleNames()) {
-    for (int V : plan::ChunkChoices(*plan::FindSchedule(name), 4)) {
+  for (const std::string& name : prog::TrainingScheduleNames()) {
+    for (int V : prog::ChunkChoices(*prog::FindSchedule(name), 4)) {
       for (int M = kRanks; M <= batch; ++M) {
         if (batch % M != 0 || kRanks * V > units) continue;
         if (!plan::Plan(name, kRanks, V, M, plan::CostModel{}).ok()) continue;

@@ -9,21 +9,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/schedules.h"
 #include "coordinator/plan/compile.h"
-#include "coordinator/plan/generate.h"
+#include "program/schedules.h"
 
 namespace pp::plan {
 namespace {
 
 // Both planners compare schedules that train: forward-only (evaluation) is never a candidate.
 absl::Status CheckTrainingSchedules(const std::vector<std::string>& names) {
-  if (absl::Status known = CheckScheduleNames(names); !known.ok()) return known;
+  if (absl::Status known = prog::CheckScheduleNames(names); !known.ok()) return known;
   for (const std::string& name : names) {
-    if (!common::FindScheduleRule(name)->trains) {
+    if (!prog::FindSchedule(name)->trains) {
       return absl::InvalidArgumentError(absl::StrCat(
           "schedule '", name, "' trains nothing (it runs evaluation); the planner compares ",
-          absl::StrJoin(common::TrainingScheduleNames(), ", ")));
+          absl::StrJoin(prog::TrainingScheduleNames(), ", ")));
     }
   }
   return absl::OkStatus();
@@ -155,12 +154,14 @@ struct Shape {
 template <typename TakeM>
 std::vector<Shape> Shapes(const std::vector<std::string>& schedules, int max_chunks, int min_m,
                           int max_m, TakeM take_m) {
-  const std::vector<std::string>& names = schedules.empty() ? common::TrainingScheduleNames() : schedules;
+  const std::vector<std::string>& names =
+      schedules.empty() ? prog::TrainingScheduleNames() : schedules;
   std::vector<Shape> shapes;
   for (int M = min_m; M <= max_m; ++M) {
     if (!take_m(M)) continue;
     for (const std::string& name : names) {
-      for (int V : ChunkChoices(*FindSchedule(name), max_chunks)) shapes.push_back({name, V, M});
+      for (int V : prog::ChunkChoices(*prog::FindSchedule(name), max_chunks))
+        shapes.push_back({name, V, M});
     }
   }
   return shapes;

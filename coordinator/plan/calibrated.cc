@@ -13,9 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/schedules.h"
 #include "coordinator/plan/calibrated_hosts.h"
 #include "coordinator/plan/plan.h"
+#include "program/schedules.h"
 
 namespace pp::plan {
 namespace {
@@ -264,7 +264,7 @@ StageCosts WithActionOverhead(const StageCosts& c, const pp::v1::StepOverheads* 
 
 // The predicted step of `c` on `schedule`: the simulated makespan under the stages' calibrated
 // costs, plus the slowest rank's optimizer and the norm's all-gather. nullopt: not costed.
-std::optional<double> PredictStep(const Context& ctx, const Schedule& schedule,
+std::optional<double> PredictStep(const Context& ctx, const prog::Schedule& schedule,
                                   const Option& c, const RecomputeShares& shares) {
   const int sequences = static_cast<int>(GlobalBatch(ctx.spec) / c.shape.microbatches);
   CostModel costs;
@@ -327,9 +327,9 @@ std::vector<Option> Search(const Context& ctx, const pp::v1::Calibration& calibr
   std::vector<Option> out;
   const pp::v1::ParallelSpec& p = ctx.spec.parallel();
   const int units = ctx.spec.model().n_layers() + 2;
-  for (const std::string& name : common::TrainingScheduleNames()) {
-    const ScheduleKind* kind = FindSchedule(name);
-    for (int V : ChunkChoices(*kind, p.auto_plan().max_chunks())) {
+  for (const std::string& name : prog::TrainingScheduleNames()) {
+    const prog::ScheduleKind* kind = prog::FindSchedule(name);
+    for (int V : prog::ChunkChoices(*kind, p.auto_plan().max_chunks())) {
       if ((p.chunks() > 0 && V != p.chunks()) || ctx.D * V > units) continue;
       for (int M : MicrobatchChoices(ctx.spec, fixed_microbatches)) {
         absl::StatusOr<Planned> generated = Plan(name, ctx.D, V, M, CostModel{});

@@ -3,7 +3,7 @@
 // job's schedule, V, M, partition and recomputation (docs/planner.md "Auto at run time").
 //
 // The search, at a fixed global batch B = train.microbatches x train.microbatch_size sequences:
-//   schedule   every one that trains (common/schedules.h)
+//   schedule   every one that trains (program/schedules.h)
 //   V          ChunkChoices up to auto_plan.max_chunks, or parallel.chunks alone when set
 //   M          the divisors of B from min(D, B) up to auto_plan.max_microbatches,
 //              thinned to kMaxCalibratedSizes (microbatch size B / M), or the one

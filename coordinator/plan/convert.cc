@@ -2,23 +2,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "program/proto.h"
 
 namespace pp::plan {
-namespace {
-
-// Kind and pp.v1.ActionKind list the same kinds in the same order; the proto starts at 1.
-pp::v1::ActionKind KindToProto(Kind kind) {
-  return static_cast<pp::v1::ActionKind>(static_cast<int>(kind) + 1);
-}
-
-}  // namespace
-
-Action ActionFromProto(const pp::v1::Action& proto) {
-  return {static_cast<Kind>(proto.kind() - 1), proto.stage(), proto.microbatch(),
-          proto.has_peer() ? proto.peer() : -1};
-}
-
-pp::v1::Schedule ScheduleToProto(const Schedule& schedule, const Simulation* simulation) {
+pp::v1::Schedule ScheduleToProto(const prog::Schedule& schedule, const Simulation* simulation) {
   pp::v1::Schedule proto;
   proto.set_name(schedule.name);
   proto.set_pipeline(schedule.pipeline);
@@ -29,13 +16,8 @@ pp::v1::Schedule ScheduleToProto(const Schedule& schedule, const Simulation* sim
     pp::v1::RankProgram* program = proto.add_ranks();
     program->set_rank(static_cast<int>(r));
     program->mutable_actions()->Reserve(static_cast<int>(schedule.programs[r].size()));
-    for (const Action& a : schedule.programs[r]) {
-      pp::v1::Action* action = program->add_actions();
-      action->set_kind(KindToProto(a.kind));
-      action->set_stage(a.stage);
-      action->set_microbatch(a.microbatch);
-      if (IsComm(a.kind)) action->set_peer(a.peer);
-    }
+    for (const prog::Action& a : schedule.programs[r])
+      *program->add_actions() = prog::ActionToProto(a);
   }
   if (simulation != nullptr) {
     pp::v1::Simulation* sim = proto.mutable_simulation();
@@ -55,24 +37,25 @@ pp::v1::Schedule ScheduleToProto(const Schedule& schedule, const Simulation* sim
   return proto;
 }
 
-absl::StatusOr<Schedule> ScheduleFromProto(const pp::v1::Schedule& proto) {
-  Schedule schedule;
+absl::StatusOr<prog::Schedule> ScheduleFromProto(const pp::v1::Schedule& proto) {
+  prog::Schedule schedule;
   schedule.name = proto.name();
   schedule.pipeline = proto.pipeline();
   schedule.chunks = proto.chunks();
   schedule.microbatches = proto.microbatches();
   schedule.stage_to_rank.assign(proto.stage_to_rank().begin(), proto.stage_to_rank().end());
   for (const pp::v1::RankProgram& program : proto.ranks()) {
-    std::vector<Action> actions;
+    std::vector<prog::Action> actions;
     actions.reserve(program.actions_size());
     for (int i = 0; i < program.actions_size(); ++i) {
       const pp::v1::Action& action = program.actions(i);
-      if (action.kind() < pp::v1::FORWARD || action.kind() > pp::v1::RECV_GRAD) {
+      const std::optional<prog::Action> a = prog::ActionFromProto(action);
+      if (!a) {
         return absl::InvalidArgumentError(
             absl::StrCat("rank ", program.rank(), ", action ", i, ": action kind ",
                          pp::v1::ActionKind_Name(action.kind()), " is not a schedule action"));
       }
-      actions.push_back(ActionFromProto(action));
+      actions.push_back(*a);
     }
     schedule.programs.push_back(std::move(actions));
   }

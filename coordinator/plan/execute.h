@@ -1,13 +1,13 @@
-// Private to the planner: what actions wait for, and running the per-rank programs the way
-// workers would (each rank in program order; sends asynchronous; a receive waits for its send).
+// Private to the planner: running the per-rank programs the way workers would (each rank in
+// program order; sends asynchronous; a receive waits for its send).
 //
-// Every input of a compute or a send is produced on its own rank (an earlier compute or receive);
-// the validator checks that statically. Given that, a rank only ever waits at receives, and a
-// local input is always ready by the time the rank reaches the action. Execute therefore tracks
-// messages only. Which actions run, and whether the programs deadlock, depend on the programs
-// alone, never on the durations: the validator runs it with zero durations (symbolic execution, to
-// find deadlocks), the simulator with the cost model, and ValidateAndSimulate (compile.h) once for
-// both.
+// Every input of a compute or a send is produced on its own rank (an earlier compute or receive:
+// program/rules.h); the validator checks that statically. Given that, a rank only ever waits at
+// receives, and a local input is always ready by the time the rank reaches the action. Execute
+// therefore tracks messages only. Which actions run, and whether the programs deadlock, depend on
+// the programs alone, never on the durations: the validator runs it with zero durations (symbolic
+// execution, to find deadlocks), the simulator with the cost model, and ValidateAndSimulate
+// (compile.h) once for both.
 #ifndef PP_COORDINATOR_PLAN_EXECUTE_H_
 #define PP_COORDINATOR_PLAN_EXECUTE_H_
 
@@ -15,31 +15,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "coordinator/plan/ir.h"
+#include "program/ir.h"
+#include "program/rules.h"
 
 namespace pp::plan::internal {
 
-// Shape and index checks every pass needs before it may index arrays by stage or microbatch:
-// D, V, M >= 1; S = D*V stages, each rank holding V of them; D programs; every action's stage,
-// microbatch and peer in range. Message names the first offending rank and action.
-absl::Status CheckIndices(const Schedule& schedule);
-
-// What finishing an action makes available, per (stage, microbatch of the action).
-enum Event { kForwardDone, kGradDone, kWeightDone, kActSent, kGradSent, kActRecvd, kGradRecvd };
-Event Produces(Kind kind);
-
-// The inputs an action waits for, as (event, stage) of the same microbatch: local ones for
-// computes and sends, the matching send (remote) for a receive. Requires CheckIndices to pass.
-struct Deps {
-  int count = 0;
-  Event event[2];
-  int stage[2];
-  bool remote = false;
-};
-Deps DepsOf(const Action& action, const Schedule& schedule);
-
 // k of Durations.compute for a compute kind (F 0, B 1, I 2, W 3); -1 for a comm.
-int ComputeIndex(Kind kind);
+int ComputeIndex(prog::Kind kind);
 
 struct Durations {
   // Compute time of kind k (F, B, I, W) at stage s: compute[k * S + s].
@@ -61,7 +43,7 @@ struct Execution {
 };
 
 // Requires CheckIndices to pass; times are meaningful when the local-order check passes too.
-Execution Execute(const Schedule& schedule, const Durations& durations, bool record_times);
+Execution Execute(const prog::Schedule& schedule, const Durations& durations, bool record_times);
 
 }  // namespace pp::plan::internal
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -11,6 +12,8 @@
 #include "common/median.h"
 #include "coordinator/plan/plan.h"
 #include "coordinator/plan/timeline.h"
+#include "program/message.h"
+#include "program/proto.h"
 
 namespace pp::plan {
 namespace {
@@ -21,21 +24,21 @@ class MeanTimes {
   MeanTimes(const pp::v1::StepTrace& trace, int S) {
     for (const pp::v1::RankTrace& rank : trace.ranks()) {
       for (const pp::v1::TimedAction& t : rank.actions()) {
-        const Action a = ActionFromProto(t.action());
-        if (IsComm(a.kind) || a.stage < 0 || a.stage >= S) continue;
-        auto& [seconds, count] = sums_[{a.stage, a.kind}];
+        const std::optional<prog::Action> a = prog::ActionFromProto(t.action());
+        if (!a || prog::IsComm(a->kind) || a->stage < 0 || a->stage >= S) continue;
+        auto& [seconds, count] = sums_[{a->stage, a->kind}];
         seconds += t.end() - t.start();
         ++count;
       }
     }
   }
-  double Mean(int stage, Kind kind) const {
+  double Mean(int stage, prog::Kind kind) const {
     auto it = sums_.find({stage, kind});
     return it == sums_.end() ? 0.0 : it->second.first / it->second.second;
   }
 
  private:
-  std::map<std::pair<int, Kind>, std::pair<double, int>> sums_;  // total seconds, count
+  std::map<std::pair<int, prog::Kind>, std::pair<double, int>> sums_;  // total seconds, count
 };
 
 // What messages cost as measured: the mean time a SEND action kept its rank (handing the
@@ -50,21 +53,20 @@ struct MessageCosts {
 };
 
 MessageCosts MessageCostsOf(const pp::v1::StepTrace& trace) {
-  using Key = std::tuple<bool, int, int>;  // gradient, receiving stage, microbatch
+  using Key = std::tuple<bool, int, int>;  // gradient, edge's lower stage, microbatch
   std::map<Key, const pp::v1::TimedAction*> sends, recvs;
   double send_seconds = 0;
   for (const pp::v1::RankTrace& rank : trace.ranks()) {
     for (const pp::v1::TimedAction& t : rank.actions()) {
-      const pp::v1::Action& a = t.action();
-      switch (a.kind()) {
-        case pp::v1::SEND_ACTIVATION: sends[{false, a.stage() + 1, a.microbatch()}] = &t; break;
-        case pp::v1::SEND_GRAD: sends[{true, a.stage() - 1, a.microbatch()}] = &t; break;
-        case pp::v1::RECV_ACTIVATION: recvs[{false, a.stage(), a.microbatch()}] = &t; break;
-        case pp::v1::RECV_GRAD: recvs[{true, a.stage(), a.microbatch()}] = &t; break;
-        default: continue;
-      }
-      if (a.kind() == pp::v1::SEND_ACTIVATION || a.kind() == pp::v1::SEND_GRAD) {
+      const std::optional<prog::Action> a = prog::ActionFromProto(t.action());
+      if (!a || !prog::IsComm(a->kind)) continue;
+      const prog::Message m = prog::MessageOf(*a);
+      const Key key{m.gradient, m.lo, m.microbatch};
+      if (prog::IsSend(a->kind)) {
+        sends[key] = &t;
         send_seconds += t.end() - t.start();
+      } else {
+        recvs[key] = &t;
       }
     }
   }
@@ -85,15 +87,16 @@ MessageCosts MessageCostsOf(const pp::v1::StepTrace& trace) {
 
 }  // namespace
 
-absl::StatusOr<CostModel> CostsFromTrace(const Schedule& schedule,
+absl::StatusOr<CostModel> CostsFromTrace(const prog::Schedule& schedule,
                                          const pp::v1::StepTrace& trace) {
   const int S = static_cast<int>(schedule.stage_to_rank.size());
   const MeanTimes times(trace, S);
   CostModel costs;
   costs.forward = costs.backward = 0;  // sums from here (the struct's defaults are 1 and 2)
   for (int s = 0; s < S; ++s) {
-    StageCosts c{times.Mean(s, Kind::kForward), times.Mean(s, Kind::kBackward),
-                 times.Mean(s, Kind::kBackwardInput), times.Mean(s, Kind::kBackwardWeight)};
+    StageCosts c{times.Mean(s, prog::Kind::kForward), times.Mean(s, prog::Kind::kBackward),
+                 times.Mean(s, prog::Kind::kBackwardInput),
+                 times.Mean(s, prog::Kind::kBackwardWeight)};
     if (c.backward == 0) c.backward = c.backward_input + c.backward_weight;
     if (c.backward_input == 0 && c.backward_weight == 0) {
       c.backward_input = c.backward_weight = c.backward / 2;
@@ -119,7 +122,7 @@ absl::StatusOr<CostModel> CostsFromTrace(const Schedule& schedule,
 
 absl::StatusOr<TracedBubble> CompareTraceWithSimulation(const pp::v1::Schedule& schedule,
                                                         const pp::v1::StepTrace& trace) {
-  absl::StatusOr<Schedule> plain = ScheduleFromProto(schedule);
+  absl::StatusOr<prog::Schedule> plain = ScheduleFromProto(schedule);
   if (!plain.ok()) return plain.status();
   absl::StatusOr<CostModel> costs = CostsFromTrace(*plain, trace);
   if (!costs.ok()) return costs.status();
@@ -131,7 +134,8 @@ absl::StatusOr<TracedBubble> CompareTraceWithSimulation(const pp::v1::Schedule& 
   for (const pp::v1::RankTrace& rank : trace.ranks()) {
     double compute = 0;
     for (const pp::v1::TimedAction& t : rank.actions()) {
-      if (!IsComm(ActionFromProto(t.action()).kind)) compute += t.end() - t.start();
+      const std::optional<prog::Action> a = prog::ActionFromProto(t.action());
+      if (a && !prog::IsComm(a->kind)) compute += t.end() - t.start();
       first = any ? std::min(first, t.start()) : t.start();
       last = any ? std::max(last, t.end()) : t.end();
       any = true;

@@ -1,5 +1,6 @@
-// The memory model (memory.h): parameters counted per unit, and the saved activations and
-// boundary buffers replayed through each rank's program in the order the worker allocates them.
+// The memory model (memory.h): parameters counted per unit, and the saved activations (the
+// activation table's event lists, common/activations.h) and boundary buffers replayed through
+// each rank's program in the order the worker allocates them.
 #include "coordinator/plan/memory.h"
 
 #include <algorithm>
@@ -9,8 +10,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/activations.h"
+#include "common/precision.h"
 #include "common/recompute.h"
 #include "common/spec_bounds.h"
+#include "program/proto.h"
 
 namespace pp::plan {
 namespace {
@@ -35,6 +39,7 @@ class Checked {
     if (__builtin_add_overflow(a, b, &sum)) overflow_ = true;
     return sum;
   }
+  void Fail() { overflow_ = true; }
   bool overflow() const { return overflow_; }
 
  private:
@@ -43,7 +48,7 @@ class Checked {
 
 // The shapes one stage works with (memory.h's letters).
 struct Shapes {
-  int64_t B, T, C, Cl, NHl, Vo, N;
+  int64_t B, T, C, Cl, Vo, N;
 };
 
 // One compute call's effect on the live bytes: the highest point above where it started, and
@@ -88,78 +93,25 @@ void CountParams(Checked& c, const Shapes& s, int unit, int n_layers, bool tied,
   }
 }
 
-// Bytes of the tensors a stage allocates: (N,C), (N), (N,Cl), (N,Vo), (B,NHl,T,T).
-struct Sizes {
-  int64_t NC, Nw, NCl, NVo, att;
-  Sizes(Checked& c, const Shapes& s)
-      : NC(c.Mul({s.N, s.C, kWord})),
-        Nw(c.Mul({s.N, kWord})),
-        NCl(c.Mul({s.N, s.Cl, kWord})),
-        NVo(c.Mul({s.N, s.Vo, kWord})),
-        att(c.Mul({s.B, s.NHl, s.T, s.T, kWord})) {}
-};
-
-// StageModel::Forward of units [first, last] under `mode`, allocation by allocation
-// (worker/model/model.cc, layers.cc): the inputs (tokens or the input copy, targets), then the
-// embedding's output, each block's saved tensors and the head's. Selective frees each block's
-// probabilities right after the attention; full frees all but the inputs at the end.
-Swing ForwardSwing(Checked& c, const Sizes& z, bool embed, int blocks, bool head, Recompute mode) {
-  Swing f;
-  f.Step(c, embed ? z.Nw : z.NC);  // tokens, or the copy of the input activation
-  if (head) f.Step(c, z.Nw);       // targets
-  const int64_t inputs = f.net;
-  if (embed && !(blocks == 0 && !head)) f.Step(c, z.NC);  // the embedding's output
-  for (int i = 0; i < blocks; ++i) {
-    if (i + 1 < blocks || head) f.Step(c, z.NC);  // the block's output, the next one's input
-    for (int64_t d : {z.NC, z.Nw, z.Nw, 3 * z.NCl, z.NCl, z.att}) f.Step(c, d);  // ln1..att
-    if (mode == Recompute::kSelective) f.Step(c, -z.att);
-    for (int64_t d : {z.NC, z.NC, z.Nw, z.Nw, 4 * z.NCl, 4 * z.NCl}) f.Step(c, d);  // res2..gelu
-  }
-  if (head) {
-    for (int64_t d : {z.NC, z.Nw, z.Nw, z.NVo}) f.Step(c, d);  // lnf mean rstd probs
-  }
-  if (mode == Recompute::kFull) f.Step(c, inputs - f.net);
-  return f;
+// A stage's forward or input-gradient events (common/activations.h) as a swing.
+Swing Fold(Checked& c, const std::vector<common::ActivationEvent>& events) {
+  Swing swing;
+  for (const common::ActivationEvent& e : events) swing.Step(c, e.delta());
+  return swing;
 }
 
-// StageModel::BackwardInput, the same way; BackwardWeight frees what both kept. Under full
-// recomputation it first runs the forward again (into a throw-away output on a non-last stage):
-// from then on the state is none's.
-Swing InputGradientSwing(Checked& c, const Sizes& z, bool embed, int blocks, bool head,
-                         Recompute mode) {
-  Swing g;
-  if (mode == Recompute::kFull && !(blocks == 0 && !head)) {
-    const Swing again = ForwardSwing(c, z, embed, blocks, head, Recompute::kNone);
-    const int64_t inputs = c.Add(embed ? z.Nw : z.NC, head ? z.Nw : 0);
-    if (!head) g.Step(c, z.NC);  // the throw-away output
-    g.rise = std::max(g.rise, c.Add(g.net, again.rise - inputs));
-    g.net = c.Add(g.net, again.net - inputs);
-    if (!head) g.Step(c, -z.NC);
+// The saved activations of one microbatch, from the activation table (the worker's own, so the
+// two cannot disagree), and the stage's scratch and boundary tensor.
+void CountActivations(Checked& c, const Shapes& s, const common::ActivationTable& table,
+                      const common::StageUnits& units, Recompute mode, StageMemory& m) {
+  m.forward = Fold(c, table.StageForward(units, mode));
+  m.input_grad = Fold(c, table.StageInputGradient(units, mode));
+  const int64_t NC = c.Mul({s.N, s.C, kWord});
+  m.scratch = c.Add(NC, c.Mul({s.N, 4, s.Cl, kWord}));  // tmp_c, tmp_4c
+  if (units.head) {                                       // logits, losses
+    m.scratch = c.Add(m.scratch, c.Add(c.Mul({s.N, s.Vo, kWord}), c.Mul({s.N, kWord})));
   }
-  if (head) {
-    if (blocks > 0 || embed) g.Step(c, z.NC);              // gradient of the head's input
-    for (int64_t d : {z.NVo, z.NC, -z.NVo}) g.Step(c, d);  // dlogits dlnf, probs freed
-  } else {
-    g.Step(c, z.NC);  // copy of grad_out
-  }
-  for (int i = blocks; i-- > 0;) {
-    if (i > 0 || embed) g.Step(c, z.NC);                   // dx
-    if (mode == Recompute::kSelective) g.Step(c, z.att);  // the probabilities again
-    for (int64_t d : {4 * z.NCl, z.NC, z.NC, 3 * z.NCl, z.NC, -3 * z.NCl, -z.att, -4 * z.NCl}) {
-      g.Step(c, d);  // dfch dln2 dres2 dqkv dln1; qkv att fch freed
-    }
-  }
-  return g;
-}
-
-void CountActivations(Checked& c, const Shapes& s, bool embed, int blocks, bool head,
-                      Recompute mode, StageMemory& m) {
-  const Sizes z(c, s);
-  m.forward = ForwardSwing(c, z, embed, blocks, head, mode);
-  m.input_grad = InputGradientSwing(c, z, embed, blocks, head, mode);
-  m.scratch = c.Add(z.NC, c.Mul({4, z.NCl}));                  // tmp_c, tmp_4c
-  if (head) m.scratch = c.Add(m.scratch, c.Add(z.NVo, z.Nw));  // logits, losses
-  m.boundary = z.NC;
+  m.boundary = NC;
 }
 
 // The CPU backend's bf16 operand buffers for this stage's products (kernels/cpu/cpu_ops.cc
@@ -201,31 +153,35 @@ absl::Status ReplayProgram(Checked& c, const pp::v1::RankProgram& program,
                            const std::vector<StageMemory>& stages, Replay& r) {
   const int S = static_cast<int>(stages.size());
   const int64_t boundary = stages.front().boundary;
-  for (const pp::v1::Action& a : program.actions()) {
-    if (a.kind() == pp::v1::RECV_ACTIVATION || a.kind() == pp::v1::RECV_GRAD) {
+  using prog::Kind;
+  for (const pp::v1::Action& proto : program.actions()) {
+    const std::optional<prog::Action> a = prog::ActionFromProto(proto);
+    if (a && (a->kind == Kind::kRecvActivation || a->kind == Kind::kRecvGrad)) {
       r.buffers = c.Add(r.buffers, boundary);
     }
   }
   r.Note(c, 0, 0);
-  for (const pp::v1::Action& a : program.actions()) {
-    const int s = a.stage();
+  for (const pp::v1::Action& proto : program.actions()) {
+    const int s = proto.stage();
     if (s < 0 || s >= S) return absl::InvalidArgumentError(absl::StrCat("stage ", s, " of ", S));
+    const std::optional<prog::Action> a = prog::ActionFromProto(proto);
+    if (!a) continue;  // a kind this build does not know holds nothing
     const StageMemory& m = stages[s];
     const int64_t out = s + 1 < S ? boundary : 0, in = s > 0 ? boundary : 0;
-    switch (a.kind()) {
-      case pp::v1::FORWARD:
+    switch (a->kind) {
+      case Kind::kForward:
         r.Note(c, m.forward.rise, out);
         r.saved = c.Add(r.saved, m.forward.net);
         r.buffers = c.Add(r.buffers, out - in);
         break;
-      case pp::v1::BACKWARD:
-      case pp::v1::BACKWARD_INPUT:
+      case Kind::kBackward:
+      case Kind::kBackwardInput:
         r.Note(c, m.input_grad.rise, in);
-        r.saved = c.Add(r.saved, a.kind() == pp::v1::BACKWARD ? -m.forward.net
-                                                              : m.input_grad.net);
+        r.saved =
+            c.Add(r.saved, a->kind == Kind::kBackward ? -m.forward.net : m.input_grad.net);
         r.buffers = c.Add(r.buffers, in - out);
         break;
-      case pp::v1::BACKWARD_WEIGHT:
+      case Kind::kBackwardWeight:
         r.saved = c.Add(r.saved, -c.Add(m.forward.net, m.input_grad.net));
         break;
       default:  // sends keep their buffer to the step's end; receives were allocated above
@@ -242,9 +198,15 @@ std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
   const pp::v1::ModelSpec& model = spec.model();
   Shapes s;
   s.B = spec.train().microbatch_size(), s.T = model.seq_len(), s.C = model.d_model();
-  s.Cl = s.C / tp, s.NHl = model.n_heads() / tp, s.Vo = model.vocab_size();
+  s.Cl = s.C / tp, s.Vo = model.vocab_size();
   s.N = c.Mul({s.B, s.T});
   const bool bf16 = spec.train().precision() == "bf16";
+  common::ActivationDims dims;
+  dims.B = s.B, dims.T = s.T, dims.C = s.C, dims.n_heads = model.n_heads(), dims.vocab = s.Vo;
+  dims.tp = tp;
+  dims.precision = bf16 ? common::Precision::kBf16 : common::Precision::kFp32;
+  absl::StatusOr<common::ActivationTable> table = common::ActivationTable::Make(dims);
+  if (!table.ok()) c.Fail();  // only a byte count that does not fit int64, for a valid spec
   std::vector<StageMemory> stages;
   int first = 0;
   for (int units : stage_units) {
@@ -253,10 +215,12 @@ std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
     for (int u = first; u <= last; ++u) {
       CountParams(c, s, u, model.n_layers(), model.tie_embeddings(), m);
     }
-    const bool embed = first == 0, head = last == model.n_layers() + 1;
+    common::StageUnits held;
+    held.embedding = first == 0, held.head = last == model.n_layers() + 1;
     const int blocks = std::min(last, model.n_layers()) - std::max(first, 1) + 1;
-    CountActivations(c, s, embed, std::max(blocks, 0), head, mode, m);
-    if (bf16) CountBf16Operands(c, s, blocks > 0, head, m);
+    held.blocks = std::max(blocks, 0);
+    CountActivations(c, s, table.ok() ? *table : common::ActivationTable(), held, mode, m);
+    if (bf16) CountBf16Operands(c, s, blocks > 0, held.head, m);
     first = last + 1;
   }
   return stages;

@@ -11,18 +11,12 @@
 //   losses (N) on the stage with the head. With train.precision bf16, the backend's two operand
 //   buffers, once per process, each at the largest of the held stages' products: (N,
 //   max(IC,OC)) and (max(N,OC), IC) floats (CountBf16Operands in memory.cc).
-// - activations: what StageModel keeps per in-flight microbatch (worker/model/model.cc), walked
-//   allocation by allocation through this rank's program in order, so the peak is exact for the
-//   schedule: a block's forward keeps its input (N,C), ln_1 out (N,C), mean/rstd (N) x2, qkv
-//   (N,3Cl), attention output (N,Cl), probabilities (B,NHl,T,T), res2 (N,C), ln_2 out (N,C),
-//   fc (N,4Cl) and gelu(fc) (N,4Cl); its input-gradient adds dy, dln2, dres2, dln1 (N,C) and
-//   dfch (N,4Cl), dqkv (N,3Cl) and frees qkv, the probabilities and fc; the weight-gradient frees
-//   the rest. The head keeps targets (N), ln_f out (N,C), mean/rstd (N) and the softmax (N,Vo),
-//   then dlogits (N,Vo) and dln_f (N,C). Recomputation (parallel.recompute, common/recompute.h):
-//   selective frees each block's probabilities after its attention and allocates them again at
-//   the start of its input-gradient; full keeps only the inputs after the forward, and the
-//   input-gradient first replays the whole forward (plus an (N,C) throw-away output on a
-//   non-last stage).
+// - activations: what StageModel keeps per in-flight microbatch. What each unit saves, with its
+//   shape, and the order a stage's forward and input-gradient allocate and free it under
+//   parallel.recompute is the activation table, common/activations.h, which the worker's model
+//   allocates from too (tests/worker/model/activations_test.cc holds the two equal). Here those
+//   event lists are walked through this rank's program in order, so the peak is exact for the
+//   schedule; W frees what the forward and the input-gradient left.
 // - communication: the executor (worker/executor) posts every receive of a step at its start and
 //   frees a sent tensor only at the step's end; each boundary tensor is (N,C). Forward outputs
 //   and input-gradients are executor buffers too. Data parallel adds the gradient bucket's flat

@@ -7,17 +7,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/job_spec.h"
-
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/convert.h"
-#include "coordinator/plan/generate.h"
-#include "coordinator/plan/lower.h"
 #include "coordinator/plan/simulate.h"
 #include "coordinator/plan/validate.h"
+#include "program/lower.h"
+#include "program/schedules.h"
 
 namespace pp::plan {
 
-absl::StatusOr<Simulation> ValidateAndSimulate(const Schedule& schedule, const CostModel& costs) {
+absl::StatusOr<Simulation> ValidateAndSimulate(const prog::Schedule& schedule,
+                                               const CostModel& costs) {
   if (absl::Status status = internal::CheckStatically(schedule); !status.ok()) return status;
   // With bad costs the run is symbolic: a deadlock is still reported before the costs, as the
   // validator's checks come before the simulator's.
@@ -32,9 +32,9 @@ absl::StatusOr<Simulation> ValidateAndSimulate(const Schedule& schedule, const C
 }
 
 absl::StatusOr<Planned> Plan(const std::string& name, int D, int V, int M, const CostModel& costs) {
-  absl::StatusOr<Schedule> compute = Generate(name, D, V, M);
+  absl::StatusOr<prog::Schedule> compute = prog::Generate(name, D, V, M);
   if (!compute.ok()) return compute.status();
-  absl::StatusOr<Schedule> lowered = LowerComms(*compute);
+  absl::StatusOr<prog::Schedule> lowered = prog::LowerComms(*compute);
   if (!lowered.ok()) return lowered.status();
   absl::StatusOr<Simulation> simulation = ValidateAndSimulate(*lowered, costs);
   if (!simulation.ok()) return simulation.status();
@@ -65,7 +65,8 @@ absl::StatusOr<pp::v1::Schedule> PlanForwardOnly(const std::vector<int>& stage_t
                        " stages"));
     }
   }
-  absl::StatusOr<Schedule> lowered = LowerComms(ForwardOnly(stage_to_rank, D, V, M));
+  absl::StatusOr<prog::Schedule> lowered =
+      prog::LowerComms(prog::ForwardOnly(stage_to_rank, D, V, M));
   if (!lowered.ok()) return lowered.status();
   absl::StatusOr<Simulation> simulation = ValidateAndSimulate(*lowered, CostModel{});
   if (!simulation.ok()) return simulation.status();
@@ -97,7 +98,7 @@ absl::StatusOr<Planned> PlanCarriedSchedule(const pp::v1::ParallelSpec& parallel
     return absl::InvalidArgumentError(
         inline_rows ? InProgram(why) : absl::StrCat(common::CarriedScheduleField(parallel), ": ", why));
   }
-  const Schedule& s = planned->schedule;
+  const prog::Schedule& s = planned->schedule;
   if (s.pipeline != parallel.pipeline() || s.chunks != parallel.chunks() || s.microbatches != M) {
     return absl::InvalidArgumentError(absl::StrCat(
         common::CarriedScheduleField(parallel), ": its schedule runs D=",

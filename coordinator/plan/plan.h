@@ -2,7 +2,8 @@
 // functions, no threads, no RPC. Callers outside coordinator/plan/ include this header only; it
 // brings in the public parts of the planner:
 //   compile.h    Plan (generate -> lower comms -> validate -> simulate) on plain structs
-//   generate.h   the schedule table (names, chunk rules, constraints) and Generate
+//   program/schedules.h  the schedule table (names, rules, generators) and Generate, one
+//                layer down (program/ is shared with the worker: ir.h, rules.h, message.h, lower.h)
 //   simulate.h   CostModel, Simulation, Simulate; timeline.h: Timeline and the bubble, IdleFraction
 //   render.h     RenderAscii and RenderChrome of a Timeline
 //   convert.h    plain structs <-> pp.v1 protos
@@ -11,7 +12,7 @@
 //   memory.h     EstimateMemory: each rank's peak bytes, broken down
 //   recompute.h  what activation recomputation costs, and the choice recompute "auto" makes
 //   torch_csv.h  schedules in and out as torch.distributed.pipelining's CSV
-// The rest (ir.h's helpers, lower.h, validate.h, execute.h) is how the planner works inside.
+// The rest (validate.h, execute.h) is how the planner works inside.
 #ifndef PP_COORDINATOR_PLAN_PLAN_H_
 #define PP_COORDINATOR_PLAN_PLAN_H_
 
@@ -23,7 +24,6 @@
 #include "coordinator/plan/calibrated.h"
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/convert.h"
-#include "coordinator/plan/generate.h"
 #include "coordinator/plan/memory.h"
 #include "coordinator/plan/recompute.h"
 #include "coordinator/plan/render.h"
@@ -32,6 +32,7 @@
 #include "coordinator/plan/torch_csv.h"
 #include "pp/v1/job.pb.h"
 #include "pp/v1/schedule.pb.h"
+#include "program/schedules.h"
 
 namespace pp::plan {
 
@@ -77,7 +78,7 @@ absl::StatusOr<std::vector<int>> PartitionUnits(const pp::v1::ModelSpec& model, 
 // time a SEND kept its rank (send_overhead) and the mean delivery latency of the messages whose
 // receiver was already waiting (comm_latency). Actions outside 0..S-1 are ignored. NotFound when
 // a stage has no forward or backward time.
-absl::StatusOr<CostModel> CostsFromTrace(const Schedule& schedule,
+absl::StatusOr<CostModel> CostsFromTrace(const prog::Schedule& schedule,
                                          const pp::v1::StepTrace& trace);
 
 // One traced step's bubble (kBubbleDefinition over its actions: the ranks' compute against the

@@ -13,17 +13,17 @@
 namespace pp::plan {
 namespace {
 
-bool IsCompute(Kind kind) { return !IsComm(kind); }
+bool IsCompute(prog::Kind kind) { return !prog::IsComm(kind); }
 
-char Letter(Kind kind) {
+char Letter(prog::Kind kind) {
   switch (kind) {
-    case Kind::kForward:
+    case prog::Kind::kForward:
       return 'F';
-    case Kind::kBackward:
+    case prog::Kind::kBackward:
       return 'B';
-    case Kind::kBackwardInput:
+    case prog::Kind::kBackwardInput:
       return 'I';
-    case Kind::kBackwardWeight:
+    case prog::Kind::kBackwardWeight:
       return 'W';
     default:
       return '?';
@@ -31,7 +31,7 @@ char Letter(Kind kind) {
 }
 
 // "F3" (microbatch 2), with the chunk as a letter when ranks hold several: "F3b".
-std::string Label(const Action& a, int D, int V) {
+std::string Label(const prog::Action& a, int D, int V) {
   std::string label = absl::StrCat(std::string(1, Letter(a.kind)), a.microbatch + 1);
   if (V > 1) label.push_back(static_cast<char>('a' + a.stage / D));
   return label;
@@ -163,11 +163,11 @@ std::string RenderChrome(const Timeline& timeline, double microseconds_per_unit)
       absl::StrAppend(&out, "{\"args\":{\"microbatch\":", t.action.microbatch);
       if (t.action.peer >= 0) absl::StrAppend(&out, ",\"peer\":", t.action.peer);
       absl::StrAppend(&out, ",\"stage\":", t.action.stage, "},\"cat\":");
-      AppendJsonString(KindName(t.action.kind), &out);
+      AppendJsonString(prog::KindName(t.action.kind), &out);
       out += ",\"dur\":";
       AppendJsonNumber((t.end - t.start) * microseconds_per_unit, &out);
       out += ",\"name\":";
-      AppendJsonString(Describe(t.action), &out);
+      AppendJsonString(prog::Describe(t.action), &out);
       absl::StrAppend(&out, ",\"ph\":\"X\",\"pid\":0,\"tid\":", r, ",\"ts\":");
       AppendJsonNumber(t.start * microseconds_per_unit, &out);
       out.push_back('}');
@@ -179,7 +179,7 @@ std::string RenderChrome(const Timeline& timeline, double microseconds_per_unit)
 
 absl::StatusOr<std::string> RenderScheduleAscii(const pp::v1::Schedule& schedule,
                                                 const pp::v1::CostModel& costs) {
-  absl::StatusOr<Schedule> plain = ScheduleFromProto(schedule);
+  absl::StatusOr<prog::Schedule> plain = ScheduleFromProto(schedule);
   if (!plain.ok()) return plain.status();
   absl::StatusOr<Simulation> simulation = ValidateAndSimulate(*plain, CostsFromProto(costs));
   if (!simulation.ok()) return simulation.status();

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/plan/ir.h"
 #include "coordinator/plan/simulate.h"
 #include "coordinator/plan/timeline.h"
 #include "pp/v1/schedule.pb.h"
+#include "program/ir.h"
 
 namespace pp::plan {
 

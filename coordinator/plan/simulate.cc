@@ -18,10 +18,10 @@ absl::Status CheckCost(const char* name, double value) {
 
 // A rank's compute time: each action starts when the previous one on its rank ends (the first
 // at 0), so a compute action took end[k] - end[k-1].
-double ComputeTime(const std::vector<Action>& program, const std::vector<double>& end) {
+double ComputeTime(const std::vector<prog::Action>& program, const std::vector<double>& end) {
   double busy = 0, start = 0;
   for (size_t k = 0; k < program.size(); ++k) {
-    if (!IsComm(program[k].kind)) busy += end[k] - start;
+    if (!prog::IsComm(program[k].kind)) busy += end[k] - start;
     start = end[k];
   }
   return busy;
@@ -29,12 +29,12 @@ double ComputeTime(const std::vector<Action>& program, const std::vector<double>
 
 // Activations live at once on a rank, at most: each F adds one, its B (or W) frees it. A
 // forward-only F keeps none.
-int PeakLive(const std::vector<Action>& program, bool trains) {
+int PeakLive(const std::vector<prog::Action>& program, bool trains) {
   if (!trains) return 0;
   int live = 0, peak = 0;
-  for (const Action& a : program) {
-    if (a.kind == Kind::kForward) peak = std::max(peak, ++live);
-    if (a.kind == Kind::kBackward || a.kind == Kind::kBackwardWeight) --live;
+  for (const prog::Action& a : program) {
+    if (a.kind == prog::Kind::kForward) peak = std::max(peak, ++live);
+    if (a.kind == prog::Kind::kBackward || a.kind == prog::Kind::kBackwardWeight) --live;
   }
   return peak;
 }
@@ -42,24 +42,24 @@ int PeakLive(const std::vector<Action>& program, bool trains) {
 // Peak activation bytes on a rank, each F holding `held` of one activation of `bytes` and its
 // B or I rebuilding the whole of it first (recomputation; held = 1 without it). The forward and
 // the rebuild hold the whole activation at their end, so that is where the peak is looked for.
-double PeakBytes(const std::vector<Action>& program, bool trains, double bytes, double held) {
+double PeakBytes(const std::vector<prog::Action>& program, bool trains, double bytes, double held) {
   if (!trains) return 0;
   double live = 0, peak = 0;
-  for (const Action& a : program) {
+  for (const prog::Action& a : program) {
     switch (a.kind) {
-      case Kind::kForward:
+      case prog::Kind::kForward:
         peak = std::max(peak, live + bytes);
         live += held * bytes;
         break;
-      case Kind::kBackward:
+      case prog::Kind::kBackward:
         peak = std::max(peak, live + (1 - held) * bytes);
         live -= held * bytes;
         break;
-      case Kind::kBackwardInput:
+      case prog::Kind::kBackwardInput:
         live += (1 - held) * bytes;
         peak = std::max(peak, live);
         break;
-      case Kind::kBackwardWeight:
+      case prog::Kind::kBackwardWeight:
         live -= bytes;
         break;
       default:
@@ -162,7 +162,7 @@ absl::StatusOr<Durations> DurationsOf(const CostModel& costs, int S) {
   return durations;
 }
 
-absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& costs,
+absl::StatusOr<Simulation> Summarize(const prog::Schedule& schedule, const CostModel& costs,
                                      Execution exec) {
   const int D = schedule.pipeline;
   Simulation sim;
@@ -191,8 +191,8 @@ absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& 
 
 }  // namespace internal
 
-absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& costs) {
-  if (absl::Status status = internal::CheckIndices(schedule); !status.ok()) return status;
+absl::StatusOr<Simulation> Simulate(const prog::Schedule& schedule, const CostModel& costs) {
+  if (absl::Status status = prog::CheckIndices(schedule); !status.ok()) return status;
   absl::StatusOr<internal::Durations> durations = internal::DurationsOf(costs, schedule.stages());
   if (!durations.ok()) return durations.status();
   internal::Execution exec = internal::Execute(schedule, *durations, /*record_times=*/true);
@@ -202,7 +202,7 @@ absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& c
   return internal::Conclude(schedule, costs, *durations, std::move(exec));
 }
 
-Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation) {
+Timeline TimelineFromSimulation(const prog::Schedule& schedule, const Simulation& simulation) {
   return TimelineFromEnds(schedule, simulation.end);
 }
 

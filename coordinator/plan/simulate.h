@@ -26,8 +26,8 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/plan/execute.h"
-#include "coordinator/plan/ir.h"
 #include "coordinator/plan/timeline.h"
+#include "program/ir.h"
 
 namespace pp::plan {
 
@@ -86,10 +86,10 @@ struct Simulation {
 
 // InvalidArgument for bad costs (including costs whose sum overflows, and rank_host / host_cores
 // that break their contract), a malformed schedule or one that deadlocks.
-absl::StatusOr<Simulation> Simulate(const Schedule& schedule, const CostModel& costs);
+absl::StatusOr<Simulation> Simulate(const prog::Schedule& schedule, const CostModel& costs);
 
 // The simulated step as a timeline (TimelineFromEnds of simulation.end).
-Timeline TimelineFromSimulation(const Schedule& schedule, const Simulation& simulation);
+Timeline TimelineFromSimulation(const prog::Schedule& schedule, const Simulation& simulation);
 
 namespace internal {
 
@@ -98,7 +98,7 @@ namespace internal {
 absl::StatusOr<Durations> DurationsOf(const CostModel& costs, int S);
 // The figures of an execution of `schedule` under DurationsOf(costs) that recorded its times and
 // did not deadlock. InvalidArgument when the step does not end in finite time.
-absl::StatusOr<Simulation> Summarize(const Schedule& schedule, const CostModel& costs,
+absl::StatusOr<Simulation> Summarize(const prog::Schedule& schedule, const CostModel& costs,
                                      Execution exec);
 
 // OK when rank_host and host_cores keep their contract for a schedule of D ranks; else
@@ -111,11 +111,11 @@ bool Oversubscribed(const CostModel& costs);
 // cores it gives Summarize's figures up to rounding. REQUIRES: CheckIndices and CheckSharing ok,
 // `durations` = DurationsOf(costs). InvalidArgument when the programs deadlock or the step does
 // not end in finite time.
-absl::StatusOr<Simulation> SimulateShared(const Schedule& schedule, const CostModel& costs,
+absl::StatusOr<Simulation> SimulateShared(const prog::Schedule& schedule, const CostModel& costs,
                                           const Durations& durations);
 // Summarize(exec), or SimulateShared when the costs oversubscribe a host: what Simulate and
 // ValidateAndSimulate return after their execution. InvalidArgument as CheckSharing.
-absl::StatusOr<Simulation> Conclude(const Schedule& schedule, const CostModel& costs,
+absl::StatusOr<Simulation> Conclude(const prog::Schedule& schedule, const CostModel& costs,
                                     const Durations& durations, Execution exec);
 
 }  // namespace internal

@@ -59,10 +59,16 @@ constexpr size_t kNone = ~size_t{0};
 // sent yet, until = infinity), or done.
 class SharedMachine {
  public:
-  SharedMachine(const Schedule& schedule, const Durations& durations, const CostModel& costs)
-      : schedule_(schedule), durations_(durations), costs_(costs), S_(schedule.stages()),
-        M_(schedule.microbatches), sent_(static_cast<size_t>(S_) * M_ * 2, -1),
-        ranks_(schedule.pipeline), end_(schedule.pipeline), work_(schedule.pipeline, 0) {}
+  SharedMachine(const prog::Schedule& schedule, const Durations& durations, const CostModel& costs)
+      : schedule_(schedule),
+        durations_(durations),
+        costs_(costs),
+        S_(schedule.stages()),
+        M_(schedule.microbatches),
+        sent_(static_cast<size_t>(S_) * M_ * 2, -1),
+        ranks_(schedule.pipeline),
+        end_(schedule.pipeline),
+        work_(schedule.pipeline, 0) {}
 
   // OK, or InvalidArgument for a deadlock or a step that does not end in finite time.
   absl::Status Run() {
@@ -105,7 +111,6 @@ class SharedMachine {
   size_t Message(int stage, int microbatch, bool grad) const {
     return (static_cast<size_t>(stage) * M_ + microbatch) * 2 + grad;
   }
-  static bool IsSend(Kind kind) { return kind == Kind::kSendActivation || kind == Kind::kSendGrad; }
 
   // The current rate of every rank's host: min(1, cores / ranks running on its cores).
   std::vector<double> Rates() const {
@@ -157,9 +162,9 @@ class SharedMachine {
 
   // A SEND's message leaves when its overhead ends; a receiver waiting for it is woken.
   void EndCpuAction(int r) {
-    const Action& a = schedule_.programs[r][ranks_[r].next];
-    if (!IsSend(a.kind)) return;
-    const bool grad = a.kind == Kind::kSendGrad;
+    const prog::Action& a = schedule_.programs[r][ranks_[r].next];
+    if (!prog::IsSend(a.kind)) return;
+    const bool grad = a.kind == prog::Kind::kSendGrad;
     const size_t m = Message(a.stage, a.microbatch, grad);
     if (sent_[m] < 0) sent_[m] = now_;
     const int receiver = schedule_.stage_to_rank[grad ? a.stage - 1 : a.stage + 1];
@@ -182,12 +187,12 @@ class SharedMachine {
   // Runs rank r's program from its current action at `now_` until an action needs time: one
   // with work starts on the cores, a receive whose message has not arrived waits.
   void Proceed(int r) {
-    const std::vector<Action>& program = schedule_.programs[r];
+    const std::vector<prog::Action>& program = schedule_.programs[r];
     Rank& rank = ranks_[r];
     while (rank.next < program.size()) {
-      const Action& a = program[rank.next];
-      if (IsComm(a.kind) && !IsSend(a.kind)) {
-        const bool grad = a.kind == Kind::kRecvGrad;
+      const prog::Action& a = program[rank.next];
+      if (prog::IsComm(a.kind) && !prog::IsSend(a.kind)) {
+        const bool grad = a.kind == prog::Kind::kRecvGrad;
         rank.message = Message(grad ? a.stage + 1 : a.stage - 1, a.microbatch, grad);
         rank.until = sent_[rank.message] < 0 ? kInf : sent_[rank.message] + durations_.transfer;
         if (rank.until > now_) {
@@ -195,10 +200,10 @@ class SharedMachine {
           return;
         }
       } else {
-        const double work = IsSend(a.kind)
+        const double work = prog::IsSend(a.kind)
                                 ? durations_.send
                                 : durations_.compute[ComputeIndex(a.kind) * S_ + a.stage];
-        if (!IsSend(a.kind)) work_[r] += work;
+        if (!prog::IsSend(a.kind)) work_[r] += work;
         rank.state = State::kCpu;
         rank.remaining = work;
         if (work > 0) return;
@@ -209,7 +214,7 @@ class SharedMachine {
     rank.state = State::kDone;
   }
 
-  const Schedule& schedule_;
+  const prog::Schedule& schedule_;
   const Durations& durations_;
   const CostModel& costs_;
   const int S_, M_;
@@ -223,7 +228,7 @@ class SharedMachine {
 
 }  // namespace
 
-absl::StatusOr<Simulation> SimulateShared(const Schedule& schedule, const CostModel& costs,
+absl::StatusOr<Simulation> SimulateShared(const prog::Schedule& schedule, const CostModel& costs,
                                           const Durations& durations) {
   SharedMachine machine(schedule, durations, costs);
   if (absl::Status status = machine.Run(); !status.ok()) return status;
@@ -242,7 +247,7 @@ absl::StatusOr<Simulation> SimulateShared(const Schedule& schedule, const CostMo
   return sim;
 }
 
-absl::StatusOr<Simulation> Conclude(const Schedule& schedule, const CostModel& costs,
+absl::StatusOr<Simulation> Conclude(const prog::Schedule& schedule, const CostModel& costs,
                                     const Durations& durations, Execution exec) {
   if (absl::Status status = CheckSharing(costs, schedule.pipeline); !status.ok()) return status;
   if (Oversubscribed(costs)) return SimulateShared(schedule, costs, durations);

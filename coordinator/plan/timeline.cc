@@ -1,14 +1,16 @@
 #include "coordinator/plan/timeline.h"
 
 #include "coordinator/plan/convert.h"
+#include "program/proto.h"
 
 namespace pp::plan {
 
-Timeline TimelineFromEnds(const Schedule& schedule, const std::vector<std::vector<double>>& end) {
+Timeline TimelineFromEnds(const prog::Schedule& schedule,
+                          const std::vector<std::vector<double>>& end) {
   Timeline timeline;
   timeline.ranks.resize(schedule.programs.size());
   for (size_t r = 0; r < schedule.programs.size(); ++r) {
-    const std::vector<Action>& program = schedule.programs[r];
+    const std::vector<prog::Action>& program = schedule.programs[r];
     const std::vector<double>& ends = end[r];
     timeline.ranks[r].reserve(program.size());
     for (size_t k = 0; k < program.size() && k < ends.size(); ++k) {
@@ -26,10 +28,9 @@ Timeline TimelineFromTrace(const pp::v1::StepTrace& trace) {
       timeline.ranks.resize(rank.rank() + 1);
     }
     for (const pp::v1::TimedAction& timed : rank.actions()) {
-      const pp::v1::ActionKind kind = timed.action().kind();
-      if (kind < pp::v1::FORWARD || kind > pp::v1::RECV_GRAD) continue;
-      timeline.ranks[rank.rank()].push_back(
-          {ActionFromProto(timed.action()), timed.start(), timed.end()});
+      if (std::optional<prog::Action> a = prog::ActionFromProto(timed.action())) {
+        timeline.ranks[rank.rank()].push_back({*a, timed.start(), timed.end()});
+      }
     }
   }
   return timeline;

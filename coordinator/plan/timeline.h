@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "common/bubble.h"
-#include "coordinator/plan/ir.h"
 #include "pp/v1/schedule.pb.h"
+#include "program/ir.h"
 
 namespace pp::plan {
 
 struct TimedAction {
-  Action action;
+  prog::Action action;
   double start = 0;
   double end = 0;
 };
@@ -25,7 +25,8 @@ struct Timeline {
 
 // `end[r][k]` is when action k of rank r's program ends; it starts when the previous one on its
 // rank ends (the first at 0), as the simulator runs programs (simulate.h).
-Timeline TimelineFromEnds(const Schedule& schedule, const std::vector<std::vector<double>>& end);
+Timeline TimelineFromEnds(const prog::Schedule& schedule,
+                          const std::vector<std::vector<double>>& end);
 // Actions with a kind outside FORWARD..RECV_GRAD are skipped; ranks are placed by RankTrace.rank.
 Timeline TimelineFromTrace(const pp::v1::StepTrace& trace);
 

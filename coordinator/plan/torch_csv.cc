@@ -13,26 +13,26 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/plan/lower.h"
+#include "program/lower.h"
 
 namespace pp::plan {
 namespace {
 
 constexpr size_t kMaxTextBytes = size_t{64} << 20;
-constexpr int64_t kMaxStageMicrobatches = int64_t{1} << 22;  // as generate.cc's CheckSize
+constexpr int64_t kMaxStageMicrobatches = int64_t{1} << 22;  // as program/schedules.cc's CheckSize
 
 // torch's _ComputationType values for the IR's kinds, in Kind order.
 constexpr const char* kTokens[] = {"F", "B", "I", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B"};
 // Read and skipped (see the header).
 constexpr const char* kSkipped[] = {"UNSHARD", "RESHARD", "REDUCE_GRAD"};
 
-std::string Token(const Action& a) {
+std::string Token(const prog::Action& a) {
   return absl::StrCat(a.stage, kTokens[static_cast<int>(a.kind)], a.microbatch);
 }
 
 // One action read from the file and where it was.
 struct Cell {
-  Action action;
+  prog::Action action;
   int line = 0, column = 0;  // 1-based
   std::string text;          // the whole cell, for messages
 };
@@ -57,7 +57,7 @@ bool ParseIndex(absl::string_view digits, int* out) {
 // One "{stage}{kind}{microbatch}" action into `out`; false when it is a skipped kind. The
 // kind is the longest token that follows the stage digits: torch's regex alternation lists F
 // before the SEND_/RECV_ kinds, but no kind is a prefix of another at the same position.
-absl::StatusOr<bool> ParseAction(absl::string_view s, Action* out) {
+absl::StatusOr<bool> ParseAction(absl::string_view s, prog::Action* out) {
   size_t digits = 0;
   while (digits < s.size() && absl::ascii_isdigit(static_cast<unsigned char>(s[digits]))) {
     ++digits;
@@ -70,14 +70,14 @@ absl::StatusOr<bool> ParseAction(absl::string_view s, Action* out) {
   for (const char* skipped : kSkipped) {
     if (absl::StartsWith(rest, skipped)) return false;
   }
-  for (int k = static_cast<int>(Kind::kRecvGrad); k >= 0; --k) {
+  for (int k = static_cast<int>(prog::Kind::kRecvGrad); k >= 0; --k) {
     if (!absl::StartsWith(rest, kTokens[k])) continue;
     const absl::string_view mb = rest.substr(absl::string_view(kTokens[k]).size());
     if (mb.empty()) return absl::InvalidArgumentError("has no microbatch");
     if (!ParseIndex(mb, &out->microbatch)) {
       return absl::InvalidArgumentError("microbatch is not a number below 2^22");
     }
-    out->kind = static_cast<Kind>(k);
+    out->kind = static_cast<prog::Kind>(k);
     out->stage = stage;
     return true;
   }
@@ -132,12 +132,12 @@ absl::StatusOr<std::vector<std::vector<Cell>>> ParseRows(const std::string& text
   return rows;
 }
 
-bool IsCompute(Kind kind) { return !IsComm(kind); }
+bool IsCompute(prog::Kind kind) { return !prog::IsComm(kind); }
 
 // D, V, M and stage -> rank from the computes; InvalidArgument at the first cell that disagrees.
-absl::StatusOr<Schedule> Layout(const std::vector<std::vector<Cell>>& rows) {
-  Schedule schedule;
-  schedule.name = kScheduleFileName;
+absl::StatusOr<prog::Schedule> Layout(const std::vector<std::vector<Cell>>& rows) {
+  prog::Schedule schedule;
+  schedule.name = prog::kScheduleFileName;
   schedule.pipeline = static_cast<int>(rows.size());
   int64_t stages = 0, microbatches = 0;
   for (const std::vector<Cell>& row : rows) {
@@ -190,8 +190,8 @@ absl::StatusOr<Schedule> Layout(const std::vector<std::vector<Cell>>& rows) {
 }
 
 // A comm action's peer: the rank of the neighbouring stage it talks to.
-absl::Status SetPeer(const Schedule& schedule, const Cell& c, Action& a) {
-  const bool toward_next = a.kind == Kind::kSendActivation || a.kind == Kind::kRecvGrad;
+absl::Status SetPeer(const prog::Schedule& schedule, const Cell& c, prog::Action& a) {
+  const bool toward_next = a.kind == prog::Kind::kSendActivation || a.kind == prog::Kind::kRecvGrad;
   const int other = a.stage + (toward_next ? 1 : -1);
   if (other < 0 || other >= schedule.stages()) {
     return CellError(c.line, c.column, c.text,
@@ -237,12 +237,12 @@ absl::Status Locate(const absl::Status& status, const std::vector<std::vector<co
 
 }  // namespace
 
-std::string ToTorchCsv(const Schedule& schedule, CsvForm form) {
+std::string ToTorchCsv(const prog::Schedule& schedule, CsvForm form) {
   std::string out;
-  for (const std::vector<Action>& program : schedule.programs) {
+  for (const std::vector<prog::Action>& program : schedule.programs) {
     bool first = true;
-    for (const Action& a : program) {
-      if (form == CsvForm::kComputeOnly && IsComm(a.kind)) continue;
+    for (const prog::Action& a : program) {
+      if (form == CsvForm::kComputeOnly && prog::IsComm(a.kind)) continue;
       if (!first) out += ',';
       out += Token(a);
       first = false;
@@ -255,26 +255,26 @@ std::string ToTorchCsv(const Schedule& schedule, CsvForm form) {
 absl::StatusOr<Planned> PlanTorchCsv(const std::string& text, const CostModel& costs) {
   absl::StatusOr<std::vector<std::vector<Cell>>> rows = ParseRows(text);
   if (!rows.ok()) return rows.status();
-  absl::StatusOr<Schedule> schedule = Layout(*rows);
+  absl::StatusOr<prog::Schedule> schedule = Layout(*rows);
   if (!schedule.ok()) return schedule.status();
   bool comms = false;
   for (const std::vector<Cell>& row : *rows) {
-    for (const Cell& c : row) comms = comms || IsComm(c.action.kind);
+    for (const Cell& c : row) comms = comms || prog::IsComm(c.action.kind);
   }
   // Per rank, per action of the program to validate: the cell it came from.
   std::vector<std::vector<const Cell*>> from(rows->size());
   for (size_t r = 0; r < rows->size(); ++r) {
-    std::vector<Action>& program = schedule->programs[r];
+    std::vector<prog::Action>& program = schedule->programs[r];
     for (const Cell& c : (*rows)[r]) {
-      Action a = c.action;
-      if (IsComm(a.kind)) {
+      prog::Action a = c.action;
+      if (prog::IsComm(a.kind)) {
         if (absl::Status s = SetPeer(*schedule, c, a); !s.ok()) return s;
       }
       const size_t before = program.size();
       if (comms) {
         program.push_back(a);
       } else {
-        internal::AppendLowered(*schedule, a, program);
+        prog::internal::AppendLowered(*schedule, a, program);
       }
       from[r].insert(from[r].end(), program.size() - before, &c);
     }

@@ -19,7 +19,7 @@
 
 #include "absl/status/status.h"
 #include "coordinator/plan/execute.h"
-#include "coordinator/plan/ir.h"
+#include "program/ir.h"
 
 namespace pp::plan {
 namespace internal {
@@ -28,8 +28,8 @@ namespace internal {
 // then check 5 on their execution of the schedule (under any durations, see execute.h). The planner
 // validates through compile.h's ValidateAndSimulate, which runs both on the simulator's one
 // execution. Errors are InvalidArgument "rank R, action I (KIND stage S microbatch M): why".
-absl::Status CheckStatically(const Schedule& schedule);
-absl::Status CheckDeadlock(const Schedule& schedule, const Execution& exec);
+absl::Status CheckStatically(const prog::Schedule& schedule);
+absl::Status CheckDeadlock(const prog::Schedule& schedule, const Execution& exec);
 
 }  // namespace internal
 }  // namespace pp::plan

@@ -87,7 +87,7 @@ TEST(PpctlTest, JsonIsAValidSchedule) {
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &proto).ok()) << r.out;
   EXPECT_EQ(r.out.rfind(R"({"name":"zb-h1","pipeline":3,"chunks":1,"microbatches":5,)", 0), 0u)
       << r.out.substr(0, 200);
-  absl::StatusOr<Schedule> schedule = ScheduleFromProto(proto);
+  absl::StatusOr<prog::Schedule> schedule = ScheduleFromProto(proto);
   ASSERT_TRUE(schedule.ok());
   EXPECT_TRUE(Validate(*schedule).ok());
   EXPECT_EQ(proto.simulation().makespan(), 5 * 3 + 2 * 1);  // M(f+b) + (D-1)(f+b-2w)

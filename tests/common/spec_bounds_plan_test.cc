@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/mesh.h"
-#include "common/schedules.h"
 #include "common/spec_bounds.h"
 #include "coordinator/placement.h"
 #include "coordinator/plan/plan.h"
@@ -20,6 +19,7 @@
 #include "coordinator/resume_logic.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "program/schedules.h"
 
 namespace pp::common {
 namespace {
@@ -31,8 +31,8 @@ constexpr size_t kGrpcMessageLimit = 4 << 20;  // gRPC's default maximum receive
 
 TEST(SpecBoundsPlanTest, MaxActionsPerRankBoundsEveryLoweredProgram) {
   int planned = 0;
-  for (const std::string& name : ScheduleNames()) {
-    const ScheduleRule& rule = *FindScheduleRule(name);
+  for (const std::string& name : prog::ScheduleNames()) {
+    const prog::ScheduleKind& rule = *prog::FindSchedule(name);
     const int max_chunks = rule.max_chunks == 0 ? 3 : rule.max_chunks;
     for (int D = 1; D <= 5; ++D) {
       for (int V = rule.min_chunks; V <= max_chunks; ++V) {

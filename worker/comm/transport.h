@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "pp/v1/coordinator.grpc.pb.h"
+#include "program/message.h"
 #include "worker/parallel/parallel.h"
 
 namespace pp::comm {
@@ -57,17 +58,15 @@ std::unique_ptr<KvStore> NewCoordinatorKvStore(pp::v1::WorkerRegistry::StubInter
 
 using Handle = int64_t;
 
-// The pipeline's channels: activations flow on one, gradients on the other, so each kind keeps
-// its own posting order (coordinator/plan/validate.h checks every program for it).
-inline constexpr int kActivationChannel = 0;
-inline constexpr int kGradientChannel = 1;
+// The pipeline's channels and boundary tags are the program's (program/message.h: activations
+// on one channel, gradients on the other, each kind in its own posting order); the transports
+// name them with these.
+using prog::BoundaryTag;
+using prog::DescribeTag;
+using prog::kActivationChannel;
+using prog::kGradientChannel;
 inline constexpr int kPipelineChannels = 2;
 inline constexpr int kMaxChannels = 8;
-// The tag of a boundary message: its kind, the lower stage of its edge (lo -> lo+1) and its
-// microbatch, each below 2^27. DescribeTag names it ("gradient 2->3 mb 5"); any other tag is
-// named by its number.
-uint64_t BoundaryTag(bool gradient, int lo_stage, int microbatch);
-std::string DescribeTag(uint64_t tag);
 
 class Transport {
  public:

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "common/precision.h"
 #include "common/sha256.h"
 #include "common/step_math.h"
+#include "program/proto.h"
 
 namespace pp::compute {
 namespace {
@@ -170,6 +172,7 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
     options.seed = spec.train().seed();
     options.tensor_parallel = tensor_group;
     options.recompute = *recompute;
+    options.precision = *common::PrecisionFromName(spec.train().precision());  // OpsFor checked it
     absl::StatusOr<std::unique_ptr<model::StageModel>> stage =
         model::StageModel::Create(compute->ops_.get(), *config, options);
     if (!stage.ok()) {
@@ -203,9 +206,11 @@ absl::Status ModelCompute::SetUpBuckets(const pp::v1::RankProgram& program, int6
     }
   }
   std::vector<int> weight_grad_stages;
-  for (const pp::v1::Action& action : program.actions()) {
-    if (action.kind() == pp::v1::BACKWARD || action.kind() == pp::v1::BACKWARD_WEIGHT) {
-      weight_grad_stages.push_back(action.stage());
+  for (const pp::v1::Action& proto : program.actions()) {
+    const std::optional<prog::Action> action = prog::ActionFromProto(proto);
+    if (action &&
+        (action->kind == prog::Kind::kBackward || action->kind == prog::Kind::kBackwardWeight)) {
+      weight_grad_stages.push_back(action->stage);
     }
   }
   absl::StatusOr<std::vector<parallel::Bucket>> buckets =

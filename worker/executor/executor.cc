@@ -3,44 +3,47 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/bubble.h"
+#include "program/message.h"
+#include "program/proto.h"
+#include "program/rules.h"
 
 namespace pp::executor {
 namespace {
 
-using pp::v1::ActionKind;
+using prog::Kind;
 
-bool IsComm(ActionKind kind) {
-  return kind == pp::v1::SEND_ACTIVATION || kind == pp::v1::RECV_ACTIVATION ||
-         kind == pp::v1::SEND_GRAD || kind == pp::v1::RECV_GRAD;
+Phase PhaseOf(Kind kind) {
+  // In prog::Kind's order (program/ir.h): F, B, I, W, SEND_ACTIVATION, RECV_ACTIVATION, SEND_GRAD,
+  // RECV_GRAD. ResolveAction admits only these kinds.
+  static constexpr Phase kPhases[] = {
+      Phase::kForward, Phase::kBackward, Phase::kBackwardInput, Phase::kBackwardWeight,
+      Phase::kSend,    Phase::kRecv,     Phase::kSend,          Phase::kRecv};
+  return kPhases[static_cast<int>(kind)];
 }
 
-Phase PhaseOf(ActionKind kind) {
-  switch (kind) {
-    case pp::v1::FORWARD: return Phase::kForward;
-    case pp::v1::BACKWARD: return Phase::kBackward;
-    case pp::v1::BACKWARD_INPUT: return Phase::kBackwardInput;
-    case pp::v1::BACKWARD_WEIGHT: return Phase::kBackwardWeight;
-    case pp::v1::SEND_ACTIVATION:
-    case pp::v1::SEND_GRAD: return Phase::kSend;
-    default: return Phase::kRecv;
-  }
-}
-
-std::string Describe(int rank, size_t index, const pp::v1::Action& action) {
-  std::string text = absl::StrCat("rank ", rank, " action ", index, " ",
-                                  pp::v1::ActionKind_Name(action.kind()), " stage ",
-                                  action.stage(), " mb ", action.microbatch());
-  if (action.has_peer()) absl::StrAppend(&text, " peer ", action.peer());
+// "rank 1 action 4 SEND_GRAD stage 2 mb 0 peer 0": how the executor's errors name an action.
+std::string Describe(int rank, size_t index, const prog::Action& action) {
+  std::string text =
+      absl::StrCat("rank ", rank, " action ", index, " ", prog::KindName(action.kind), " stage ",
+                   action.stage, " mb ", action.microbatch);
+  if (action.peer >= 0) absl::StrAppend(&text, " peer ", action.peer);
   return text;
 }
 
+std::string Describe(int rank, size_t index, const pp::v1::Action& proto) {
+  std::optional<prog::Action> action = prog::ActionFromProto(proto);
+  if (action) return Describe(rank, index, *action);
+  return absl::StrCat("rank ", rank, " action ", index, " ", pp::v1::ActionKind_Name(proto.kind()));
+}
+
 absl::Status Annotate(const absl::Status& status, int rank, size_t index,
-                      const pp::v1::Action& action) {
+                      const prog::Action& action) {
   return absl::Status(status.code(),
                       absl::StrCat(Describe(rank, index, action), ": ", status.message()));
 }
@@ -50,8 +53,9 @@ absl::Status Annotate(const absl::Status& status, int rank, size_t index,
 std::vector<int> CommPeers(const std::vector<const pp::v1::RankProgram*>& programs) {
   std::set<int> peers;
   for (const pp::v1::RankProgram* program : programs) {
-    for (const pp::v1::Action& action : program->actions()) {
-      if (IsComm(action.kind()) && action.has_peer()) peers.insert(action.peer());
+    for (const pp::v1::Action& proto : program->actions()) {
+      std::optional<prog::Action> action = prog::ActionFromProto(proto);
+      if (action && prog::IsComm(action->kind) && action->peer >= 0) peers.insert(action->peer);
     }
   }
   return std::vector<int>(peers.begin(), peers.end());
@@ -64,9 +68,10 @@ const char* PhaseName(Phase phase) {
 }
 
 // One program action, resolved: comm actions know their edge (lo -> lo+1), their channel (one
-// per kind: the transport matches each channel's messages in posting order) and message tag.
+// per kind: the transport matches each channel's messages in posting order) and message tag
+// (program/message.h).
 struct Executor::Op {
-  pp::v1::Action action;
+  prog::Action action;
   int lo = -1;
   int channel = 0;
   uint64_t tag = 0;
@@ -106,56 +111,32 @@ absl::Status Executor::CheckOptions(const ExecutorOptions& options, int world_si
   return absl::OkStatus();
 }
 
+// The program's rules decide (program/rules.h, the same the planner's validator applies); the
+// executor adds only that a forward-only program holds nothing a training step would.
 absl::StatusOr<Executor::Op> Executor::ResolveAction(const ExecutorOptions& options, int index,
-                                                     const pp::v1::Action& action) {
-  const int S = static_cast<int>(options.stage_to_rank.size());
-  auto local = [&](int s) { return s >= 0 && s < S && options.stage_to_rank[s] == options.rank; };
+                                                     const pp::v1::Action& proto) {
   auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(
-        absl::StrCat(Describe(options.rank, index, action), ": ", why));
+        absl::StrCat(Describe(options.rank, index, proto), ": ", why));
   };
-  if (action.microbatch() < 0 || action.microbatch() >= options.microbatches) {
-    return bad(absl::StrCat("microbatch outside [0, ", options.microbatches, ")"));
+  const std::optional<prog::Action> action = prog::ActionFromProto(proto);
+  if (!action) return bad("unknown action kind");
+  if (std::optional<std::string> why =
+          prog::ActionProblem(options.stage_to_rank, options.microbatches, options.rank, *action,
+                              prog::StageNaming::kEitherEnd)) {
+    return bad(*why);
   }
-  if (action.stage() < 0 || action.stage() >= S) {
-    return bad(absl::StrCat("stage outside [0, ", S, ")"));
-  }
-  const bool forward = action.kind() == pp::v1::FORWARD ||
-                       action.kind() == pp::v1::SEND_ACTIVATION ||
-                       action.kind() == pp::v1::RECV_ACTIVATION;
+  const bool forward = action->kind == Kind::kForward || action->kind == Kind::kSendActivation ||
+                       action->kind == Kind::kRecvActivation;
   if (options.forward_only && !forward) {
     return bad("a forward-only program holds only forwards and activation transfers");
   }
-  Op op{action};
-  if (!IsComm(action.kind())) {
-    if (action.kind() < pp::v1::FORWARD || action.kind() > pp::v1::BACKWARD_WEIGHT) {
-      return bad("unknown action kind");
-    }
-    if (!local(action.stage())) return bad("stage is not held by this rank");
-    return op;
-  }
-  // The end of the edge this rank is on: the activation's sender and the gradient's receiver
-  // hold the lower stage.
-  const bool mine_is_lo =
-      action.kind() == pp::v1::SEND_ACTIVATION || action.kind() == pp::v1::RECV_GRAD;
-  const int x = action.stage();
-  if (local(x)) {
-    op.lo = mine_is_lo ? x : x - 1;
-  } else {
-    op.lo = mine_is_lo ? x - 1 : x;
-  }
-  const int mine = mine_is_lo ? op.lo : op.lo + 1;
-  const int other = mine_is_lo ? op.lo + 1 : op.lo;
-  if (!local(mine) || other < 0 || other >= S || local(other)) {
-    return bad("no edge between a stage of this rank and a stage of another rank");
-  }
-  if (!action.has_peer() || action.peer() != options.stage_to_rank[other]) {
-    return bad(absl::StrCat("peer must be rank ", options.stage_to_rank[other], " (stage ", other,
-                            ")"));
-  }
-  const bool gradient = action.kind() == pp::v1::SEND_GRAD || action.kind() == pp::v1::RECV_GRAD;
-  op.channel = gradient ? comm::kGradientChannel : comm::kActivationChannel;
-  op.tag = comm::BoundaryTag(gradient, op.lo, action.microbatch());
+  Op op{*action};
+  if (!prog::IsComm(action->kind)) return op;
+  const prog::Message message = prog::MessageOf(options.stage_to_rank, options.rank, *action);
+  op.lo = message.lo;
+  op.channel = prog::ChannelOf(message);
+  op.tag = prog::TagOf(message);
   return op;
 }
 
@@ -188,11 +169,11 @@ absl::Status Executor::PostReceivesUpTo(size_t index, Buffers& buffers) {
   const size_t end = std::min(index + 1, ops_.size());
   for (; buffers.next_receive < end; ++buffers.next_receive) {
     const Op& op = ops_[buffers.next_receive];
-    const ActionKind kind = op.action.kind();
-    if (kind != pp::v1::RECV_ACTIVATION && kind != pp::v1::RECV_GRAD) continue;
+    const Kind kind = op.action.kind;
+    if (kind != Kind::kRecvActivation && kind != Kind::kRecvGrad) continue;
     // An activation arrives into stage lo+1's input, a gradient into stage lo's output gradient.
-    const size_t n = kind == pp::v1::RECV_ACTIVATION ? compute_->InputSize(op.lo + 1)
-                                                     : compute_->OutputSize(op.lo);
+    const size_t n = kind == Kind::kRecvActivation ? compute_->InputSize(op.lo + 1)
+                                                   : compute_->OutputSize(op.lo);
     float* data = compute_->AllocBuffer(n);
     if (data == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -201,7 +182,7 @@ absl::Status Executor::PostReceivesUpTo(size_t index, Buffers& buffers) {
     }
     buffers.bytes += static_cast<int64_t>(n * sizeof(float));
     absl::StatusOr<comm::Handle> handle =
-        transport_->Irecv(op.action.peer(), op.channel, op.tag, data, n);
+        transport_->Irecv(op.action.peer, op.channel, op.tag, data, n);
     if (!handle.ok()) {
       compute_->FreeBuffer(data);
       return Annotate(handle.status(), options_.rank, buffers.next_receive, op.action);
@@ -250,26 +231,28 @@ bool Executor::IsLocal(int stage) const { return options_.stage_to_rank[stage] =
 int Executor::NumStages() const { return static_cast<int>(options_.stage_to_rank.size()); }
 
 absl::Status Executor::Execute(size_t index, Buffers& buffers, StepResult& result) {
-  const pp::v1::Action& action = ops_[index].action;
-  switch (action.kind()) {
-    case pp::v1::FORWARD: return ExecuteForward(index, buffers, result);
-    case pp::v1::BACKWARD: return ExecuteBackward(index, buffers);
-    case pp::v1::BACKWARD_INPUT: return ExecuteBackwardInput(index, buffers);
-    case pp::v1::BACKWARD_WEIGHT: return ExecuteBackwardWeight(index);
-    case pp::v1::SEND_ACTIVATION: return ExecuteSendActivation(index, buffers);
-    case pp::v1::SEND_GRAD: return ExecuteSendGrad(index, buffers);
-    case pp::v1::RECV_ACTIVATION: return ExecuteRecvActivation(index, buffers);
-    case pp::v1::RECV_GRAD: return ExecuteRecvGrad(index, buffers);
+  const prog::Action& action = ops_[index].action;
+  // clang-format off: one line per kind
+  switch (action.kind) {
+    case Kind::kForward: return ExecuteForward(index, buffers, result);
+    case Kind::kBackward: return ExecuteBackward(index, buffers);
+    case Kind::kBackwardInput: return ExecuteBackwardInput(index, buffers);
+    case Kind::kBackwardWeight: return ExecuteBackwardWeight(index);
+    case Kind::kSendActivation: return ExecuteSendActivation(index, buffers);
+    case Kind::kSendGrad: return ExecuteSendGrad(index, buffers);
+    case Kind::kRecvActivation: return ExecuteRecvActivation(index, buffers);
+    case Kind::kRecvGrad: return ExecuteRecvGrad(index, buffers);
     default:  // Create refuses these; a new kind must get its own case
       return absl::InternalError(absl::StrCat(Describe(options_.rank, index, action),
                                               ": the executor has no case for this action"));
   }
+  // clang-format on
 }
 
 // Stage s of microbatch mb: consumes its input activation (s > 0), hands the output to stage
 // s+1 (held here) or to its SEND, or records the loss (last stage).
 absl::Status Executor::ExecuteForward(size_t index, Buffers& buffers, StepResult& result) {
-  const int s = ops_[index].action.stage(), mb = ops_[index].action.microbatch();
+  const int s = ops_[index].action.stage, mb = ops_[index].action.microbatch;
   const int S = NumStages();
   float* in = nullptr;
   if (s > 0) {
@@ -309,8 +292,8 @@ absl::Status Executor::ExecuteBackwardInput(size_t index, Buffers& buffers) {
 }
 
 absl::Status Executor::ExecuteBackwardWeight(size_t index) {
-  const pp::v1::Action& action = ops_[index].action;
-  return compute_->BackwardWeight(action.stage(), action.microbatch());
+  const prog::Action& action = ops_[index].action;
+  return compute_->BackwardWeight(action.stage, action.microbatch);
 }
 
 // A backward that makes stage s's input gradient: consumes its output gradient (unless last),
@@ -318,7 +301,7 @@ absl::Status Executor::ExecuteBackwardWeight(size_t index) {
 absl::Status Executor::RunInputGradient(
     size_t index, Buffers& buffers,
     const std::function<absl::Status(int, int, const float*, float*)>& backward) {
-  const int s = ops_[index].action.stage(), mb = ops_[index].action.microbatch();
+  const int s = ops_[index].action.stage, mb = ops_[index].action.microbatch;
   const int S = NumStages();
   float* grad_out = nullptr;
   if (s + 1 < S) {
@@ -342,7 +325,7 @@ absl::Status Executor::RunInputGradient(
 
 absl::Status Executor::ExecuteSendActivation(size_t index, Buffers& buffers) {
   const Op& op = ops_[index];
-  float* data = Take(buffers.act_out, {op.lo, op.action.microbatch()});
+  float* data = Take(buffers.act_out, {op.lo, op.action.microbatch});
   if (data == nullptr) {
     return Missing(index, absl::StrCat("the output activation of stage ", op.lo));
   }
@@ -351,7 +334,7 @@ absl::Status Executor::ExecuteSendActivation(size_t index, Buffers& buffers) {
 
 absl::Status Executor::ExecuteSendGrad(size_t index, Buffers& buffers) {
   const Op& op = ops_[index];
-  float* data = Take(buffers.grad_in, {op.lo + 1, op.action.microbatch()});
+  float* data = Take(buffers.grad_in, {op.lo + 1, op.action.microbatch});
   if (data == nullptr) {
     return Missing(index, absl::StrCat("the input gradient of stage ", op.lo + 1));
   }
@@ -362,7 +345,7 @@ absl::Status Executor::ExecuteSendGrad(size_t index, Buffers& buffers) {
 absl::Status Executor::Send(size_t index, Buffers& buffers, float* data, size_t n) {
   const Op& op = ops_[index];
   absl::StatusOr<comm::Handle> handle =
-      transport_->Isend(op.action.peer(), op.channel, op.tag, data, n);
+      transport_->Isend(op.action.peer, op.channel, op.tag, data, n);
   if (!handle.ok()) {
     Release(buffers, data, n);
     return Annotate(handle.status(), options_.rank, index, op.action);
@@ -375,20 +358,20 @@ absl::Status Executor::Send(size_t index, Buffers& buffers, float* data, size_t 
 absl::Status Executor::ExecuteRecvActivation(size_t index, Buffers& buffers) {
   const Op& op = ops_[index];
   return Receive(index, buffers, compute_->InputSize(op.lo + 1), buffers.act_in,
-                 {op.lo + 1, op.action.microbatch()});
+                 {op.lo + 1, op.action.microbatch});
 }
 
 // The gradient of edge lo -> lo+1 arrives as stage lo's output gradient.
 absl::Status Executor::ExecuteRecvGrad(size_t index, Buffers& buffers) {
   const Op& op = ops_[index];
   return Receive(index, buffers, compute_->OutputSize(op.lo), buffers.grad_out,
-                 {op.lo, op.action.microbatch()});
+                 {op.lo, op.action.microbatch});
 }
 
 // Waits for the op's posted receive (n floats) and files the tensor under `into`[at].
 absl::Status Executor::Receive(size_t index, Buffers& buffers, size_t n,
                                std::map<BufferKey, float*>& into, BufferKey at) {
-  const pp::v1::Action& action = ops_[index].action;
+  const prog::Action& action = ops_[index].action;
   if (absl::Status s = PostReceivesUpTo(index, buffers); !s.ok()) return s;
   Buffers::Posted posted = buffers.receives.at(index);
   buffers.receives.erase(index);
@@ -459,7 +442,7 @@ absl::Status Executor::RunProgram(int step, Clock::time_point start, Buffers& bu
     absl::Status status = Execute(i, buffers, result);
     double t1 = SecondsSince(start);
     if (!status.ok()) return status;
-    if (options_.slowdown != nullptr && !IsComm(ops_[i].action.kind()) &&
+    if (options_.slowdown != nullptr && !prog::IsComm(ops_[i].action.kind) &&
         options_.slowdown->Stretch(t1 - t0) > 0) {
       t1 = SecondsSince(start);
     }
@@ -473,16 +456,15 @@ absl::Status Executor::RunProgram(int step, Clock::time_point start, Buffers& bu
   return absl::OkStatus();
 }
 
-void Executor::RecordAction(const pp::v1::Action& action, double t0, double t1,
-                            StepResult& result) {
+void Executor::RecordAction(const prog::Action& action, double t0, double t1, StepResult& result) {
   pp::v1::TimedAction* timed = result.trace.add_actions();
-  *timed->mutable_action() = action;
+  *timed->mutable_action() = prog::ActionToProto(action);
   timed->set_start(t0);
   timed->set_end(t1);
-  const Phase phase = PhaseOf(action.kind());
+  const Phase phase = PhaseOf(action.kind);
   result.busy_seconds[static_cast<int>(phase)] += t1 - t0;
   if (phase == Phase::kRecv) result.wait_seconds += t1 - t0;
-  if (!IsComm(action.kind())) result.compute_seconds += t1 - t0;
+  if (!prog::IsComm(action.kind)) result.compute_seconds += t1 - t0;
 }
 
 // Waits for every send of the step and frees its buffer.

@@ -2,10 +2,12 @@
 // SEND/RECV through a comm::Transport, then the canonical gradient norm and the optimizer step.
 //
 // Contract:
-// - Comm actions may name either end of their edge in `stage` (the sending or the receiving
-//   stage); each is resolved against stage_to_rank to the edge (s -> s+1) it moves, and both ends
-//   tag the message (comm::BoundaryTag: activation|gradient, s, microbatch). `peer` must be the
-//   other end's rank. Activations travel on comm::kActivationChannel, gradients on
+// - Every action is checked and resolved by the program's own rules (program/rules.h
+//   ActionProblem, program/message.h MessageOf: the planner's validator applies the same), so
+//   what the planner accepts is what runs here. Comm actions may name either end of their edge in
+//   `stage` (the sending or the receiving stage); each resolves to the edge (s -> s+1) it moves,
+//   and both ends tag the message (prog::BoundaryTag: activation|gradient, s, microbatch). `peer`
+//   must be the other end's rank. Activations travel on prog::kActivationChannel, gradients on
 //   kGradientChannel, and a transport matches each channel's messages in posting order (NCCL's
 //   rule): between two ranks, the program must send and receive each kind in one order. The
 //   planner's validator refuses programs that do not (coordinator/plan/validate.h); the fifo
@@ -42,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "pp/v1/schedule.pb.h"
+#include "program/ir.h"
 #include "worker/comm/transport.h"
 #include "worker/executor/slowdown.h"
 #include "worker/executor/sum_squares.h"
@@ -150,7 +153,7 @@ class Executor {
   // RunStep, in order; Fail frees the step's buffers after any error.
   absl::Status RunProgram(int step, Clock::time_point start, Buffers& buffers,
                           StepResult& result);
-  void RecordAction(const pp::v1::Action& action, double t0, double t1, StepResult& result);
+  void RecordAction(const prog::Action& action, double t0, double t1, StepResult& result);
   absl::Status DrainSends(Clock::time_point start, Buffers& buffers, StepResult& result);
   absl::Status CheckAllConsumed(const Buffers& buffers) const;
   absl::Status UpdateWeights(int step, Clock::time_point start, StepResult& result);

@@ -31,22 +31,23 @@ const float* StageModel::Impl::RowBias(const ModelTensor& bias) const {
 absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const float* x,
                                          float* y) {
   const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
-  s.ln1 = NewOut(N_ * C), s.mean1 = NewOut(N_), s.rstd1 = NewOut(N_);
+  const int u = s.unit;
+  s.ln1 = NewOut(u, A::kLn1), s.mean1 = NewOut(u, A::kMean1), s.rstd1 = NewOut(u, A::kRstd1);
   ops_->LayerNormForward(s.ln1.get(), s.mean1.get(), s.rstd1.get(), x, w[kLn1W].value,
                          w[kLn1B].value, N, C);
-  s.qkv = NewOut(N_ * 3 * Cl);  // (N,3Cl)
+  s.qkv = NewOut(u, A::kQkv);  // (N,3Cl)
   ops_->MatmulForward(s.qkv.get(), s.ln1.get(), w[kQkvW].value, w[kQkvB].value, N, C, 3 * Cl);
-  s.atty = NewOut(N_ * Cl), s.att = NewOut(static_cast<size_t>(B_) * NH * T_ * T_);
+  s.atty = NewOut(u, A::kAtty), s.att = NewOut(u, A::kAtt);  // (N,Cl), (B,NH,T,T)
   ops_->AttentionForward(s.atty.get(), s.att.get(), s.qkv.get(), B_, T_, Cl, NH);
   if (opt_.recompute == Recompute::kSelective) s.att.Release();  // back before the backward
   ops_->MatmulForward(tmp_c_, s.atty.get(), w[kProjW].value, RowBias(w[kProjB]), N, Cl, C);
   if (absl::Status st = AllReduce(tmp_c_); !st.ok()) return st;
-  s.res2 = NewOut(N_ * C);
+  s.res2 = NewOut(u, A::kRes2);
   ops_->ResidualForward(s.res2.get(), x, tmp_c_, N_ * C);
-  s.ln2 = NewOut(N_ * C), s.mean2 = NewOut(N_), s.rstd2 = NewOut(N_);
+  s.ln2 = NewOut(u, A::kLn2), s.mean2 = NewOut(u, A::kMean2), s.rstd2 = NewOut(u, A::kRstd2);
   ops_->LayerNormForward(s.ln2.get(), s.mean2.get(), s.rstd2.get(), s.res2.get(), w[kLn2W].value,
                          w[kLn2B].value, N, C);
-  s.fch = NewOut(N_ * 4 * Cl), s.fch_gelu = NewOut(N_ * 4 * Cl);  // (N,4Cl)
+  s.fch = NewOut(u, A::kFch), s.fch_gelu = NewOut(u, A::kFchGelu);  // (N,4Cl)
   ops_->MatmulForward(s.fch.get(), s.ln2.get(), w[kFcW].value, w[kFcB].value, N, C, 4 * Cl);
   ops_->GeluForward(s.fch_gelu.get(), s.fch.get(), N_ * 4 * Cl);
   ops_->MatmulForward(tmp_c_, s.fch_gelu.get(), w[kFc2W].value, RowBias(w[kFc2B]), N, 4 * Cl, C);
@@ -60,26 +61,26 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
                                                FBuf dy, float* dx) {
   const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
   if (s.att.get() == nullptr) {  // selective recomputation: the probabilities, from qkv again
-    s.att = NewOut(static_cast<size_t>(B_) * NH * T_ * T_);
+    s.att = NewOut(s.unit, A::kAtt);  // (B,NH,T,T)
     ops_->AttentionForward(tmp_c_, s.att.get(), s.qkv.get(), B_, T_, Cl, NH);  // output unused
   }
   s.dy = std::move(dy);
   ops_->Zero(tmp_4c_, N_ * 4 * Cl);  // d fch_gelu
   ops_->MatmulBackwardInput(tmp_4c_, s.dy.get(), w[kFc2W].value, N, 4 * Cl, C);
-  s.dfch = NewF(N_ * 4 * Cl);
+  s.dfch = NewF(s.unit, A::kDfch);
   ops_->GeluBackward(s.dfch.get(), s.fch.get(), tmp_4c_, N_ * 4 * Cl);
-  s.dln2 = NewF(N_ * C);
+  s.dln2 = NewF(s.unit, A::kDln2);
   ops_->MatmulBackwardInput(s.dln2.get(), s.dfch.get(), w[kFcW].value, N, C, 4 * Cl);
   if (absl::Status st = AllReduce(s.dln2.get()); !st.ok()) return st;
-  s.dres2 = NewOut(N_ * C);
+  s.dres2 = NewOut(s.unit, A::kDres2);
   ops_->Copy(s.dres2.get(), s.dy.get(), N_ * C);
   ops_->LayerNormBackwardInput(s.dres2.get(), s.dln2.get(), s.res2.get(), w[kLn2W].value,
                                s.mean2.get(), s.rstd2.get(), N, C);
   ops_->Zero(tmp_c_, N_ * Cl);  // d atty (N,Cl)
   ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, Cl, C);
-  s.dqkv = NewF(N_ * 3 * Cl);
+  s.dqkv = NewF(s.unit, A::kDqkv);
   ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(), B_, T_, Cl, NH);
-  s.dln1 = NewF(N_ * C);
+  s.dln1 = NewF(s.unit, A::kDln1);
   ops_->MatmulBackwardInput(s.dln1.get(), s.dqkv.get(), w[kQkvW].value, N, C, 3 * Cl);
   if (absl::Status st = AllReduce(s.dln1.get()); !st.ok()) return st;
   ops_->Copy(dx, s.dres2.get(), N_ * C);
@@ -109,11 +110,12 @@ void StageModel::Impl::BlockBackwardWeight(ModelTensor* w, BlockSaved& s, const 
 // logits out of the softmax and gives them zero gradient (model.h).
 double StageModel::Impl::HeadForward(HeadSaved& s, const float* x) {
   const int C = C_, V = cfg_.vocab_size, Vr = cfg_.real_vocab(), N = static_cast<int>(N_);
-  s.lnf = NewOut(N_ * C), s.mean = NewOut(N_), s.rstd = NewOut(N_);
+  s.lnf = NewOut(s.unit, A::kLnf), s.mean = NewOut(s.unit, A::kMeanF);
+  s.rstd = NewOut(s.unit, A::kRstdF);
   ops_->LayerNormForward(s.lnf.get(), s.mean.get(), s.rstd.get(), x, head_[0].value,
                          head_[1].value, N, C);
   ops_->MatmulForward(logits_, s.lnf.get(), head_weight_->value, nullptr, N, C, V);
-  s.probs = NewOut(N_ * V);
+  s.probs = NewOut(s.unit, A::kProbs);
   ops_->CrossEntropyForward(losses_, s.probs.get(), logits_, s.targets.get(), N, V, Vr);
   return ops_->Sum(losses_, N_) / static_cast<double>(N_);
 }
@@ -121,9 +123,9 @@ double StageModel::Impl::HeadForward(HeadSaved& s, const float* x) {
 void StageModel::Impl::HeadBackwardInput(HeadSaved& s, const float* x, float* dx) {
   const int C = C_, V = cfg_.vocab_size, Vr = cfg_.real_vocab(), N = static_cast<int>(N_);
   const float dloss = 1.0f / static_cast<float>(N_ * opt_.microbatches);
-  s.dlogits = NewF(N_ * V);
+  s.dlogits = NewF(s.unit, A::kDlogits);
   ops_->CrossEntropyBackward(s.dlogits.get(), s.probs.get(), s.targets.get(), dloss, N, V, Vr);
-  s.dlnf = NewF(N_ * C);
+  s.dlnf = NewF(s.unit, A::kDlnf);
   ops_->MatmulBackwardInput(s.dlnf.get(), s.dlogits.get(), head_weight_->value, N, C, V);
   ops_->Zero(dx, N_ * C);
   ops_->LayerNormBackwardInput(dx, s.dlnf.get(), x, head_[0].value, s.mean.get(), s.rstd.get(), N,

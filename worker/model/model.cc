@@ -75,6 +75,13 @@ absl::Status StageModel::Impl::Build() {
     head_ = &tensors_[next];
     head_weight_ = cfg_.tie_embeddings ? embed_ : &tensors_[next + 2];
   }
+  common::ActivationDims dims;
+  dims.B = B_, dims.T = T_, dims.C = C_, dims.n_heads = cfg_.n_heads, dims.vocab = cfg_.vocab_size;
+  dims.tp = tp_, dims.precision = opt_.precision;
+  absl::StatusOr<common::ActivationTable> acts = common::ActivationTable::Make(dims);
+  if (!acts.ok()) return acts.status();
+  acts_ = *acts;
+  unit_live_.assign(opt_.last_unit - opt_.first_unit + 1, 0);
   tmp_c_ = ops_->Alloc(N_ * C_);
   tmp_4c_ = ops_->Alloc(N_ * 4 * Cl_);
   if (has_head()) {
@@ -82,6 +89,12 @@ absl::Status StageModel::Impl::Build() {
     losses_ = ops_->Alloc(N_);
   }
   return absl::OkStatus();
+}
+
+int64_t StageModel::Impl::live_bytes() const {
+  int64_t sum = 0;
+  for (int64_t bytes : unit_live_) sum += bytes;
+  return sum;
 }
 
 void StageModel::Impl::ZeroGrads() {
@@ -131,15 +144,17 @@ absl::Status StageModel::Impl::LoadInputs(MbState& st, const StageInput& in) {
   }
   st.resid.resize(blocks_.size() + 1);
   st.blocks.resize(blocks_.size());
+  for (size_t i = 0; i < st.blocks.size(); ++i) st.blocks[i].unit = BlockUnit(i);
+  st.head.unit = BlockUnit(blocks_.size());
   if (has_embedding()) {
-    st.embed.tokens = NewI(N_);
+    st.embed.tokens = NewI(0, A::kTokens);
     ops_->CopyIntToDevice(st.embed.tokens.get(), in.tokens, N_);
   } else {
-    st.resid[0] = NewOut(N_ * C_);
+    st.resid[0] = NewOut(0, A::kInput);
     ops_->Copy(st.resid[0].get(), in.activations, N_ * C_);
   }
   if (has_head()) {
-    st.head.targets = NewI(N_);
+    st.head.targets = NewI(st.head.unit, A::kTargets);
     ops_->CopyIntToDevice(st.head.targets.get(), in.targets, N_);
   }
   return absl::OkStatus();
@@ -152,12 +167,15 @@ absl::StatusOr<double> StageModel::Impl::ComputeForward(MbState& st, float* out)
   const size_t nb = blocks_.size();
   const bool embed_only = nb == 0 && !has_head();
   if (has_embedding()) {
-    float* dst = embed_only ? out : (st.resid[0] = NewOut(N_ * C_)).get();
+    float* dst = embed_only ? out : (st.resid[0] = NewOut(BlockUnit(0), A::kInput)).get();
     ops_->EncoderForward(dst, st.embed.tokens.get(), embed_[0].value, embed_[1].value, B_, T_,
                          C_);
   }
   for (size_t i = 0; i < nb; ++i) {
-    float* y = (i + 1 == nb && !has_head()) ? out : (st.resid[i + 1] = NewOut(N_ * C_)).get();
+    // The block's output is the next unit's saved input, or the caller's `out`.
+    float* y = (i + 1 == nb && !has_head())
+                   ? out
+                   : (st.resid[i + 1] = NewOut(BlockUnit(i + 1), A::kInput)).get();
     if (absl::Status s = BlockForward(blocks_[i], st.blocks[i], st.resid[i].get(), y); !s.ok()) {
       return s;
     }
@@ -168,7 +186,11 @@ absl::StatusOr<double> StageModel::Impl::ComputeForward(MbState& st, float* out)
 
 void StageModel::Impl::DropToInputs(MbState& st) {
   for (size_t i = has_embedding() ? 0 : 1; i < st.resid.size(); ++i) st.resid[i].Release();
-  for (internal::BlockSaved& b : st.blocks) b = internal::BlockSaved();
+  for (internal::BlockSaved& b : st.blocks) {
+    const int unit = b.unit;
+    b = internal::BlockSaved();
+    b.unit = unit;
+  }
   internal::HeadSaved& h = st.head;
   h.lnf.Release(), h.mean.Release(), h.rstd.Release(), h.probs.Release();
   st.dropped = true;
@@ -180,7 +202,7 @@ absl::Status StageModel::Impl::Rematerialize(MbState& st) {
   st.dropped = false;
   if (blocks_.empty() && !has_head()) return absl::OkStatus();  // the embedding keeps its tokens
   FBuf discard;
-  float* out = has_head() ? nullptr : (discard = NewOut(N_ * C_)).get();
+  float* out = has_head() ? nullptr : (discard = NewOut(LastUnit(), A::kDiscard)).get();
   absl::StatusOr<double> loss = ComputeForward(st, out);
   return loss.status();
 }
@@ -209,15 +231,20 @@ absl::Status StageModel::Impl::BackwardInput(int mb, const float* grad_out, floa
   // g: gradient of the current residual, owned here unless it is the caller's grad_out.
   FBuf g;
   if (has_head()) {
-    float* dst = (nb == 0 && !has_embedding()) ? grad_in : (g = NewOut(N_ * C_)).get();
+    // The gradient of the head's input: the previous unit's kDout, or the caller's grad_in.
+    float* dst = (nb == 0 && !has_embedding())
+                     ? grad_in
+                     : (g = NewOut(BlockUnit(nb) - 1, A::kDout)).get();
     HeadBackwardInput(st.head, st.resid[nb].get(), dst);
   } else {
-    g = NewOut(N_ * C_);
+    g = NewOut(LastUnit(), A::kDout);
     ops_->Copy(g.get(), grad_out, N_ * C_);
   }
   for (size_t i = nb; i-- > 0;) {
     FBuf dx;
-    float* dst = (i == 0 && !has_embedding()) ? grad_in : (dx = NewOut(N_ * C_)).get();
+    float* dst = (i == 0 && !has_embedding())
+                     ? grad_in
+                     : (dx = NewOut(BlockUnit(i) - 1, A::kDout)).get();
     absl::Status s =
         BlockBackwardInput(blocks_[i], st.blocks[i], st.resid[i].get(), std::move(g), dst);
     if (!s.ok()) return s;
@@ -325,5 +352,8 @@ std::map<std::string, std::vector<float>> StageModel::ValuesToHost() {
 }
 std::vector<ModelTensor>& StageModel::tensors() { return impl_->tensors(); }
 int64_t StageModel::live_activation_bytes() const { return impl_->live_bytes(); }
+std::vector<int64_t> StageModel::live_activation_bytes_by_unit() const {
+  return impl_->unit_live_bytes();
+}
 
 }  // namespace pp::model

@@ -46,6 +46,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/precision.h"
 #include "common/recompute.h"
 #include "common/safetensors.h"
 #include "common/tensor_slice.h"
@@ -130,6 +131,8 @@ struct StageOptions {
   // all replicas.
   parallel::Collectives* tensor_parallel = nullptr;
   Recompute recompute = Recompute::kNone;
+  // The ops' precision (kernels::MakeOps), for the activation table's element sizes.
+  common::Precision precision = common::Precision::kFp32;
 };
 
 // Inputs of one microbatch's forward. Token arrays are host memory (B,T); activations are
@@ -173,6 +176,10 @@ class StageModel {
   std::map<std::string, std::vector<float>> ValuesToHost();
   // Saved activations (and kept input-gradients) of in-flight microbatches, now.
   int64_t live_activation_bytes() const;
+  // The same per unit of the stage (first_unit first): each unit's entries of the activation
+  // table (common/activations.h; a block's or the head's input counts as theirs). Sums to
+  // live_activation_bytes().
+  std::vector<int64_t> live_activation_bytes_by_unit() const;
 
  private:
   class Impl;

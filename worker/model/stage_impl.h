@@ -1,6 +1,8 @@
 // StageModel's private parts (model.h): the per-microbatch saved state and the Impl class, whose
 // methods live in model.cc (the stage: build, forward, backward, recomputation) and layers.cc (one
 // block, the head: forward beside backward, shapes in comments). Not for use outside worker/model.
+// What a microbatch saves, and each tensor's size, is the activation table
+// (common/activations.h): every saved Buf is allocated from it and charged to its unit.
 //
 // Recomputation (StageOptions.recompute; Korthikanti et al. 2022, "Reducing Activation
 // Recomputation in Large Transformer Models"): kFull keeps a microbatch's inputs only (tokens,
@@ -20,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/activations.h"
 #include "worker/model/model.h"
 
 namespace pp::model {
@@ -70,12 +73,16 @@ using FBuf = Buf<float>;
 using IBuf = Buf<int32_t>;
 
 // Forward activations a block's backward reads, then the input-gradients its weight-gradient
-// part reads (kept between BackwardInput and BackwardWeight).
+// part reads (kept between BackwardInput and BackwardWeight). The fields are the activation
+// table's entries (common/activations.h), allocated at its sizes; `unit` is the stage's local
+// unit whose live-bytes count they charge.
 struct BlockSaved {
+  int unit = 0;
   FBuf ln1, mean1, rstd1, qkv, att, atty, res2, ln2, mean2, rstd2, fch, fch_gelu;
-  FBuf dy, dfch, dln2, dres2, dqkv, dln1;
+  FBuf dy, dfch, dln2, dres2, dqkv, dln1;  // dy: the table's kDout
 };
 struct HeadSaved {
+  int unit = 0;
   IBuf targets;
   FBuf lnf, mean, rstd, probs;
   FBuf dlogits, dlnf;
@@ -85,8 +92,10 @@ struct EmbedSaved {
   FBuf dout;
 };
 struct MbState {
-  EmbedSaved embed;
-  std::vector<FBuf> resid;  // resid[i]: input of local block i; resid[n_blocks]: head input
+  EmbedSaved embed;  // local unit 0
+  // resid[i]: input of local block i; resid[n_blocks]: head input. Each is the table's kInput of
+  // the unit that reads it (Impl::BlockUnit(i)).
+  std::vector<FBuf> resid;
   std::vector<BlockSaved> blocks;
   HeadSaved head;
   bool input_grads_done = false;
@@ -123,7 +132,8 @@ class StageModel::Impl {
   bool has_head() const { return opt_.last_unit == cfg_.n_layers + 1; }
   size_t activation_size() const { return N_ * C_; }
   std::vector<ModelTensor>& tensors() { return tensors_; }
-  int64_t live_bytes() const { return live_bytes_; }
+  int64_t live_bytes() const;
+  std::vector<int64_t> unit_live_bytes() const { return unit_live_; }
   void ZeroGrads();
   std::map<std::string, std::vector<float>> ValuesToHost();
 
@@ -135,9 +145,19 @@ class StageModel::Impl {
  private:
   using FBuf = internal::FBuf;
   using IBuf = internal::IBuf;
-  FBuf NewF(size_t n) { return FBuf(ops_, n, &live_bytes_); }  // zeroed: backward ops add into it
-  FBuf NewOut(size_t n) { return FBuf(ops_, n, &live_bytes_, false); }  // an op overwrites it whole
-  IBuf NewI(size_t n) { return IBuf(ops_, n, &live_bytes_); }
+  using A = common::Activation;
+  // Saved tensor `a` of the activation table, charged to local unit `unit`.
+  size_t Elements(A a) const { return static_cast<size_t>(acts_[a].elements); }
+  FBuf NewF(int unit, A a) {  // zeroed: backward ops add into it
+    return FBuf(ops_, Elements(a), &unit_live_[unit]);
+  }
+  FBuf NewOut(int unit, A a) {  // an op overwrites it whole
+    return FBuf(ops_, Elements(a), &unit_live_[unit], false);
+  }
+  IBuf NewI(int unit, A a) { return IBuf(ops_, Elements(a), &unit_live_[unit]); }
+  // Local units: 0 is the stage's first; block i's, and the head's as block n_blocks.
+  int BlockUnit(size_t i) const { return (has_embedding() ? 1 : 0) + static_cast<int>(i); }
+  int LastUnit() const { return opt_.last_unit - opt_.first_unit; }
 
   absl::Status CheckTokens(const int32_t* tokens, const char* what) const;
   // The microbatch's inputs into `st`: tokens and targets to the device, the input activation
@@ -178,7 +198,9 @@ class StageModel::Impl {
   float* tmp_4c_ = nullptr;             // (N,4C) scratch
   float* logits_ = nullptr;             // (N,V) scratch
   float* losses_ = nullptr;             // (N) scratch
-  int64_t live_bytes_ = 0;
+  common::ActivationTable acts_;  // the sizes of what a microbatch saves
+  // Live saved bytes per local unit; sized by Build, never resized (Bufs point into it).
+  std::vector<int64_t> unit_live_;
   std::map<int, internal::MbState> in_flight_;
 };
 

@@ -201,6 +201,9 @@ absl::StatusOr<model::StageOptions> WholeModelStage(const pp::v1::JobSpec& spec,
       common::RecomputeFromName(spec.parallel().recompute());
   if (!recompute.ok()) return recompute.status();
   stage.recompute = *recompute;
+  absl::StatusOr<common::Precision> precision = common::PrecisionFromName(spec.train().precision());
+  if (!precision.ok()) return precision.status();
+  stage.precision = *precision;
   return stage;
 }
 

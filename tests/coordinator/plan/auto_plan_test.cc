@@ -3,8 +3,8 @@
 #include <set>
 #include <string>
 
-#include "common/schedules.h"
 #include "gtest/gtest.h"
+#include "program/schedules.h"
 
 namespace pp::plan {
 namespace {
@@ -43,7 +43,7 @@ TEST(AutoPlanTest, ConsidersEveryTrainingScheduleAndPicksANewOne) {
       EXPECT_GE(c.microbatches, 4);
     }
   }
-  EXPECT_EQ(names.size(), common::TrainingScheduleNames().size());
+  EXPECT_EQ(names.size(), prog::TrainingScheduleNames().size());
   EXPECT_EQ(Chosen(*plan).schedule, "zb-h2") << DescribeAutoPlan(*plan);
   EXPECT_EQ(Chosen(*plan).microbatches, 4);
 }

@@ -6,10 +6,10 @@
 #include <string>
 
 #include "common/job_spec.h"
-#include "common/schedules.h"
 #include "coordinator/plan/calibrated_hosts.h"
 #include "coordinator/plan/plan.h"
 #include "gtest/gtest.h"
+#include "program/schedules.h"
 
 namespace pp::plan {
 namespace {
@@ -328,7 +328,7 @@ TEST(CalibratedTest, ChoosesTheShortestStepUnderSharing) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, plan->predicted_step_seconds);
   int compared = 0;
-  for (const std::string& name : common::TrainingScheduleNames()) {
+  for (const std::string& name : prog::TrainingScheduleNames()) {
     for (int V : {1, 2}) {
       for (int M : {4, 8, 16}) {
         pp::v1::JobSpec fixed = plan->spec;

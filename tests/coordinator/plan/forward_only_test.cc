@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/plan/lower.h"
 #include "coordinator/plan/plan.h"
 #include "coordinator/plan/validate.h"
 #include "gtest/gtest.h"
+#include "program/lower.h"
 #include "tests/coordinator/plan/plan_test_util.h"
 
 namespace pp::plan {
@@ -21,10 +21,10 @@ struct Layout {
 
 // The layouts of every training schedule at D ranks.
 std::vector<Layout> TrainingLayouts(int D) {
-  return {{"looped V=1", 1, LoopedStageToRank(D, 1)},
-          {"looped V=2", 2, LoopedStageToRank(D, 2)},
-          {"looped V=3", 3, LoopedStageToRank(D, 3)},
-          {"v-shape", 2, VShapeStageToRank(D)}};
+  return {{"looped V=1", 1, prog::LoopedStageToRank(D, 1)},
+          {"looped V=2", 2, prog::LoopedStageToRank(D, 2)},
+          {"looped V=3", 3, prog::LoopedStageToRank(D, 3)},
+          {"v-shape", 2, prog::VShapeStageToRank(D)}};
 }
 
 TEST(ForwardOnlyTest, EveryLayoutRunsEachForwardOnceAndNothingElse) {
@@ -32,20 +32,20 @@ TEST(ForwardOnlyTest, EveryLayoutRunsEachForwardOnceAndNothingElse) {
     for (const Layout& layout : TrainingLayouts(D)) {
       for (int M = 1; M <= 9; ++M) {
         const std::string what = absl::StrCat(layout.name, " D=", D, " M=", M);
-        const Schedule compute = ForwardOnly(layout.stage_to_rank, D, layout.V, M);
+        const prog::Schedule compute = prog::ForwardOnly(layout.stage_to_rank, D, layout.V, M);
         EXPECT_EQ(compute.name, "forward-only");
         EXPECT_FALSE(compute.trains());
         EXPECT_EQ(compute.stage_to_rank, layout.stage_to_rank);
-        absl::StatusOr<Schedule> lowered = LowerComms(compute);
+        absl::StatusOr<prog::Schedule> lowered = prog::LowerComms(compute);
         ASSERT_TRUE(lowered.ok()) << what << ": " << lowered.status();
         ASSERT_TRUE(Validate(*lowered).ok()) << what << ": " << Validate(*lowered);
         std::vector<int> forwards(static_cast<size_t>(D * layout.V * M), 0);
         for (int r = 0; r < D; ++r) {
-          for (const Action& a : lowered->programs[r]) {
-            ASSERT_TRUE(a.kind == Kind::kForward || a.kind == Kind::kSendActivation ||
-                        a.kind == Kind::kRecvActivation)
-                << what << ": " << Describe(a);
-            if (a.kind != Kind::kForward) continue;
+          for (const prog::Action& a : lowered->programs[r]) {
+            ASSERT_TRUE(a.kind == prog::Kind::kForward || a.kind == prog::Kind::kSendActivation ||
+                        a.kind == prog::Kind::kRecvActivation)
+                << what << ": " << prog::Describe(a);
+            if (a.kind != prog::Kind::kForward) continue;
             EXPECT_EQ(layout.stage_to_rank[a.stage], r) << what;
             ++forwards[static_cast<size_t>(a.stage * M + a.microbatch)];
           }
@@ -76,12 +76,12 @@ TEST(ForwardOnlyTest, OneChunkIsGpipesForwardHalf) {
 }
 
 TEST(ForwardOnlyTest, TheTableDrawsItButNoJobTrainsWithIt) {
-  const ScheduleKind* kind = FindSchedule("forward-only");
+  const prog::ScheduleKind* kind = prog::FindSchedule("forward-only");
   ASSERT_NE(kind, nullptr);
   EXPECT_FALSE(kind->trains);
-  EXPECT_EQ(DefaultChunks("forward-only"), 1);
-  EXPECT_EQ(ChunkChoices(*kind, 3), (std::vector<int>{1, 2, 3}));
-  const std::vector<std::string>& training = common::TrainingScheduleNames();
+  EXPECT_EQ(prog::DefaultChunks("forward-only"), 1);
+  EXPECT_EQ(prog::ChunkChoices(*kind, 3), (std::vector<int>{1, 2, 3}));
+  const std::vector<std::string>& training = prog::TrainingScheduleNames();
   EXPECT_EQ(training,
             (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2",
                                       "zb-v", "v-half", "v-min", "dualpipe-v"}));
@@ -94,11 +94,11 @@ TEST(ForwardOnlyTest, TheTableDrawsItButNoJobTrainsWithIt) {
 }
 
 TEST(ForwardOnlyTest, ValidatorRefusesABackwardInItAndTrainingSchedulesWithoutOne) {
-  Schedule forward = ForwardOnly(LoopedStageToRank(1, 1), 1, 1, 2);
-  forward.programs[0].push_back({Kind::kBackward, 0, 1});
+  prog::Schedule forward = prog::ForwardOnly(prog::LoopedStageToRank(1, 1), 1, 1, 2);
+  forward.programs[0].push_back({prog::Kind::kBackward, 0, 1});
   EXPECT_EQ(Validate(forward).message(),
             "stage 0 microbatch 1 (rank 0) has a backward in a forward-only schedule");
-  Schedule training = ForwardOnly(LoopedStageToRank(1, 1), 1, 1, 2);
+  prog::Schedule training = prog::ForwardOnly(prog::LoopedStageToRank(1, 1), 1, 1, 2);
   training.name = "gpipe";
   EXPECT_EQ(Validate(training).message(),
             "stage 0 microbatch 0 (rank 0) has no BACKWARD (nor BACKWARD_INPUT and "

@@ -11,36 +11,37 @@ namespace pp::plan {
 namespace {
 
 TEST(ScheduleTableTest, NamesChunkRulesAndChoicesComeFromOneTable) {
-  ASSERT_EQ(ScheduleNames(),
-            (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2",
-                                      "zb-v", "v-half", "v-min", "dualpipe-v", "forward-only"}));
-  ASSERT_EQ(Schedules().size(), ScheduleNames().size());
-  EXPECT_EQ(FindSchedule("chimera"), nullptr);
-  EXPECT_EQ(DefaultChunks("zb-v"), 2);
-  EXPECT_EQ(DefaultChunks("interleaved-1f1b"), 2);
-  EXPECT_EQ(DefaultChunks("1f1b"), 1);
-  EXPECT_EQ(DefaultChunks("dualpipe-v"), 2);
-  EXPECT_EQ(DefaultChunks("zb-h2"), 1);
-  EXPECT_EQ(ChunkChoices(*FindSchedule("zb-v"), 4), std::vector<int>{2});
-  EXPECT_EQ(ChunkChoices(*FindSchedule("gpipe"), 4), std::vector<int>{1});
-  EXPECT_EQ(ChunkChoices(*FindSchedule("interleaved-1f1b"), 4), (std::vector<int>{2, 3, 4}));
-  EXPECT_TRUE(CheckScheduleNames({"1f1b", "zb-h1"}).ok());
-  EXPECT_EQ(CheckScheduleNames({"1f1b", "chimera"}).message(),
+  ASSERT_EQ(prog::ScheduleNames(),
+            (std::vector<std::string>{"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v",
+                                      "v-half", "v-min", "dualpipe-v", "forward-only"}));
+  ASSERT_EQ(prog::Schedules().size(), prog::ScheduleNames().size());
+  EXPECT_EQ(prog::FindSchedule("chimera"), nullptr);
+  EXPECT_EQ(prog::DefaultChunks("zb-v"), 2);
+  EXPECT_EQ(prog::DefaultChunks("interleaved-1f1b"), 2);
+  EXPECT_EQ(prog::DefaultChunks("1f1b"), 1);
+  EXPECT_EQ(prog::DefaultChunks("dualpipe-v"), 2);
+  EXPECT_EQ(prog::DefaultChunks("zb-h2"), 1);
+  EXPECT_EQ(prog::ChunkChoices(*prog::FindSchedule("zb-v"), 4), std::vector<int>{2});
+  EXPECT_EQ(prog::ChunkChoices(*prog::FindSchedule("gpipe"), 4), std::vector<int>{1});
+  EXPECT_EQ(prog::ChunkChoices(*prog::FindSchedule("interleaved-1f1b"), 4),
+            (std::vector<int>{2, 3, 4}));
+  EXPECT_TRUE(prog::CheckScheduleNames({"1f1b", "zb-h1"}).ok());
+  EXPECT_EQ(prog::CheckScheduleNames({"1f1b", "chimera"}).message(),
             "unknown schedule 'chimera' (known: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, zb-v, "
             "v-half, v-min, dualpipe-v, forward-only)");
 }
 
 TEST(ScheduleTableTest, RefusalsSayWhichRuleOfTheTable) {
-  EXPECT_EQ(Generate("zb-v", 4, 3, 8).status().message(),
+  EXPECT_EQ(prog::Generate("zb-v", 4, 3, 8).status().message(),
             "zb-v runs exactly 2 chunk(s) per rank, got V=3");
-  EXPECT_EQ(Generate("gpipe", 4, 2, 8).status().message(),
+  EXPECT_EQ(prog::Generate("gpipe", 4, 2, 8).status().message(),
             "gpipe runs exactly 1 chunk(s) per rank, got V=2");
-  EXPECT_EQ(Generate("interleaved-1f1b", 4, 1, 8).status().message(),
+  EXPECT_EQ(prog::Generate("interleaved-1f1b", 4, 1, 8).status().message(),
             "interleaved-1f1b needs V >= 2 chunks per rank (got V=1; with one chunk use 1f1b)");
-  EXPECT_NE(Generate("interleaved-1f1b", 4, 2, 2).status().message().find("needs M >= D"),
+  EXPECT_NE(prog::Generate("interleaved-1f1b", 4, 2, 2).status().message().find("needs M >= D"),
             std::string::npos);
   // Size checks come before the name, as they always did.
-  EXPECT_EQ(Generate("chimera", 0, 1, 8).status().message(), "pipeline depth D=0 < 1");
+  EXPECT_EQ(prog::Generate("chimera", 0, 1, 8).status().message(), "pipeline depth D=0 < 1");
 }
 
 TEST(IdleFractionTest, IdleShareOfAllRanksTimeFromFirstActionToLast) {

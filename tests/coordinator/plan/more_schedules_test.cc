@@ -6,9 +6,9 @@
 #include <string>
 #include <utility>
 
-#include "coordinator/plan/generate.h"
-#include "coordinator/plan/lower.h"
 #include "gtest/gtest.h"
+#include "program/lower.h"
+#include "program/schedules.h"
 #include "tests/coordinator/plan/plan_test_util.h"
 
 namespace pp::plan {
@@ -20,7 +20,7 @@ TEST(MoreSchedulesTest, ValidateForEveryDAndAllowedM) {
   for (const char* name : kNew) {
     for (int D = 1; D <= 8; ++D) {
       for (int M = 1; M <= 32; ++M) {
-        absl::StatusOr<Schedule> compute = Generate(name, D, 0, M);
+        absl::StatusOr<prog::Schedule> compute = prog::Generate(name, D, 0, M);
         if (std::string(name) == "dualpipe-v" && M < 2 * D) {
           ASSERT_EQ(compute.status().code(), absl::StatusCode::kInvalidArgument) << D << " " << M;
           EXPECT_NE(compute.status().message().find("needs M >= 2D"), std::string::npos);
@@ -28,7 +28,7 @@ TEST(MoreSchedulesTest, ValidateForEveryDAndAllowedM) {
         }
         ASSERT_TRUE(compute.ok()) << name << " D=" << D << " M=" << M << ": " << compute.status();
         EXPECT_EQ(compute->chunks, std::string(name) == "zb-h2" ? 1 : 2);
-        absl::StatusOr<Schedule> lowered = LowerComms(*compute);
+        absl::StatusOr<prog::Schedule> lowered = prog::LowerComms(*compute);
         ASSERT_TRUE(lowered.ok()) << lowered.status();
         const absl::Status valid = Validate(*lowered);
         ASSERT_TRUE(valid.ok()) << name << " D=" << D << " M=" << M << ": " << valid;
@@ -84,13 +84,13 @@ TEST(MoreSchedulesTest, DualPipeVReachesTheBoundAtTwoDPlusOneChunks) {
 // rounds of two pairs on rank r (the first on the last rank included).
 TEST(MoreSchedulesTest, DualPipeVPairsForwardsWithTheOtherChunksBackward) {
   const int D = 4, M = 10;
-  absl::StatusOr<Schedule> schedule = Generate("dualpipe-v", D, 2, M);
+  absl::StatusOr<prog::Schedule> schedule = prog::Generate("dualpipe-v", D, 2, M);
   ASSERT_TRUE(schedule.ok());
   for (int r = 0; r < D; ++r) {
-    const std::vector<Action>& p = schedule->programs[r];
+    const std::vector<prog::Action>& p = schedule->programs[r];
     int pairs = 0;
     for (size_t i = 0; i + 1 < p.size(); ++i) {
-      pairs += p[i].kind == Kind::kForward && p[i + 1].kind == Kind::kBackward &&
+      pairs += p[i].kind == prog::Kind::kForward && p[i + 1].kind == prog::Kind::kBackward &&
                p[i].stage != p[i + 1].stage;
     }
     // Phase 4's 2(M-2D+r+1) pairs and phase 5's D-1-r.

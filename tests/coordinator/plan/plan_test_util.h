@@ -5,19 +5,18 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/execute.h"
-#include "coordinator/plan/generate.h"
-#include "coordinator/plan/lower.h"
 #include "coordinator/plan/validate.h"
 #include "gtest/gtest.h"
+#include "program/lower.h"
+#include "program/schedules.h"
 
 namespace pp::plan {
 
 // The validator on its own (validate.h, checks 1 to 5): the static checks, then the deadlock check
 // on a zero-duration execution. OK, or the validator's InvalidArgument.
-inline absl::Status Validate(const Schedule& schedule) {
+inline absl::Status Validate(const prog::Schedule& schedule) {
   if (absl::Status status = internal::CheckStatically(schedule); !status.ok()) return status;
   const internal::Execution exec = internal::Execute(
       schedule, internal::ZeroDurations(schedule.stages()), /*record_times=*/false);
@@ -43,24 +42,25 @@ inline long Exact(double value) {
 }
 
 // The generated schedule, lowered; failures are test failures (and an empty schedule).
-inline Schedule Lowered(const std::string& name, int D, int V, int M) {
-  absl::StatusOr<Schedule> compute = Generate(name, D, V, M);
+inline prog::Schedule Lowered(const std::string& name, int D, int V, int M) {
+  absl::StatusOr<prog::Schedule> compute = prog::Generate(name, D, V, M);
   EXPECT_TRUE(compute.ok()) << compute.status();
-  absl::StatusOr<Schedule> lowered = compute.ok() ? LowerComms(*compute) : compute;
+  absl::StatusOr<prog::Schedule> lowered = compute.ok() ? prog::LowerComms(*compute) : compute;
   EXPECT_TRUE(lowered.ok()) << lowered.status();
-  return lowered.ok() ? *std::move(lowered) : Schedule{};
+  return lowered.ok() ? *std::move(lowered) : prog::Schedule{};
 }
 
 // fn(what, D, schedule) for every schedule at D = 1..4 and M = D..2D+1 (the Ms it accepts),
 // lowered; `what` names it ("1f1b D=2 M=3") for failure messages.
 template <typename Fn>
 void ForEachSmallSchedule(Fn&& fn) {
-  for (const std::string& name : ScheduleNames()) {
+  for (const std::string& name : prog::ScheduleNames()) {
     for (int D = 1; D <= 4; ++D) {
       for (int M = D; M <= 2 * D + 1; ++M) {
-        absl::StatusOr<Schedule> compute = Generate(name, D, DefaultChunks(name), M);
+        absl::StatusOr<prog::Schedule> compute =
+            prog::Generate(name, D, prog::DefaultChunks(name), M);
         if (!compute.ok()) continue;  // an M the schedule refuses (see generate_test.cc)
-        absl::StatusOr<Schedule> lowered = LowerComms(*compute);
+        absl::StatusOr<prog::Schedule> lowered = prog::LowerComms(*compute);
         ASSERT_TRUE(lowered.ok()) << lowered.status();
         fn(absl::StrCat(name, " D=", D, " M=", M), D, *lowered);
       }

@@ -1,10 +1,10 @@
 #include "coordinator/plan/render.h"
 
+#include "absl/strings/str_cat.h"
 #include "coordinator/plan/convert.h"
 #include "coordinator/plan/plan.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/plan/plan_test_util.h"
 
@@ -44,7 +44,9 @@ TEST(RenderTest, MeasuredTraceRendersWithTheSameCode) {
     for (const TimedAction& t : simulated.ranks[r]) {
       pp::v1::TimedAction* timed = rank->add_actions();
       *timed->mutable_action() =
-          ScheduleToProto(Schedule{"", 1, 1, 1, {0}, {{t.action}}}, nullptr).ranks(0).actions(0);
+          ScheduleToProto(prog::Schedule{"", 1, 1, 1, {0}, {{t.action}}}, nullptr)
+              .ranks(0)
+              .actions(0);
       timed->set_start(t.start);
       timed->set_end(t.end);
     }
@@ -95,8 +97,8 @@ TEST(RenderTest, ChromeEventsAreTheTimelinesActions) {
     for (const TimedAction& t : timeline.ranks[r]) {
       ASSERT_LT(e, events.size());
       const auto& f = events[e++].struct_value().fields();
-      EXPECT_EQ(f.at("name").string_value(), Describe(t.action));
-      EXPECT_EQ(f.at("cat").string_value(), KindName(t.action.kind));
+      EXPECT_EQ(f.at("name").string_value(), prog::Describe(t.action));
+      EXPECT_EQ(f.at("cat").string_value(), prog::KindName(t.action.kind));
       EXPECT_EQ(f.at("ph").string_value(), "X");
       EXPECT_EQ(f.at("tid").number_value(), r);
       EXPECT_EQ(f.at("ts").number_value(), t.start * (1e6 / 3));
@@ -114,14 +116,14 @@ TEST(RenderTest, ChromeEventsAreTheTimelinesActions) {
 TEST(ConvertTest, ProtoRoundTripAndJsonShape) {
   const Planned planned = MustPlan("zb-v", 2, 2, 3);
   const pp::v1::Schedule proto = ScheduleToProto(planned.schedule, &planned.simulation);
-  absl::StatusOr<Schedule> back = ScheduleFromProto(proto);
+  absl::StatusOr<prog::Schedule> back = ScheduleFromProto(proto);
   ASSERT_TRUE(back.ok());
   ASSERT_EQ(back->programs.size(), planned.schedule.programs.size());
   for (size_t r = 0; r < back->programs.size(); ++r) {
     ASSERT_EQ(back->programs[r].size(), planned.schedule.programs[r].size());
     for (size_t i = 0; i < back->programs[r].size(); ++i) {
-      const Action& a = back->programs[r][i];
-      const Action& b = planned.schedule.programs[r][i];
+      const prog::Action& a = back->programs[r][i];
+      const prog::Action& b = planned.schedule.programs[r][i];
       EXPECT_TRUE(a.kind == b.kind && a.stage == b.stage && a.microbatch == b.microbatch &&
                   a.peer == b.peer);
     }

@@ -35,7 +35,7 @@ Timeline MeasuredStep() {
     }
   }
   for (TimedAction& t : timeline.ranks[0]) {
-    if (t.action.kind == Kind::kForward && t.action.microbatch == 0) t.end = t.start + 20e-6;
+    if (t.action.kind == prog::Kind::kForward && t.action.microbatch == 0) t.end = t.start + 20e-6;
   }
   return timeline;
 }

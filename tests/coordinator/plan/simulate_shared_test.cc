@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/plan/generate.h"
-#include "coordinator/plan/lower.h"
 #include "coordinator/plan/simulate.h"
 #include "gtest/gtest.h"
+#include "program/lower.h"
+#include "program/schedules.h"
 #include "tests/coordinator/plan/plan_test_util.h"
 
 namespace pp::plan {
@@ -21,7 +21,7 @@ CostModel Shared(std::vector<int> rank_host, std::vector<int> host_cores, CostMo
   return costs;
 }
 
-Simulation MustSimulate(const Schedule& schedule, const CostModel& costs) {
+Simulation MustSimulate(const prog::Schedule& schedule, const CostModel& costs) {
   absl::StatusOr<Simulation> sim = Simulate(schedule, costs);
   EXPECT_TRUE(sim.ok()) << sim.status();
   return sim.ok() ? *std::move(sim) : Simulation{};
@@ -31,7 +31,7 @@ Simulation MustSimulate(const Schedule& schedule, const CostModel& costs) {
 // run together over [1, 3) at half speed; r1 then runs F1 and B0 alone; r0's B0 and r1's B1 share
 // [6, 10); r0's B1 ends at 12. The core is never idle: 12 = the whole work.
 TEST(SimulateSharedTest, TwoRanksOnOneCoreComputingAtOnceTakeTwiceAsLong) {
-  const Schedule gpipe = Lowered("gpipe", 2, 1, 2);
+  const prog::Schedule gpipe = Lowered("gpipe", 2, 1, 2);
   EXPECT_EQ(MustSimulate(gpipe, {}).makespan, 9);
   const Simulation sim = MustSimulate(gpipe, Shared({0, 0}, {1}));
   EXPECT_EQ(sim.makespan, 12);
@@ -52,7 +52,7 @@ TEST(SimulateSharedTest, TwoRanksOnOneCoreComputingAtOnceTakeTwiceAsLong) {
 // 1F1B with one microbatch never computes on two ranks at once: every rank but one waits at a
 // receive, which takes no core, so one core for all four ranks costs nothing.
 TEST(SimulateSharedTest, RanksWaitingAtAReceiveFreeTheirCore) {
-  const Schedule chain = Lowered("1f1b", 4, 1, 1);
+  const prog::Schedule chain = Lowered("1f1b", 4, 1, 1);
   const Simulation alone = MustSimulate(chain, {});
   const Simulation shared = MustSimulate(chain, Shared({0, 0, 0, 0}, {1}));
   EXPECT_EQ(alone.makespan, 12);
@@ -64,7 +64,7 @@ TEST(SimulateSharedTest, RanksWaitingAtAReceiveFreeTheirCore) {
 // active ranks go 1, 2, 3, 4, 3, 2, 1, so the waves take 1, 1, 1.5, 2, 1.5, 1, 1: makespan 9.
 // Two hosts of one core, ranks 0,1 and 2,3: worked event by event, makespan 11.
 TEST(SimulateSharedTest, FourRanksOnTwoCores) {
-  const Schedule forward = Lowered("forward-only", 4, 1, 4);
+  const prog::Schedule forward = Lowered("forward-only", 4, 1, 4);
   EXPECT_EQ(MustSimulate(forward, {}).makespan, 7);
   const Simulation one_host = MustSimulate(forward, Shared({0, 0, 0, 0}, {2}));
   EXPECT_EQ(one_host.makespan, 9);
@@ -82,7 +82,7 @@ TEST(SimulateSharedTest, FourRanksOnTwoCores) {
 // until r0's F1 ends at 4; r0's SEND and the rest of r1's F0 (1 unit) share it until 6; r1's
 // F1 runs alone to 8.
 TEST(SimulateSharedTest, SendOverheadSharesTheCore) {
-  const Schedule forward = Lowered("forward-only", 2, 1, 2);
+  const prog::Schedule forward = Lowered("forward-only", 2, 1, 2);
   CostModel costs;
   costs.send_overhead = 1;
   costs.stage_costs = {{1, 2, 1, 1}, {2, 2, 1, 1}};
@@ -102,7 +102,7 @@ TEST(SimulateSharedTest, EnoughCoresGiveTheUnsharedFigures) {
   costs.backward = 2.25;
   costs.comm_latency = 0.25;
   costs.send_overhead = 0.125;
-  ForEachSmallSchedule([&](const std::string& what, int D, const Schedule& schedule) {
+  ForEachSmallSchedule([&](const std::string& what, int D, const prog::Schedule& schedule) {
     const Simulation alone = MustSimulate(schedule, costs);
     std::vector<int> own(D);
     for (int r = 0; r < D; ++r) own[r] = r;
@@ -131,10 +131,10 @@ TEST(SimulateSharedTest, EnoughCoresGiveTheUnsharedFigures) {
 
 // Sharing never makes a step shorter, and a step on c cores is at least the total work / c.
 TEST(SimulateSharedTest, SharingBoundsTheStep) {
-  for (const std::string& name : ScheduleNames()) {
-    absl::StatusOr<Schedule> compute = Generate(name, 4, DefaultChunks(name), 8);
+  for (const std::string& name : prog::ScheduleNames()) {
+    absl::StatusOr<prog::Schedule> compute = prog::Generate(name, 4, prog::DefaultChunks(name), 8);
     if (!compute.ok()) continue;
-    const Schedule schedule = *LowerComms(*compute);
+    const prog::Schedule schedule = *prog::LowerComms(*compute);
     const Simulation alone = MustSimulate(schedule, {});
     const Simulation shared = MustSimulate(schedule, Shared({0, 0, 0, 0}, {2}));
     double work = 0;
@@ -154,7 +154,7 @@ TEST(SimulateSharedTest, PlanUsesTheSharing) {
 }
 
 void ExpectRefused(const CostModel& costs, const std::string& field) {
-  const Schedule schedule = Lowered("1f1b", 2, 1, 2);
+  const prog::Schedule schedule = Lowered("1f1b", 2, 1, 2);
   for (const absl::Status& status :
        {Simulate(schedule, costs).status(), ValidateAndSimulate(schedule, costs).status()}) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << field;
@@ -175,8 +175,8 @@ TEST(SimulateSharedTest, RefusesHostileHosts) {
 
 // The deadlock check holds for the shared run too: a deadlocked program is refused, not timed.
 TEST(SimulateSharedTest, ReportsDeadlock) {
-  Schedule deadlocked = Lowered("1f1b", 2, 1, 2);
-  std::vector<Action>& rank0 = deadlocked.programs[0];
+  prog::Schedule deadlocked = Lowered("1f1b", 2, 1, 2);
+  std::vector<prog::Action>& rank0 = deadlocked.programs[0];
   std::rotate(rank0.begin() + 1, rank0.begin() + 4, rank0.begin() + 6);
   const absl::Status status = Simulate(deadlocked, Shared({0, 0}, {1})).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

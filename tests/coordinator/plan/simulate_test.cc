@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
-#include "coordinator/plan/generate.h"
-#include "coordinator/plan/lower.h"
 #include "coordinator/plan/validate.h"
 #include "gtest/gtest.h"
+#include "program/lower.h"
+#include "program/schedules.h"
 #include "tests/coordinator/plan/plan_test_util.h"
 
 namespace pp::plan {
@@ -144,7 +144,7 @@ TEST(ValidateAndSimulateTest, SameFiguresAsValidateThenSimulate) {
   costs.backward = 2.25;
   costs.comm_latency = 0.3;
   costs.send_overhead = 0.1;
-  ForEachSmallSchedule([&](const std::string& what, int, const Schedule& schedule) {
+  ForEachSmallSchedule([&](const std::string& what, int, const prog::Schedule& schedule) {
     ASSERT_TRUE(Validate(schedule).ok()) << what;
     absl::StatusOr<Simulation> alone = Simulate(schedule, costs);
     absl::StatusOr<Simulation> shared = ValidateAndSimulate(schedule, costs);
@@ -164,9 +164,9 @@ TEST(ValidateAndSimulateTest, SameFiguresAsValidateThenSimulate) {
 
 // Errors come in Validate's order, then Simulate's: a deadlock before bad costs.
 TEST(ValidateAndSimulateTest, ReportsTheErrorValidateOrSimulateWould) {
-  Schedule deadlocked = Lowered("1f1b", 2, 1, 2);
+  prog::Schedule deadlocked = Lowered("1f1b", 2, 1, 2);
   // Rank 0 waits for microbatch 0's gradient before sending microbatch 0's activation.
-  std::vector<Action>& rank0 = deadlocked.programs[0];
+  std::vector<prog::Action>& rank0 = deadlocked.programs[0];
   std::rotate(rank0.begin() + 1, rank0.begin() + 4, rank0.begin() + 6);
   const absl::Status deadlock = Validate(deadlocked);
   ASSERT_NE(deadlock.message().find("deadlock: rank 0 waits forever"), std::string::npos)
@@ -176,7 +176,7 @@ TEST(ValidateAndSimulateTest, ReportsTheErrorValidateOrSimulateWould) {
   EXPECT_EQ(ValidateAndSimulate(deadlocked, UnitCosts()).status(), deadlock);
   EXPECT_EQ(ValidateAndSimulate(deadlocked, negative).status(), deadlock);
 
-  const Schedule fine = Lowered("1f1b", 2, 1, 2);
+  const prog::Schedule fine = Lowered("1f1b", 2, 1, 2);
   const absl::Status bad_costs = Simulate(fine, negative).status();
   EXPECT_EQ(bad_costs.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateAndSimulate(fine, negative).status(), bad_costs);
@@ -186,7 +186,7 @@ TEST(ValidateAndSimulateTest, ReportsTheErrorValidateOrSimulateWould) {
 TEST(ValidateAndSimulateTest, RejectsCostsWhoseSumOverflows) {
   CostModel huge;
   huge.forward = 1e308;
-  const Schedule schedule = Lowered("1f1b", 2, 1, 2);
+  const prog::Schedule schedule = Lowered("1f1b", 2, 1, 2);
   for (const absl::Status& status :
        {Simulate(schedule, huge).status(), ValidateAndSimulate(schedule, huge).status()}) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

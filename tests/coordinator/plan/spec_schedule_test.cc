@@ -24,7 +24,7 @@ pp::v1::ParallelSpec Layout(int D, int V) {
 
 void ExpectSamePlan(const absl::StatusOr<Planned>& got, const Planned& want) {
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->schedule.name, common::kScheduleFileName);
+  EXPECT_EQ(got->schedule.name, prog::kScheduleFileName);
   EXPECT_EQ(got->schedule.stage_to_rank, want.schedule.stage_to_rank);
   EXPECT_EQ(got->schedule.programs, want.schedule.programs);
   EXPECT_EQ(got->simulation.makespan, want.simulation.makespan);

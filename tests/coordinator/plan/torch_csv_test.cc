@@ -6,14 +6,14 @@
 #include <string>
 
 #include "absl/strings/str_replace.h"
-#include "common/schedules.h"
 #include "gtest/gtest.h"
+#include "program/schedules.h"
 #include "tests/coordinator/plan/plan_test_util.h"
 
 namespace pp::plan {
 namespace {
 
-// 1F1B, D=2, M=2: rank 0 warms up with one forward, rank 1 with none (generate.cc).
+// 1F1B, D=2, M=2: rank 0 warms up with one forward, rank 1 with none (program/generators.cc).
 constexpr char kOneFOneBCompute[] = "0F0,0F1,0B0,0B1\r\n1F0,1B0,1F1,1B1\r\n";
 constexpr char kOneFOneBComms[] =
     "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\r\n"
@@ -27,7 +27,7 @@ TEST(TorchCsvTest, WritesTorchsTokensInBothForms) {
   EXPECT_EQ(ToTorchCsv(zb.schedule, CsvForm::kComputeOnly), "0F0,0I0,0W0\r\n1F0,1I0,1W0\r\n");
 }
 
-void ExpectSame(const Schedule& got, const Schedule& want, const std::string& what) {
+void ExpectSame(const prog::Schedule& got, const prog::Schedule& want, const std::string& what) {
   EXPECT_EQ(got.pipeline, want.pipeline) << what;
   EXPECT_EQ(got.chunks, want.chunks) << what;
   EXPECT_EQ(got.microbatches, want.microbatches) << what;
@@ -39,7 +39,7 @@ void ExpectSame(const Schedule& got, const Schedule& want, const std::string& wh
 // lowered schedule, from either form, with the same simulated step.
 TEST(TorchCsvTest, EveryScheduleRoundTripsInBothForms) {
   int checked = 0;
-  for (const std::string& name : common::TrainingScheduleNames()) {
+  for (const std::string& name : prog::TrainingScheduleNames()) {
     for (int D : {2, 3, 4}) {
       const int M = 2 * D + 2;  // allowed by all nine (interleaved: M mod D in {0, 1, D-2, D-1})
       const Planned planned = MustPlan(name, D, 0, M);
@@ -73,7 +73,7 @@ TEST(TorchCsvTest, ReadsFilesAsTorchWritesThem) {
       PlanTorchCsv("0F0,(0F1;0B0)OVERLAP_F_B,0B1\r\n1F0,1B0,1F1,1B1\r\n", UnitCosts());
   ASSERT_TRUE(grouped.ok()) << grouped.status();
   ExpectSame(grouped->schedule, want.schedule, "OVERLAP_F_B");
-  EXPECT_EQ(grouped->schedule.name, kScheduleFileName);
+  EXPECT_EQ(grouped->schedule.name, prog::kScheduleFileName);
 }
 
 std::string MessageOf(const std::string& text) {

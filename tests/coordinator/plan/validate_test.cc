@@ -2,24 +2,24 @@
 
 #include <algorithm>
 
-#include "coordinator/plan/generate.h"
-#include "coordinator/plan/lower.h"
 #include "gtest/gtest.h"
+#include "program/lower.h"
+#include "program/schedules.h"
 #include "tests/coordinator/plan/plan_test_util.h"
 
 namespace pp::plan {
 namespace {
 
-Schedule Lowered(const std::string& name, int D, int V, int M) {
-  absl::StatusOr<Schedule> compute = Generate(name, D, V, M);
+prog::Schedule Lowered(const std::string& name, int D, int V, int M) {
+  absl::StatusOr<prog::Schedule> compute = prog::Generate(name, D, V, M);
   EXPECT_TRUE(compute.ok()) << compute.status();
-  absl::StatusOr<Schedule> lowered = LowerComms(*compute);
+  absl::StatusOr<prog::Schedule> lowered = prog::LowerComms(*compute);
   EXPECT_TRUE(lowered.ok()) << lowered.status();
   EXPECT_TRUE(Validate(*lowered).ok());
   return *lowered;
 }
 
-bool Same(const Action& a, const Action& b) {
+bool Same(const prog::Action& a, const prog::Action& b) {
   return a.kind == b.kind && a.stage == b.stage && a.microbatch == b.microbatch && a.peer == b.peer;
 }
 
@@ -30,10 +30,11 @@ class BrokenProgramTest : public ::testing::Test {
  protected:
   void SetUp() override {
     schedule_ = Lowered("1f1b", 2, 1, 2);
-    const std::vector<Action> rank0 = {{Kind::kForward, 0, 0},     {Kind::kSendActivation, 0, 0, 1},
-                                       {Kind::kForward, 0, 1},     {Kind::kSendActivation, 0, 1, 1},
-                                       {Kind::kRecvGrad, 0, 0, 1}, {Kind::kBackward, 0, 0},
-                                       {Kind::kRecvGrad, 0, 1, 1}, {Kind::kBackward, 0, 1}};
+    const std::vector<prog::Action> rank0 = {
+        {prog::Kind::kForward, 0, 0},     {prog::Kind::kSendActivation, 0, 0, 1},
+        {prog::Kind::kForward, 0, 1},     {prog::Kind::kSendActivation, 0, 1, 1},
+        {prog::Kind::kRecvGrad, 0, 0, 1}, {prog::Kind::kBackward, 0, 0},
+        {prog::Kind::kRecvGrad, 0, 1, 1}, {prog::Kind::kBackward, 0, 1}};
     ASSERT_EQ(schedule_.programs[0].size(), rank0.size());
     for (size_t i = 0; i < rank0.size(); ++i) {
       ASSERT_TRUE(Same(schedule_.programs[0][i], rank0[i])) << i;
@@ -46,12 +47,12 @@ class BrokenProgramTest : public ::testing::Test {
     return std::string(status.message());
   }
 
-  Schedule schedule_;
+  prog::Schedule schedule_;
 };
 
 TEST_F(BrokenProgramTest, MissingReceive) {
-  std::vector<Action>& rank1 = schedule_.programs[1];
-  ASSERT_EQ(rank1[0].kind, Kind::kRecvActivation);
+  std::vector<prog::Action>& rank1 = schedule_.programs[1];
+  ASSERT_EQ(rank1[0].kind, prog::Kind::kRecvActivation);
   rank1.erase(rank1.begin());
   EXPECT_EQ(Error(),
             "rank 1, action 0 (FORWARD stage 1 microbatch 0): needs RECV_ACTIVATION stage 1 "
@@ -59,7 +60,7 @@ TEST_F(BrokenProgramTest, MissingReceive) {
 }
 
 TEST_F(BrokenProgramTest, MissingSend) {
-  std::vector<Action>& rank0 = schedule_.programs[0];
+  std::vector<prog::Action>& rank0 = schedule_.programs[0];
   rank0.erase(rank0.begin() + 1);
   EXPECT_EQ(Error(),
             "rank 1, action 0 (RECV_ACTIVATION stage 1 microbatch 0 from rank 0): never sent: no "
@@ -68,7 +69,7 @@ TEST_F(BrokenProgramTest, MissingSend) {
 
 TEST_F(BrokenProgramTest, ReorderThatDeadlocks) {
   // Rank 0 waits for microbatch 0's gradient before sending microbatch 0's activation.
-  std::vector<Action>& rank0 = schedule_.programs[0];
+  std::vector<prog::Action>& rank0 = schedule_.programs[0];
   std::rotate(rank0.begin() + 1, rank0.begin() + 4, rank0.begin() + 6);
   EXPECT_EQ(Error(),
             "deadlock: rank 0 waits forever at action 1 (RECV_GRAD stage 0 microbatch 0 from rank "
@@ -77,13 +78,13 @@ TEST_F(BrokenProgramTest, ReorderThatDeadlocks) {
 }
 
 TEST_F(BrokenProgramTest, DuplicateForward) {
-  schedule_.programs[0].push_back({Kind::kForward, 0, 0});
+  schedule_.programs[0].push_back({prog::Kind::kForward, 0, 0});
   EXPECT_EQ(Error(),
             "rank 0, action 8 (FORWARD stage 0 microbatch 0): duplicate of rank 0, action 0");
 }
 
 TEST_F(BrokenProgramTest, ForwardBeforeItsReceive) {
-  std::vector<Action>& rank1 = schedule_.programs[1];
+  std::vector<prog::Action>& rank1 = schedule_.programs[1];
   std::swap(rank1[0], rank1[1]);
   EXPECT_EQ(Error(),
             "rank 1, action 0 (FORWARD stage 1 microbatch 0): runs before RECV_ACTIVATION stage 1 "
@@ -91,7 +92,7 @@ TEST_F(BrokenProgramTest, ForwardBeforeItsReceive) {
 }
 
 TEST_F(BrokenProgramTest, WrongPeerAndMissingBackward) {
-  Schedule wrong_peer = schedule_;
+  prog::Schedule wrong_peer = schedule_;
   wrong_peer.programs[0][1].peer = 0;
   EXPECT_EQ(Validate(wrong_peer).message(),
             "rank 0, action 1 (SEND_ACTIVATION stage 0 microbatch 0 to rank 0): peer should be "
@@ -104,11 +105,13 @@ TEST_F(BrokenProgramTest, WrongPeerAndMissingBackward) {
 }
 
 TEST(ValidateTest, WeightGradBeforeInputGrad) {
-  Schedule schedule = Lowered("zb-h1", 2, 1, 2);
-  std::vector<Action>& rank0 = schedule.programs[0];
-  auto is = [](Kind kind) { return [kind](const Action& a) { return a.kind == kind; }; };
-  const auto i0 = std::find_if(rank0.begin(), rank0.end(), is(Kind::kBackwardInput));
-  const auto w0 = std::find_if(rank0.begin(), rank0.end(), is(Kind::kBackwardWeight));
+  prog::Schedule schedule = Lowered("zb-h1", 2, 1, 2);
+  std::vector<prog::Action>& rank0 = schedule.programs[0];
+  auto is = [](prog::Kind kind) {
+    return [kind](const prog::Action& a) { return a.kind == kind; };
+  };
+  const auto i0 = std::find_if(rank0.begin(), rank0.end(), is(prog::Kind::kBackwardInput));
+  const auto w0 = std::find_if(rank0.begin(), rank0.end(), is(prog::Kind::kBackwardWeight));
   ASSERT_TRUE(i0 < w0);
   ASSERT_EQ(i0->microbatch, w0->microbatch);
   const long at = i0 - rank0.begin();
@@ -121,8 +124,8 @@ TEST(ValidateTest, WeightGradBeforeInputGrad) {
 }
 
 TEST(ValidateTest, SplitAndFullBackwardMayNotMix) {
-  Schedule schedule = Lowered("zb-h1", 1, 1, 1);  // F I W on one rank
-  schedule.programs[0].push_back({Kind::kBackward, 0, 0});
+  prog::Schedule schedule = Lowered("zb-h1", 1, 1, 1);  // F I W on one rank
+  schedule.programs[0].push_back({prog::Kind::kBackward, 0, 0});
   EXPECT_EQ(Validate(schedule).message(),
             "rank 0, action 3 (BACKWARD stage 0 microbatch 0): this stage and microbatch already "
             "has a BACKWARD_INPUT at rank 0, action 1; use either B or I + W");
@@ -133,7 +136,7 @@ TEST(ValidateTest, SplitAndFullBackwardMayNotMix) {
 }
 
 TEST(ValidateTest, MalformedShapes) {
-  Schedule schedule = Lowered("1f1b", 2, 1, 2);
+  prog::Schedule schedule = Lowered("1f1b", 2, 1, 2);
   schedule.stage_to_rank = {0, 0};
   EXPECT_EQ(Validate(schedule).message(), "rank 0 holds 2 stages, want V=1");
   schedule = Lowered("1f1b", 2, 1, 2);
@@ -145,14 +148,14 @@ TEST(ValidateTest, MalformedShapes) {
 TEST(LowerTest, NoMessagesWhereConsecutiveStagesShareARank) {
   // zb-v, D=3: stages 0..5 on ranks 0 1 2 2 1 0. Of the 5 stage edges, 2->3 stays on rank 2, so
   // each microbatch sends 4 activations and 4 gradients, and none for that edge.
-  const Schedule schedule = Lowered("zb-v", 3, 2, 4);
+  const prog::Schedule schedule = Lowered("zb-v", 3, 2, 4);
   int sends = 0, receives = 0;
   for (const auto& program : schedule.programs) {
-    for (const Action& a : program) {
-      sends += a.kind == Kind::kSendActivation || a.kind == Kind::kSendGrad;
-      receives += a.kind == Kind::kRecvActivation || a.kind == Kind::kRecvGrad;
-      EXPECT_FALSE(a.kind == Kind::kSendActivation && a.stage == 2);
-      EXPECT_FALSE(a.kind == Kind::kSendGrad && a.stage == 3);
+    for (const prog::Action& a : program) {
+      sends += a.kind == prog::Kind::kSendActivation || a.kind == prog::Kind::kSendGrad;
+      receives += a.kind == prog::Kind::kRecvActivation || a.kind == prog::Kind::kRecvGrad;
+      EXPECT_FALSE(a.kind == prog::Kind::kSendActivation && a.stage == 2);
+      EXPECT_FALSE(a.kind == prog::Kind::kSendGrad && a.stage == 3);
     }
   }
   EXPECT_EQ(sends, 4 * 2 * 4);
@@ -160,8 +163,8 @@ TEST(LowerTest, NoMessagesWhereConsecutiveStagesShareARank) {
 }
 
 TEST(LowerTest, RefusesAnAlreadyLoweredProgram) {
-  const Schedule schedule = Lowered("1f1b", 2, 1, 2);
-  absl::StatusOr<Schedule> again = LowerComms(schedule);
+  const prog::Schedule schedule = Lowered("1f1b", 2, 1, 2);
+  absl::StatusOr<prog::Schedule> again = prog::LowerComms(schedule);
   ASSERT_FALSE(again.ok());
   EXPECT_NE(again.status().message().find("already lowered"), std::string::npos);
 }
@@ -171,13 +174,13 @@ TEST(LowerTest, RefusesAnAlreadyLoweredProgram) {
 // ranks does not, for the V-shaped schedules: hence one channel per kind).
 TEST(ChannelOrderTest, EveryGeneratedScheduleKeepsEachKindsOrder) {
   int checked = 0;
-  for (const std::string& name : ScheduleNames()) {
+  for (const std::string& name : prog::ScheduleNames()) {
     for (int D = 2; D <= 6; ++D) {
       for (int V = 1; V <= 3; ++V) {
         for (int M = D; M <= 3 * D; ++M) {
-          absl::StatusOr<Schedule> compute = Generate(name, D, V, M);
+          absl::StatusOr<prog::Schedule> compute = prog::Generate(name, D, V, M);
           if (!compute.ok()) continue;  // a V or M the schedule refuses
-          absl::StatusOr<Schedule> lowered = LowerComms(*compute);
+          absl::StatusOr<prog::Schedule> lowered = prog::LowerComms(*compute);
           ASSERT_TRUE(lowered.ok()) << lowered.status();
           EXPECT_TRUE(internal::CheckStatically(*lowered).ok())
               << name << " D=" << D << " V=" << V << " M=" << M << ": "

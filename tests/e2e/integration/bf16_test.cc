@@ -79,10 +79,7 @@ TEST_F(Bf16Test, EveryScheduleAndDepthTrainsTheReferenceBits) {
 
   std::vector<DepthLayout> layouts;
   for (int pipeline = 4; pipeline >= 1; --pipeline) {
-    for (const Layout& every : {Layout{"gpipe", 1}, Layout{"1f1b", 1},
-                                Layout{"interleaved-1f1b", 2}, Layout{"zb-h1", 1},
-                                Layout{"zb-h2", 1}, Layout{"zb-v", 2}, Layout{"v-half", 2},
-                                Layout{"v-min", 2}, Layout{"dualpipe-v", 2}}) {
+    for (const Layout& every : TrainingLayouts()) {
       layouts.push_back({every.schedule, every.chunks, pipeline});
     }
   }

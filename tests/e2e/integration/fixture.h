@@ -6,11 +6,13 @@
 #include <fstream>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/substitute.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "pp/v1/job.pb.h"
+#include "program/schedules.h"
 #include "tests/support/fixture.h"
 
 namespace pp::integration {
@@ -23,12 +25,15 @@ struct Layout {
 inline void PrintTo(const Layout& layout, std::ostream* os) {
   *os << layout.schedule << " V=" << layout.chunks;
 }
-// Every schedule a job may train with, each at the chunks it takes (all nine).
-inline auto EverySchedule() {
-  return ::testing::Values(Layout{"gpipe", 1}, Layout{"1f1b", 1}, Layout{"interleaved-1f1b", 2},
-                           Layout{"zb-h1", 1}, Layout{"zb-h2", 1}, Layout{"zb-v", 2},
-                           Layout{"v-half", 2}, Layout{"v-min", 2}, Layout{"dualpipe-v", 2});
+// Every schedule a job may train with (the table's rows that train), each at its default chunks.
+inline std::vector<Layout> TrainingLayouts() {
+  std::vector<Layout> layouts;
+  for (const prog::ScheduleKind& kind : prog::Schedules()) {
+    if (kind.trains) layouts.push_back({kind.name.c_str(), kind.default_chunks});
+  }
+  return layouts;
 }
+inline auto EverySchedule() { return ::testing::ValuesIn(TrainingLayouts()); }
 // The test's name for a layout: the schedule with '_' for '-'.
 inline std::string LayoutName(const ::testing::TestParamInfo<Layout>& info) {
   std::string name = info.param.schedule;

@@ -55,7 +55,7 @@ class ScheduleFileTest : public IntegrationTest {
     absl::StatusOr<common::Checkpoint> saved =
         common::LoadCheckpoint(common::StepDir(cluster_->checkpoint_root(), id, kSteps));
     ASSERT_TRUE(saved.ok()) << saved.status();
-    EXPECT_EQ(saved->manifest.layout().schedule(), common::kScheduleFileName);
+    EXPECT_EQ(saved->manifest.layout().schedule(), prog::kScheduleFileName);
     absl::StatusOr<pp::v1::Job> job = GetJob(cluster_->stub(), id);
     ASSERT_TRUE(job.ok()) << job.status();
     EXPECT_TRUE(common::CarriesSchedule(job->spec().parallel()));

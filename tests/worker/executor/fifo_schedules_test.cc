@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "common/schedules.h"
 #include "coordinator/plan/plan.h"
 #include "gtest/gtest.h"
+#include "program/schedules.h"
 #include "tests/worker/executor/fake_pipeline.h"
 
 namespace pp::executor {
@@ -48,7 +48,8 @@ TEST_P(FifoScheduleTest, TrainsBitwiseTheSequentialRun) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, FifoScheduleTest, ::testing::ValuesIn(common::TrainingScheduleNames()),
+INSTANTIATE_TEST_SUITE_P(Schedules, FifoScheduleTest,
+                         ::testing::ValuesIn(prog::TrainingScheduleNames()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
                            for (char& c : name) {

@@ -63,6 +63,7 @@ class ModelTest : public ::testing::Test {
     o.first_unit = first, o.last_unit = last, o.microbatch_size = B, o.microbatches = M;
     o.seed = seed;
     o.recompute = recompute_;
+    o.precision = precision_;
     auto s = StageModel::Create(ops_.get(), c, o);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
@@ -188,6 +189,7 @@ class ModelTest : public ::testing::Test {
 
   std::unique_ptr<kernels::Ops> ops_;
   Recompute recompute_ = Recompute::kNone;  // of the stages Stage() makes from now on
+  common::Precision precision_ = common::Precision::kFp32;  // ops_'s, for those stages too
 };
 
 }  // namespace pp::model

@@ -1,9 +1,9 @@
-#include "coordinator/plan/dualpipe_v.h"
+#include "program/dualpipe_v.h"
 
 #include <deque>
 #include <vector>
 
-namespace pp::plan::internal {
+namespace pp::prog::internal {
 namespace {
 
 // One rank's program as DualPipe's phases build it: per chunk the next microbatch to run
@@ -71,4 +71,4 @@ Schedule DualPipeV(int D, int M) {
   return schedule;
 }
 
-}  // namespace pp::plan::internal
+}  // namespace pp::prog::internal

@@ -1,8 +1,11 @@
-#include "coordinator/plan/ir.h"
+#include "program/ir.h"
 
 #include "absl/strings/str_cat.h"
+#include "program/schedules.h"
 
-namespace pp::plan {
+namespace pp::prog {
+
+bool Schedule::trains() const { return name != kForwardOnly; }
 
 const char* KindName(Kind kind) {
   switch (kind) {
@@ -29,7 +32,7 @@ const char* KindName(Kind kind) {
 std::string Describe(const Action& action) {
   std::string text = absl::StrCat(KindName(action.kind), " stage ", action.stage, " microbatch ",
                                   action.microbatch);
-  if (action.kind == Kind::kSendActivation || action.kind == Kind::kSendGrad) {
+  if (IsSend(action.kind)) {
     absl::StrAppend(&text, " to rank ", action.peer);
   } else if (IsComm(action.kind)) {
     absl::StrAppend(&text, " from rank ", action.peer);
@@ -52,4 +55,4 @@ std::vector<int> VShapeStageToRank(int D) {
   return map;
 }
 
-}  // namespace pp::plan
+}  // namespace pp::prog

@@ -1,9 +1,9 @@
-#include "coordinator/plan/lower.h"
+#include "program/lower.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace pp::plan {
+namespace pp::prog {
 
 namespace internal {
 
@@ -54,4 +54,4 @@ absl::StatusOr<Schedule> LowerComms(const Schedule& compute) {
   return lowered;
 }
 
-}  // namespace pp::plan
+}  // namespace pp::prog

@@ -1,5 +1,7 @@
-// The planner's IR: a schedule is one ordered program of actions per rank plus the stage->rank
-// map. Plain structs, no protos (convert.h is the one place that talks to pp.v1.Schedule).
+// The pipeline program: a schedule is one ordered program of actions per rank plus the stage->rank
+// map. The planner builds and checks it (coordinator/plan/), the worker's executor runs one rank of
+// it (worker/executor/); both read actions through this module, so there is one contract.
+// Plain structs; proto.h converts them to and from pp.v1.
 //
 // Conventions every pass relies on:
 // - Stage s (0..S-1, S = D*V) is a global index; rank stage_to_rank[s] holds it.
@@ -7,16 +9,14 @@
 //   rank of s+1, whose RECV_ACTIVATION(s+1) takes it; SEND_GRAD(s) ships B/I(s)'s input-gradient
 //   to the rank of s-1, whose RECV_GRAD(s-1) takes it. A message is identified by (kind, stage,
 //   microbatch), so a receiver may post any receive as early as it likes.
-#ifndef PP_COORDINATOR_PLAN_IR_H_
-#define PP_COORDINATOR_PLAN_IR_H_
+#ifndef PP_PROGRAM_IR_H_
+#define PP_PROGRAM_IR_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "common/schedules.h"
-
-namespace pp::plan {
+namespace pp::prog {
 
 // Same order and names as pp.v1.ActionKind (minus UNSPECIFIED).
 enum class Kind : uint8_t {
@@ -49,11 +49,12 @@ struct Schedule {
 
   int stages() const { return static_cast<int>(stage_to_rank.size()); }
   // False for the forward-only schedule: its F keeps nothing for a backward that never comes.
-  bool trains() const { return name != common::kForwardOnly; }
+  bool trains() const;
 };
 
-// Inline: every pass asks it of every action.
+// Inline: every pass asks them of every action.
 inline bool IsComm(Kind kind) { return kind >= Kind::kSendActivation; }
+inline bool IsSend(Kind kind) { return kind == Kind::kSendActivation || kind == Kind::kSendGrad; }
 // "FORWARD", "SEND_GRAD", ... (the proto enum names).
 const char* KindName(Kind kind);
 // "FORWARD stage 2 microbatch 0", with " to rank 3" / " from rank 1" for comm actions.
@@ -64,6 +65,6 @@ std::vector<int> LoopedStageToRank(int D, int V);
 // V-shaped placement (ZB-V): rank r holds stages r and 2D-1-r.
 std::vector<int> VShapeStageToRank(int D);
 
-}  // namespace pp::plan
+}  // namespace pp::prog
 
-#endif  // PP_COORDINATOR_PLAN_IR_H_
+#endif  // PP_PROGRAM_IR_H_

@@ -7,15 +7,15 @@
 // ever waits for data the compute order itself waits for, so the lowered programs deadlock exactly
 // when the compute order does (the validator checks it). Messages are keyed by (kind, stage,
 // microbatch), so a worker may post every receive early and wait at the RECV.
-#ifndef PP_COORDINATOR_PLAN_LOWER_H_
-#define PP_COORDINATOR_PLAN_LOWER_H_
+#ifndef PP_PROGRAM_LOWER_H_
+#define PP_PROGRAM_LOWER_H_
 
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/plan/ir.h"
+#include "program/ir.h"
 
-namespace pp::plan {
+namespace pp::prog {
 
 // InvalidArgument if `compute` already holds comm actions or names a stage out of range.
 absl::StatusOr<Schedule> LowerComms(const Schedule& compute);
@@ -27,6 +27,6 @@ namespace internal {
 void AppendLowered(const Schedule& compute, const Action& a, std::vector<Action>& out);
 }  // namespace internal
 
-}  // namespace pp::plan
+}  // namespace pp::prog
 
-#endif  // PP_COORDINATOR_PLAN_LOWER_H_
+#endif  // PP_PROGRAM_LOWER_H_

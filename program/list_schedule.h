@@ -15,16 +15,16 @@
 //     oldest microbatch on a rank always has the slot it needs: the schedule never stalls for
 //     memory. zb-v, whose cap of 2D never binds that way, keeps the one-chunk rule.
 // Programs are compute-only (see lower.h). Pure functions; thread-safe.
-#ifndef PP_COORDINATOR_PLAN_LIST_SCHEDULE_H_
-#define PP_COORDINATOR_PLAN_LIST_SCHEDULE_H_
+#ifndef PP_PROGRAM_LIST_SCHEDULE_H_
+#define PP_PROGRAM_LIST_SCHEDULE_H_
 
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/plan/ir.h"
+#include "program/ir.h"
 
-namespace pp::plan::internal {
+namespace pp::prog::internal {
 
 // What a free rank may run, for the priority list. With one chunk per rank near and far are the
 // same stage.
@@ -32,10 +32,10 @@ enum class Pick { kForwardNear, kForwardFar, kInputNear, kInputFar, kWeight };
 
 struct ListPolicy {
   std::string name;
-  int chunks = 1;                // V: 1 (looped, stage r on rank r) or 2 (the V shape)
-  int cap = 0;                   // live stage-microbatch activations per rank, F to W
-  bool keep_slot = false;        // V = 2: a new microbatch must leave one slot free
-  std::vector<Pick> priority;    // first ready pick wins; W in I order
+  int chunks = 1;              // V: 1 (looped, stage r on rank r) or 2 (the V shape)
+  int cap = 0;                 // live stage-microbatch activations per rank, F to W
+  bool keep_slot = false;      // V = 2: a new microbatch must leave one slot free
+  std::vector<Pick> priority;  // first ready pick wins; W in I order
 };
 
 // The programs of `policy` for D ranks and M microbatches. InternalError if the policy stalls
@@ -63,6 +63,6 @@ absl::StatusOr<Schedule> ZbH2(int D, int M);
 absl::StatusOr<Schedule> VHalf(int D, int M);
 absl::StatusOr<Schedule> VMin(int D, int M);
 
-}  // namespace pp::plan::internal
+}  // namespace pp::prog::internal
 
-#endif  // PP_COORDINATOR_PLAN_LIST_SCHEDULE_H_
+#endif  // PP_PROGRAM_LIST_SCHEDULE_H_

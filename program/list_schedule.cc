@@ -1,4 +1,4 @@
-#include "coordinator/plan/list_schedule.h"
+#include "program/list_schedule.h"
 
 #include <algorithm>
 #include <cstddef>
@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace pp::plan::internal {
+namespace pp::prog::internal {
 namespace {
 
 Schedule Empty(const ListPolicy& policy, int D, int M) {
@@ -16,8 +16,7 @@ Schedule Empty(const ListPolicy& policy, int D, int M) {
   schedule.pipeline = D;
   schedule.chunks = policy.chunks;
   schedule.microbatches = M;
-  schedule.stage_to_rank =
-      policy.chunks == 2 ? VShapeStageToRank(D) : LoopedStageToRank(D, 1);
+  schedule.stage_to_rank = policy.chunks == 2 ? VShapeStageToRank(D) : LoopedStageToRank(D, 1);
   schedule.programs.resize(D);
   return schedule;
 }
@@ -26,9 +25,18 @@ Schedule Empty(const ListPolicy& policy, int D, int M) {
 class ListScheduler {
  public:
   ListScheduler(const ListPolicy& policy, int D, int M)
-      : policy_(policy), D_(D), M_(M), S_(D * policy.chunks), next_f_(S_, 0), next_i_(S_, 0),
-        f_end_(static_cast<size_t>(S_) * M, kNever), i_end_(static_cast<size_t>(S_) * M, kNever),
-        pending_w_(D), w_head_(D, 0), live_(D, 0), free_at_(D, 0) {}
+      : policy_(policy),
+        D_(D),
+        M_(M),
+        S_(D * policy.chunks),
+        next_f_(S_, 0),
+        next_i_(S_, 0),
+        f_end_(static_cast<size_t>(S_) * M, kNever),
+        i_end_(static_cast<size_t>(S_) * M, kNever),
+        pending_w_(D),
+        w_head_(D, 0),
+        live_(D, 0),
+        free_at_(D, 0) {}
 
   absl::StatusOr<Schedule> Run() {
     Schedule schedule = Empty(policy_, D_, M_);
@@ -44,8 +52,8 @@ class ListScheduler {
         if (free_at_[r] > t) next = std::min(next, free_at_[r]);
       }
       if (next == kNever && remaining > 0) {
-        return absl::InternalError(absl::StrCat(policy_.name, " list scheduler stalled at time ",
-                                                t, " (D=", D_, " M=", M_, ")"));
+        return absl::InternalError(absl::StrCat(policy_.name, " list scheduler stalled at time ", t,
+                                                " (D=", D_, " M=", M_, ")"));
       }
       t = next;
     }
@@ -120,8 +128,8 @@ class ListScheduler {
 
   const ListPolicy& policy_;
   const int D_, M_, S_;
-  std::vector<int> next_f_, next_i_;  // per stage: the next microbatch to run
-  std::vector<int> f_end_, i_end_;    // per (stage, microbatch): when its F / I ends
+  std::vector<int> next_f_, next_i_;             // per stage: the next microbatch to run
+  std::vector<int> f_end_, i_end_;               // per (stage, microbatch): when its F / I ends
   std::vector<std::vector<Pending>> pending_w_;  // per rank, in I order
   std::vector<size_t> w_head_;
   std::vector<int> live_, free_at_;  // per rank
@@ -136,8 +144,7 @@ absl::StatusOr<Schedule> ListSchedule(const ListPolicy& policy, int D, int M) {
 absl::StatusOr<Schedule> ZbV(int D, int M) {
   using enum Pick;
   return ListSchedule(
-      {"zb-v", 2, 2 * D, false, {kForwardNear, kForwardFar, kInputFar, kInputNear, kWeight}}, D,
-      M);
+      {"zb-v", 2, 2 * D, false, {kForwardNear, kForwardFar, kInputFar, kInputNear, kWeight}}, D, M);
 }
 
 absl::StatusOr<Schedule> ZbH2(int D, int M) {
@@ -154,9 +161,12 @@ absl::StatusOr<Schedule> VHalf(int D, int M) {
 
 absl::StatusOr<Schedule> VMin(int D, int M) {
   using enum Pick;
-  return ListSchedule({"v-min", 2, (2 * D + 2) / 3 + 1, true,
+  return ListSchedule({"v-min",
+                       2,
+                       (2 * D + 2) / 3 + 1,
+                       true,
                        {kForwardNear, kInputNear, kInputFar, kForwardFar, kWeight}},
                       D, M);
 }
 
-}  // namespace pp::plan::internal
+}  // namespace pp::prog::internal

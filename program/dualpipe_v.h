@@ -29,16 +29,16 @@
 // rank 0). With f = 1, b = 2 (I = W = 1) it reaches the bound 6M + D - 1, and every rank holds at
 // most 2D + 1 chunk activations (DeepSeek's table: PP + 1 stages' worth, 1F1B holds PP).
 // Pure; thread-safe.
-#ifndef PP_COORDINATOR_PLAN_DUALPIPE_V_H_
-#define PP_COORDINATOR_PLAN_DUALPIPE_V_H_
+#ifndef PP_PROGRAM_DUALPIPE_V_H_
+#define PP_PROGRAM_DUALPIPE_V_H_
 
-#include "coordinator/plan/ir.h"
+#include "program/ir.h"
 
-namespace pp::plan::internal {
+namespace pp::prog::internal {
 
 // REQUIRES: D >= 1, M >= 2D (common/schedules.h refuses less).
 Schedule DualPipeV(int D, int M);
 
-}  // namespace pp::plan::internal
+}  // namespace pp::prog::internal
 
-#endif  // PP_COORDINATOR_PLAN_DUALPIPE_V_H_
+#endif  // PP_PROGRAM_DUALPIPE_V_H_

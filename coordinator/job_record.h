@@ -1,0 +1,182 @@
+// One job as ppcoord keeps it in memory (internal): its stored row (pp::v1::Job), its plan, and
+// the bookkeeping of its live attempt. Its lifecycle changes only by edits, values that say what
+// one transition sets (JobEdit), applied by JobRecord::Apply, which refuses an illegal one, in the
+// style of leveldb's VersionEdit: JobManager::LogAndApply (jobs.h) applies an edit and marks the
+// job's row for the committer, as VersionSet::LogAndApply applies one and logs it.
+//
+// Invariants (Apply keeps them; nothing else writes the fields they name):
+//  - job().state() moves only as CheckTransition (job_logic.h) allows, and only as the edit's kind
+//    says: kPlace QUEUED -> RUNNING; kEnd QUEUED | RUNNING -> SUCCEEDED | FAILED | CANCELLED;
+//    kRequeue RUNNING -> QUEUED (a restart); kResume SUCCEEDED | FAILED | CANCELLED -> QUEUED.
+//    kWait, kBackoff and kSettleStart keep a QUEUED job QUEUED; kCheckpoint keeps any state.
+//  - job().attempt() grows by one at each kRequeue and kResume, and only then; it names the live
+//    attempt: the one running, or the one waiting to be placed. Each new attempt appends its
+//    entry to job().restart_log() (StartNextAttempt, job_logic.h).
+//  - job().last_checkpoint_step() only grows (kCheckpoint), except that kResume sets it to the
+//    step the job resumes from.
+//  - verify_pending(): QUEUED with start_step a checkpoint not verified yet; set by kRequeue,
+//    cleared by kSettleStart and kResume.
+//  - waiting(): job().reason() says why the QUEUED job waits (kWait), not why its attempt began;
+//    kPlace puts the attempt's reason back.
+// An illegal edit changes nothing and is an error: a bug of the caller, which reports it.
+//
+// Threading: none of its own. JobManager keeps every JobRecord under its mu_ (jobs.h).
+#ifndef PP_COORDINATOR_JOB_RECORD_H_
+#define PP_COORDINATOR_JOB_RECORD_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "coordinator/calibration_run.h"
+#include "coordinator/job_logic.h"
+#include "pp/v1/coordinator.pb.h"
+#include "pp/v1/job.pb.h"
+#include "pp/v1/schedule.pb.h"
+
+namespace pp::coordinator {
+
+// One change of a job's lifecycle, as a value: what the transition sets. Built by the factory of
+// its kind; JobRecord::Apply checks it against the job's state and applies it.
+struct JobEdit {
+  enum class Kind {
+    kPlace,    // the live attempt starts on `placement`: RUNNING
+    kEnd,      // a final `state`, for `reason`
+    kRequeue,  // a restart: the next attempt, from `from_step`, QUEUED
+    kResume,   // an ended job's next attempt, from the verified checkpoint `from_step`, on `spec`
+    kWait,     // a QUEUED job waits, for `reason`
+    kBackoff,  // a QUEUED job is not placed before `not_before`
+    kSettleStart,  // a requeued job's checkpoint was verified: it starts from `from_step`
+    kCheckpoint,   // the checkpoint of step `from_step` was committed
+  };
+
+  static JobEdit Place(std::vector<pp::v1::RankPlacement> placement, double now_unix);
+  static JobEdit End(pp::v1::JobState state, std::string reason, double now_unix);
+  // `automatic` restarts count against max_restarts; `not_before` is the restart's backoff.
+  static JobEdit Requeue(int from_step, std::string reason, bool automatic, absl::Time not_before,
+                         double now_unix);
+  // `train_windows`: the data's, read again at the resume.
+  static JobEdit Resume(int from_step, std::string reason, pp::v1::JobSpec spec,
+                        int64_t train_windows, double now_unix);
+  static JobEdit Wait(std::string reason, double now_unix);
+  static JobEdit Backoff(absl::Time not_before);
+  static JobEdit SettleStart(int from_step);
+  static JobEdit Checkpoint(int step);
+
+  Kind kind = Kind::kWait;
+  pp::v1::JobState state = pp::v1::JOB_STATE_UNSPECIFIED;  // kEnd
+  std::string reason;                                      // kEnd, kRequeue, kResume, kWait
+  int from_step = 0;       // kRequeue, kResume, kSettleStart; the step of kCheckpoint
+  bool automatic = false;  // kRequeue
+  absl::Time not_before = absl::InfinitePast();  // kRequeue, kBackoff
+  std::vector<pp::v1::RankPlacement> placement;  // kPlace
+  std::optional<pp::v1::JobSpec> spec;           // kResume
+  int64_t train_windows = 0;                     // kResume
+  double now_unix = 0;  // updated_unix of kPlace, kEnd, kRequeue, kResume, kWait
+};
+
+// A rank's ReportTask of a live attempt, with the worker it came from.
+struct TaskEnd {
+  pp::v1::TaskReport report;
+  std::string worker;
+};
+
+class JobRecord {
+ public:
+  explicit JobRecord(pp::v1::Job job) : job_(std::move(job)) {}
+  JobRecord(JobRecord&&) = default;
+  JobRecord& operator=(JobRecord&&) = default;
+
+  // Whether `edit` may apply to the job as it is (the invariants above); Internal, naming the job,
+  // the edit and the state, when not.
+  absl::Status Check(const JobEdit& edit) const;
+  // Applies `edit` when Check allows it: true when the stored row changed (the caller marks it to
+  // be written). An illegal edit changes nothing and returns Check's error.
+  absl::StatusOr<bool> Apply(const JobEdit& edit);
+
+  const pp::v1::Job& job() const { return job_; }
+  // For the fields no edit covers (progress, plan, spec of a decided plan, eval). REQUIRES: not
+  // the fields of the invariants above (state, attempt, start_step, placement, restart_log,
+  // last_checkpoint_step, the reason of a transition): those change only by Apply.
+  pp::v1::Job* mutable_job() { return &job_; }
+  bool verify_pending() const { return verify_pending_; }
+  absl::Time not_before() const { return not_before_; }
+  bool waiting() const { return waiting_; }
+
+  // ---- the plan of the live attempt (planning.h PlannedJob) ----
+  pp::v1::Schedule schedule;
+  std::vector<int> stage_units;
+  std::vector<int64_t> rank_bytes;  // estimated peak memory per global rank (RankBytes)
+
+  // ---- the live attempt's progress: reset by kPlace ----
+  std::unique_ptr<StepAggregator> steps;
+  std::unique_ptr<CheckpointCollector> checkpoints;
+  std::set<int> ranks_done;
+  bool drained = false;  // a rank stopped at stop_step (a worker drains)
+  int stop_step = 0;     // >0: every rank checkpoints and stops after it
+  int newest_reported_step = 0;
+  std::set<std::string> leaving_workers;  // asked to drain: not placed again
+  // A lost-peer failure of `attempt` waiting for its cause (ManagerOptions::failure_settle).
+  struct Suspicion {
+    int attempt = 0;
+    std::string reason;  // the lost-peer report, the reason when no cause turns up
+    std::string worker;  // that report's worker
+    absl::Time deadline;
+    // Probes not answered yet. The report stands only once every probe has answered (each is
+    // bounded by probe_deadline), so a slow answer under load cannot let the settle time run
+    // out before the worker that does not answer is found.
+    int probes_pending = 0;
+  };
+  std::optional<Suspicion> suspicion;
+
+  // ---- its commits (commits.cc) ----
+  // Checkpoints queued for the committer and not applied yet, and the newest of their steps.
+  int commits_in_flight = 0;
+  int newest_commit_in_flight = 0;
+  // Task ends reported while commits were in flight: ApplyTaskEnd once they are applied.
+  std::vector<TaskEnd> reports_after_commits;
+
+  // ---- parallel.schedule "auto" (calibration.cc) ----
+  // Calibrate the workers before the next placement (set at submission, at reload of an
+  // undecided job, and by a re-plan).
+  bool calibrate = false;
+  // The calibration in flight (calibration_run.h): its workers are held BUSY for its attempt
+  // while the job is QUEUED.
+  std::optional<CalibrationRun> calibrating;
+  int calibration_failures = 0;  // in a row
+  // A re-plan after prediction drift or trial steps: why, once every rank stopped at stop_step.
+  std::optional<std::string> replan;
+  // The re-plan chooses from the job's calibration as it is (a trial's refit), not measured again.
+  bool replan_cached = false;
+  // The decided plan's trial steps (calibration.cc FitTrial): traced steps after the first,
+  // until auto_plan.trial_steps of them are fitted into plan.calibration.trial.
+  struct Trial {
+    std::vector<pp::v1::StepTrace> traces;
+    std::vector<double> seconds;
+    bool done = false;
+  };
+  Trial trial;
+  std::string calibration_key;  // in JobManager::calibrations_: the decided plan's calibration
+
+ private:
+  void Place(const JobEdit& edit);
+  void StartNext(const JobEdit& edit);
+  bool SettleStart(int from_step);
+
+  pp::v1::Job job_;
+  bool verify_pending_ = false;
+  absl::Time not_before_ = absl::InfinitePast();
+  bool waiting_ = false;
+};
+
+// The name of an edit's kind, for messages: "place", "end", ...
+const char* JobEditName(JobEdit::Kind kind);
+
+}  // namespace pp::coordinator
+
+#endif  // PP_COORDINATOR_JOB_RECORD_H_
