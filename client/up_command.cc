@@ -138,6 +138,7 @@ class Up {
     absl::StatusOr<pp::common::Device> device =
         pp::common::ParseDevice(absl::GetFlag(FLAGS_device), "device");
     if (!device.ok()) return Fail(device.status(), pp::common::kExitUsage);
+    run_.device = device->ToString();
     absl::StatusOr<pp::v1::JobSpec> spec = LoadUpSpec(absl::GetFlag(FLAGS_job), workers);
     if (!spec.ok()) return Fail(spec.status());
     absl::StatusOr<std::filesystem::path> ppcoord = BinaryNextToMe("ppcoord");

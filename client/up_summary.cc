@@ -13,6 +13,7 @@
 #include "common/median.h"
 #include "common/step_math.h"
 #include "coordinator/plan/plan.h"
+#include "worker/trainer/flop_rate.h"
 
 namespace pp::client {
 namespace {
@@ -44,8 +45,8 @@ pp::v1::JobSpec ResolvedSpec(const UpRun& run, const pp::v1::Job* job) {
   return spec;
 }
 
-// `s` is ResolvedSpec's.
-void PrintLossAndSpeed(const UpRun& run, const pp::v1::JobSpec& s) {
+// `s` is ResolvedSpec's. Returns the tokens/s printed, 0 when the run has no step timing.
+double PrintLossAndSpeed(const UpRun& run, const pp::v1::JobSpec& s) {
   const pp::v1::JobEvent& last = run.last_event;
   const pp::v1::JobEvent& first = run.first_step.value_or(last);
   const double tokens_per_step = static_cast<double>(common::GlobalTokensPerStep(s));
@@ -64,12 +65,24 @@ void PrintLossAndSpeed(const UpRun& run, const pp::v1::JobSpec& s) {
   }
   std::cout << "  lr          " << ScheduleText(s.train()) << "\n";
   const double seconds = last.time_unix() - first.time_unix();
-  if (last.step() > first.step() && seconds > 0) {
-    std::cout << absl::StrFormat(
-        "  tokens/s    %.0f (mean over steps %d-%d: %.0f tokens in %s)\n",
-        tokens_per_step * (last.step() - first.step()) / seconds, first.step() + 1, last.step(),
-        tokens_per_step * (last.step() - first.step()), ClockText(seconds));
-  }
+  if (last.step() <= first.step() || seconds <= 0) return 0;
+  const double tokens_per_second = tokens_per_step * (last.step() - first.step()) / seconds;
+  std::cout << absl::StrFormat("  tokens/s    %.0f (mean over steps %d-%d: %.0f tokens in %s)\n",
+                               tokens_per_second, first.step() + 1, last.step(),
+                               tokens_per_step * (last.step() - first.step()), ClockText(seconds));
+  return tokens_per_second;
+}
+
+// The model FLOPs a second and their share of the peak of the job's ranks, each a worker process
+// on this machine (trainer/flop_rate.h: one process's measured GEMM rate x the ranks, capped by
+// the cores).
+void PrintFlopRate(const UpRun& run, const pp::v1::JobSpec& s, double tokens_per_second) {
+  const pp::v1::ParallelSpec& p = s.parallel();
+  const int ranks = std::max(p.pipeline(), 1) * std::max(p.tensor(), 1) * std::max(p.data(), 1);
+  std::cout << "  FLOP rate   "
+            << trainer::FlopRateText(s.model(), tokens_per_second,
+                                     trainer::PeakSetupOf(s, run.device, ranks))
+            << "\n";
 }
 
 // The kept traced steps (ppcoord keeps the newest few) from step 2 on, each as measured and as
@@ -191,7 +204,7 @@ absl::Status PrintSummary(pp::v1::Coordinator::Stub& stub, const UpRun& run, con
   pp::v1::PlanJobResponse plan;
   const grpc::Status planned = stub.PlanJob(TenSeconds().get(), plan_request, &plan);
 
-  PrintLossAndSpeed(run, spec);
+  PrintFlopRate(run, spec, PrintLossAndSpeed(run, spec));
   if (got.ok()) PrintAutoPlan(job);
   PrintBubbles(run, planned.ok() ? &plan : nullptr, kept);
   if (!dir.temporary()) {

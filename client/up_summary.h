@@ -1,6 +1,8 @@
-// `ppctl up`'s summary of a finished job: loss, tokens/s, the measured and simulated bubbles (the
-// planner's, plan.h: the compiled schedule under uniform costs and under the per-stage costs
-// measured in the last traced step), the measured timeline of that step, and its Chrome trace.
+// `ppctl up`'s summary of a finished job: loss, tokens/s, the FLOP rate and its share of the
+// measured peak (worker/trainer/flop_rate.h, measured here: the cluster is on this machine), the
+// measured and simulated bubbles (the planner's, plan.h: the compiled schedule under uniform costs
+// and under the per-stage costs measured in the last traced step), the measured timeline of that
+// step, and its Chrome trace.
 #ifndef PP_CLIENT_UP_SUMMARY_H_
 #define PP_CLIENT_UP_SUMMARY_H_
 
@@ -17,6 +19,7 @@ namespace pp::client {
 struct UpRun {
   std::string job_id;
   pp::v1::JobSpec spec;
+  std::string device = "cpu";  // every worker's --device
   std::optional<pp::v1::JobEvent> first_step;
   pp::v1::JobEvent last_event;  // EVENT_FINISHED
   double bubble_sum = 0;        // measured bubbles of steps 2..

@@ -15,7 +15,7 @@
 // The data section's rules (data, eval.data: path, paths, mix, globs) are common/data_spec.h's.
 // - ValidateJobSpec is both.
 // The schedule names and chunk rules are those of the schedule table (program/schedules.h); its
-// rules that depend on microbatch counts (ScheduleRule::constraints) are for the planner to apply.
+// rules that depend on microbatch counts (ScheduleKind::constraints) are for the planner to apply.
 // Every size, and every product of sizes, is bounded before a file is opened
 // (common/spec_bounds.h).
 #ifndef PP_COMMON_JOB_SPEC_H_

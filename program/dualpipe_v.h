@@ -36,7 +36,7 @@
 
 namespace pp::prog::internal {
 
-// REQUIRES: D >= 1, M >= 2D (common/schedules.h refuses less).
+// REQUIRES: D >= 1, M >= 2D (its row in schedules.cc refuses less).
 Schedule DualPipeV(int D, int M);
 
 }  // namespace pp::prog::internal

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -100,7 +101,8 @@ TEST(DeviceFlagTest, TrainWithAMissingPluginNamesIt) {
       << r.err;
 }
 
-// --losses holds the printed losses, exactly: %.17g reads back as the same double.
+// --losses holds the printed losses, exactly: %.17g reads back as the same double; the summary
+// ends with the FLOP rate line.
 TEST(DeviceFlagTest, LossesFileHoldsEveryStepExactly) {
   const std::string spec = TinySpec(), losses = TempPath("losses.txt");
   const Result r = Ppctl("train " + spec + " --device=cpu --losses=" + losses);
@@ -117,6 +119,17 @@ TEST(DeviceFlagTest, LossesFileHoldsEveryStepExactly) {
     EXPECT_NE(r.out.find(printed), std::string::npos) << printed << "\n" << r.out;
   }
   std::remove(losses.c_str());
+  // The summary's FLOP rate and its share of this machine's measured fp32 GEMM peak at 1 thread
+  // (worker/trainer/flop_rate.h): a model FLOP count and a measurement, so a share of a real peak.
+  std::smatch mfu;
+  ASSERT_TRUE(std::regex_search(
+      r.out, mfu,
+      std::regex(R"(\nFLOP rate ([0-9.]+) [MGT]FLOP/s \(6N\+12LTC per token x tokens/s\), )"
+                 R"(([0-9.e+-]+)% of the measured peak ([0-9.]+) [MGT]FLOP/s )"
+                 R"(\(fp32 GEMM 1024\^3 at 1 thread x 1 process\)\n)")))
+      << r.out;
+  EXPECT_GT(std::stod(mfu[2]), 0) << r.out;
+  EXPECT_LE(std::stod(mfu[2]), 200) << r.out;
 }
 
 // The daemons get ppctl's whole environment (PP_TEST_TRANSPORT=fifo must reach them) plus what

@@ -138,6 +138,11 @@ TEST_F(UpSummaryTest, EpochsOnlySpecShowsTheResolvedStepsTheEpochAndThePlan) {
       << out;
   // The job's spec says both steps and epochs: PlanJob is asked with the steps alone.
   EXPECT_THAT(out, HasSubstr("F=1 B=2, free communication")) << out;
+  // The events carry no times: no tokens/s, so no FLOP rate and no peak measured.
+  EXPECT_THAT(out, Not(HasSubstr("tokens/s"))) << out;
+  EXPECT_THAT(out, HasSubstr("  FLOP rate   not known (no step timing; the peak was not "
+                             "measured)\n"))
+      << out;
 }
 
 TEST_F(UpSummaryTest, WithoutTheJobTheStepsComeFromTheEvents) {

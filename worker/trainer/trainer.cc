@@ -21,6 +21,7 @@
 #include "worker/executor/sum_squares.h"
 #include "worker/model/model.h"
 #include "worker/optim/optim.h"
+#include "worker/trainer/flop_rate.h"
 #include "worker/trainer/train_from.h"
 
 namespace pp::trainer {
@@ -318,6 +319,12 @@ int TrainMain(const std::string& spec_path, const TrainOptions& options) {
     std::cout << absl::StrFormat("eval loss %.6f after step %d\n", result->evals.back().loss,
                                  result->evals.back().step);
   }
+  // The peak of this one process at the threads it trained with (flop_rate.h).
+  PeakSetup setup = PeakSetupOf(*spec, opts.device, 1);
+  if (opts.threads > 0) setup.threads = opts.threads;
+  const double tokens_per_second =
+      result->seconds > 0 && result->tokens > 0 ? result->tokens / result->seconds : 0;
+  std::cout << "FLOP rate " << FlopRateText(spec->model(), tokens_per_second, setup) << "\n";
   if (!options.losses_path.empty()) {
     std::string text;
     for (size_t i = 0; i < result->losses.size(); ++i) {

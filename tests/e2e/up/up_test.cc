@@ -52,6 +52,20 @@ std::string TinySpec(int steps) {
 constexpr int kLong = 100000;
 constexpr char kFirstStep[] = "  step      1/100000 [";
 
+// The summary's model FLOPs a second against the measured fp32 GEMM peak of one process at 1
+// thread x the 2 worker processes (worker/trainer/flop_rate.h; capped at the cores on 1 core).
+void ExpectFlopRate(const std::string& out) {
+  std::smatch mfu;
+  ASSERT_TRUE(std::regex_search(
+      out, mfu,
+      std::regex(R"(\n  FLOP rate   ([0-9.]+) [MGT]FLOP/s \(6N\+12LTC per token x tokens/s\), )"
+                 R"(([0-9.e+-]+)% of the measured peak ([0-9.]+) [MGT]FLOP/s )"
+                 R"(\(fp32 GEMM 1024\^3 at 1 thread x [0-9.]+ process)")))
+      << out;
+  EXPECT_GT(std::stod(mfu[2]), 0) << out;
+  EXPECT_LE(std::stod(mfu[2]), 200) << out;
+}
+
 class UpTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -121,6 +135,7 @@ TEST_F(UpTest, TinyJobCompletesWithFallingLossAndLeavesNoProcess) {
             std::string::npos)
       << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(step +40/40 \[#+\].*  epoch 0\.01)"))) << out;
+  ExpectFlopRate(out);
   EXPECT_NE(out.find("measured "), std::string::npos) << out;
   EXPECT_NE(out.find("simulated "), std::string::npos) << out;
   // The kept traced steps, measured and re-simulated under their own measured costs.
