@@ -1,14 +1,14 @@
 // The committer's queue (internal): what the store and checkpoint I/O of ppcoord still has to do,
 // and what it did. Transitions put work in under JobManager's lock (a job's row to write, a
-// complete checkpoint to commit, a step record to store); the committer thread (commits.cc) takes
+// complete checkpoint to commit, a step record to store); the committer thread (committer.h) takes
 // it out in rounds, does the I/O without the lock, and records each row it wrote, which the RPCs
-// that answer only once durable wait for (JobManager::AwaitStored, by ticket).
+// that answer only once durable wait for (Committer::AwaitStored, by ticket).
 //
 // Rows coalesce: a job marked twice before a round is written once, as it is then, and the
 // round's ticket covers both marks. Checkpoints are committed in the order they were queued.
 //
-// Threading: none of its own. JobManager keeps it under mu_ (jobs.h); the committer holds mu_
-// only to put in, take out and record, never for the I/O.
+// Threading: none of its own. The Committer owns it, under JobManager's mu_ (jobs.h), which it
+// holds only to put in, take out and record, never for the I/O.
 #ifndef PP_COORDINATOR_COMMIT_QUEUE_H_
 #define PP_COORDINATOR_COMMIT_QUEUE_H_
 

@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "coordinator/auto_plan_run.h"
 #include "coordinator/calibration_run.h"
 #include "coordinator/job_logic.h"
 #include "pp/v1/coordinator.pb.h"
@@ -142,26 +143,13 @@ class JobRecord {
   std::vector<TaskEnd> reports_after_commits;
 
   // ---- parallel.schedule "auto" (calibration.cc) ----
-  // Calibrate the workers before the next placement (set at submission, at reload of an
-  // undecided job, and by a re-plan).
-  bool calibrate = false;
   // The calibration in flight (calibration_run.h): its workers are held BUSY for its attempt
-  // while the job is QUEUED.
+  // while the job is QUEUED (JobQueue holds the job meanwhile).
   std::optional<CalibrationRun> calibrating;
-  int calibration_failures = 0;  // in a row
-  // A re-plan after prediction drift or trial steps: why, once every rank stopped at stop_step.
-  std::optional<std::string> replan;
-  // The re-plan chooses from the job's calibration as it is (a trial's refit), not measured again.
-  bool replan_cached = false;
-  // The decided plan's trial steps (calibration.cc FitTrial): traced steps after the first,
-  // until auto_plan.trial_steps of them are fitted into plan.calibration.trial.
-  struct Trial {
-    std::vector<pp::v1::StepTrace> traces;
-    std::vector<double> seconds;
-    bool done = false;
-  };
-  Trial trial;
-  std::string calibration_key;  // in JobManager::calibrations_: the decided plan's calibration
+  // The rest of the auto-plan run (auto_plan_run.h): whether to calibrate before the next
+  // placement, the failures in a row, the trial steps and the re-plan called; idle for a job of
+  // a fixed schedule.
+  AutoPlanRun auto_plan;
 
  private:
   void Place(const JobEdit& edit);

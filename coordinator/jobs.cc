@@ -1,5 +1,6 @@
-// JobManager: construction and reload, the scheduler and verifier threads, placement of queued
-// jobs, and the client side (submit, get, list, cancel, resume, traces, watch).
+// JobManager: construction and reload, the scheduler thread (and the committer's start and
+// stop), placement of queued jobs, and the client side (submit, get, list, cancel, resume, traces,
+// watch).
 #include "coordinator/jobs.h"
 
 #include <deque>
@@ -42,8 +43,7 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(const ManagerOpti
   std::unique_ptr<JobManager> manager(new JobManager(options, *std::move(store), metrics));
   if (absl::Status reloaded = manager->Reload(); !reloaded.ok()) return reloaded;
   manager->scheduler_ = std::thread([m = manager.get()] { m->SchedulerLoop(); });
-  manager->verifier_ = std::thread([m = manager.get()] { m->VerifierLoop(); });
-  manager->committer_ = std::thread([m = manager.get()] { m->CommitterLoop(); });
+  manager->committer_.Start();
   return manager;
 }
 
@@ -56,7 +56,11 @@ JobManager::JobManager(const ManagerOptions& options, std::unique_ptr<JobStore> 
            options.probe_deadline,
            [this](const Outbound& rpc, const grpc::Status& status)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { RpcDone(rpc, status); }),
-      events_(&mu_) {}
+      events_(&mu_),
+      committer_(&mu_, &store_mu_, store_.get(), this,
+                 CommitterOptions{.checkpoint_root = checkpoint_root(),
+                                  .retain_jobs = options.retain_jobs,
+                                  .verify_period = options.tick}) {}
 
 JobManager::~JobManager() { Stop(); }
 
@@ -66,17 +70,18 @@ void JobManager::Stop() {
     if (stopping_) return;
     stopping_ = true;
     events_.Close();
+    committer_.StopVerifier();
   }
   rendezvous_.Close();
   if (scheduler_.joinable()) scheduler_.join();
-  if (verifier_.joinable()) verifier_.join();
+  committer_.JoinVerifier();
   {
     // Worker RPCs carry deadlines, so their callbacks come back in bounded time.
     absl::MutexLock lock(&mu_);
     rpc_.AwaitIdle(options_.worker_rpc_deadline + absl::Seconds(1));
-    commit_queue_.Close();  // the committer writes what is marked, then ends
+    committer_.Close();  // the committer writes what is marked, then ends
   }
-  if (committer_.joinable()) committer_.join();
+  committer_.Join();
 }
 
 std::string JobManager::checkpoint_root() const {
@@ -110,7 +115,7 @@ absl::Status JobManager::Reload() {
     rec.schedule = std::move(planned->schedule);
     rec.stage_units = std::move(planned->stage_units);
     rec.rank_bytes = RankBytes(planned->memory);
-    rec.calibrate = common::IsAutoSchedule(rec.job().spec().parallel());
+    rec.auto_plan.set_calibrate(common::IsAutoSchedule(rec.job().spec().parallel()));
     metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
     // Its workers still run the old attempt; they register again and are told to stop it.
     if (rec.job().state() == pp::v1::RUNNING) {
@@ -188,7 +193,7 @@ void JobManager::PlaceQueued() {
     absl::StatusOr<std::vector<pp::v1::RankPlacement>> placement =
         PlaceRanks(rec.job().spec(), stage_to_rank, idle, rec.rank_bytes);
     if (placement.ok()) {
-      if (rec.calibrate) {
+      if (rec.auto_plan.calibrate()) {
         BeginCalibration(rec, *std::move(placement));
       } else {
         Start(rec, *std::move(placement));
@@ -276,7 +281,7 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
   rec.schedule = std::move(planned->schedule);
   rec.stage_units = std::move(planned->stage_units);
   rec.rank_bytes = rank_bytes;
-  rec.calibrate = common::IsAutoSchedule(rec.job().spec().parallel());
+  rec.auto_plan.set_calibrate(common::IsAutoSchedule(rec.job().spec().parallel()));
   queue_.Add(id);
   metrics_->JobCreated(id, rec.schedule.simulation().bubble_fraction());
   Emit(rec, pp::v1::EVENT_QUEUED,
@@ -324,7 +329,7 @@ absl::StatusOr<pp::v1::Job> JobManager::Cancel(const std::string& job_id) {
     ticket = Finish(*rec, pp::v1::CANCELLED, "cancelled by the user");
     cancelled = rec->job();
   }
-  if (absl::Status saved = AwaitStored(job_id, ticket); !saved.ok()) {
+  if (absl::Status saved = committer_.AwaitStored(job_id, ticket); !saved.ok()) {
     return Unsaved("job cancelled, but a restart may bring it back", saved);
   }
   return cancelled;
@@ -356,7 +361,7 @@ absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& r
     resumed = ApplyResume(id, attempt, *std::move(planned), checkpoint, &ticket);
   }
   if (!resumed.ok()) return resumed;
-  if (absl::Status saved = AwaitStored(id, ticket); !saved.ok()) {
+  if (absl::Status saved = committer_.AwaitStored(id, ticket); !saved.ok()) {
     return Unsaved("job resumed, but a restart may end it again", saved);
   }
   return resumed;
@@ -422,7 +427,7 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
   rec->schedule = std::move(planned.schedule);
   rec->stage_units = std::move(planned.stage_units);
   rec->rank_bytes = RankBytes(planned.memory);
-  rec->calibrate = common::IsAutoSchedule(edit.spec->parallel());
+  rec->auto_plan.set_calibrate(common::IsAutoSchedule(edit.spec->parallel()));
   *ticket = LogAndApply(*rec, edit);
   metrics_->JobCreated(id, rec->schedule.simulation().bubble_fraction());
   Emit(*rec, pp::v1::EVENT_QUEUED, rec->job().reason());

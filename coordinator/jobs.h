@@ -11,10 +11,17 @@
 //  - JobQueue (job_queue.h): submission order, and which QUEUED jobs PlaceQueued tries, in what
 //    order (held: an unverified restart checkpoint, a backoff, a calibration). Priorities, quotas
 //    and preemption (issue 30) go there.
-//  - CommitQueue (commit_queue.h): the committer's work (dirty rows and their tickets, checkpoints
-//    to commit, step records) and the rows it wrote, which AwaitStored waits on.
+//  - Committer (committer.h): the store and checkpoint I/O outside the lock, on its committer and
+//    verifier threads, and its CommitQueue (commit_queue.h: dirty rows and their tickets,
+//    checkpoints to commit, step records, and the rows it wrote, which Committer::AwaitStored
+//    waits on). It reaches the jobs only through CommitterHost, which JobManager implements, and
+//    calls it under mu_.
 //  - CalibrationRun and CalibrationCache (calibration_run.h): parallel.schedule "auto"'s
 //    calibration in flight (in the job's record) and the calibrations measured so far.
+//  - AutoPlanRun (auto_plan_run.h): the rest of an "auto" job's run, in its record: the plan
+//    chosen from a calibration, the trial fit, the prediction checks and the re-plans called.
+//    It decides; JobManager (calibration.cc) sends the Calibrate RPCs, holds the workers,
+//    applies the edits and starts or stops the job.
 //  - the pure bookkeeping (job_logic.h, resume_logic.h, placement.h, common/manifest.h), the
 //    worker table (registry.h), the job store (store.h), the calls to workers (worker_rpc.h) and
 //    the event stream (event_log.h).
@@ -22,24 +29,25 @@
 // rendezvous store, thread-safe on its own, stands apart). The implementation is in six files:
 // jobs.cc (construction, the scheduler, placement, the client side), job_transitions.cc (how an
 // attempt ends, fails or is queued again; LogAndApply), worker_reports.cc (the worker side:
-// registration, heartbeats, step, task and checkpoint reports), commits.cc (the committer and
-// verifier threads: every store and checkpoint I/O), calibration.cc (parallel.schedule "auto":
-// calibrate, decide, check the prediction, re-plan) and retention.cc (deletes the jobs that ended
-// longer than ManagerOptions::retain_jobs ago, on the committer thread).
+// registration, heartbeats, step, task and checkpoint reports), commits.cc (JobManager's side of
+// the committer: what transitions queue, and the CommitterHost calls), calibration.cc
+// (parallel.schedule "auto": calibrate, apply AutoPlanRun's decisions, re-plan) and retention.cc
+// (picks and drops the jobs that ended longer than ManagerOptions::retain_jobs ago, for the
+// committer, which deletes their rows).
 //
 // Threading: every public method is thread-safe and takes mu_ itself (none may be called with it
 // held). mu_ guards every member marked ABSL_GUARDED_BY(mu_) and the state of rpc_ and events_.
 // No file or store I/O runs under mu_: a heartbeat never waits on a disk. Outside mu_ run the
 // worker RPCs' start (WorkerRpc::Issue, on the scheduler thread), the hashing of checkpoints
-// (VerifyQueued, on the verifier thread, and Resume), the wait of a watcher (EventLog::Follow),
-// the reading of a spec's files (planning.h PlanClientSpec: Submit and Resume, before they take
-// mu_; under mu_, Reload and Decide plan with PlanJobSpec, which reads none),
-// and all store and checkpoint I/O, on the committer thread (commits.cc):
+// (Committer::VerifyQueued, on the verifier thread, and Resume), the wait of a watcher
+// (EventLog::Follow), the reading of a spec's files (planning.h PlanClientSpec: Submit and
+// Resume, before they take mu_; under mu_, Reload and Decide plan with PlanJobSpec, which reads
+// none), and all store and checkpoint I/O, on the committer thread (Committer, committer.h):
 //  - Under mu_, a transition only marks its job's row dirty (LogAndApply, through Persist, which
 //    returns a ticket) and a complete checkpoint is only queued (CommitCheckpoint): both go into
-//    the CommitQueue. The committer takes the queue, writes each manifest (CommitManifest) without
-//    mu_, re-takes mu_ to point the job at it, snapshots every dirty row under mu_, writes the
-//    rows without mu_ (under store_mu_), prunes the older checkpoints of the jobs whose row was
+//    the Committer's queue. The committer takes the queue, writes each manifest (CommitManifest)
+//    without mu_, re-takes mu_ to point the job at it, snapshots every dirty row under mu_, writes
+//    the rows without mu_ (under store_mu_), prunes the older checkpoints of the jobs whose row was
 //    stored, and re-takes mu_ to record what was stored.
 //    One committer thread: the commits of a job happen in the order its ranks completed them.
 //  - Expiry (retention.cc) runs on the committer thread too, each kExpiryScan, before the round's
@@ -50,10 +58,10 @@
 //    (ReportTask) reported while a commit of its job is in flight is applied once the commits
 //    are (so a job ends, fails or restarts knowing the checkpoints its ranks reported first); a
 //    requeued job is verified and placed only then; Resume waits for them.
-//  - RPCs that answer only once durable wait for their ticket outside mu_ (AwaitStored: Cancel,
-//    Resume), or write under store_mu_ alone (Submit stores its row before mu_ is taken). A row
-//    that fails to write fails the RPC that waits on it; other failures are logged, and the job's
-//    next write retries.
+//  - RPCs that answer only once durable wait for their ticket outside mu_
+//    (Committer::AwaitStored: Cancel, Resume), or write under store_mu_ alone (Submit stores its
+//    row before mu_ is taken). A row that fails to write fails the RPC that waits on it; other
+//    failures are logged, and the job's next write retries.
 // Lock order: store_mu_ before mu_ (Submit); nothing takes store_mu_ while holding mu_.
 #ifndef PP_COORDINATOR_JOBS_H_
 #define PP_COORDINATOR_JOBS_H_
@@ -74,6 +82,7 @@
 #include "common/checkpoint.h"
 #include "coordinator/calibration_run.h"
 #include "coordinator/commit_queue.h"
+#include "coordinator/committer.h"
 #include "coordinator/event_log.h"
 #include "coordinator/job_logic.h"
 #include "coordinator/job_queue.h"
@@ -120,7 +129,8 @@ struct ManagerOptions {
   absl::Duration retain_jobs = kDefaultRetainJobs;
 };
 
-class JobManager {
+// The committer (committer.h) calls back through CommitterHost, under mu_.
+class JobManager : private CommitterHost {
  public:
   // Opens the store under options.data_dir and reloads its jobs: queued ones wait again, jobs
   // that were running when ppcoord stopped are queued again (a new attempt) from their newest
@@ -184,17 +194,18 @@ class JobManager {
   void PlaceQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records why a QUEUED job waits: job.reason, persisted and emitted when it changed.
   void NoteWait(JobRecord& rec, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Verifies the checkpoint each requeued job will start from, outside the lock (hashing every
-  // shard), then settles its start step (an older checkpoint when that one is damaged, step 0
-  // when none verifies) and places what can run.
-  void VerifyQueued() ABSL_LOCKS_EXCLUDED(mu_);
-  // VerifyQueued every tick, on a thread of its own, until Stop.
-  void VerifierLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // The committer's verifier hashes the checkpoint each requeued job will start from, outside the
+  // lock: these name the jobs (none with a commit in flight), then settle each one's start step
+  // (an older checkpoint when that one is damaged, step 0 when none verifies) and place what can
+  // run.
+  std::vector<StartToVerify> StartsToVerify() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyVerified(const std::vector<StartToVerify>& verified) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // What PlaceQueued does for one job that fits on `placement`: RUNNING, its workers BUSY, a
   // RunTask to each.
   void Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Settles the start step of a requeued job once VerifyQueued checked its checkpoint.
+  // Settles the start step of a requeued job once the verifier checked its checkpoint.
   void SettleStartStep(JobRecord& rec, const absl::StatusOr<pp::common::LatestManifest>& latest)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Resume, under the lock: the checks on the job and the request, and the plan of the next
@@ -257,13 +268,9 @@ class JobManager {
   // callers that must know before they stop the live attempt.
   bool MayApply(const JobRecord& rec, const JobEdit& edit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the job's row for the committer to write (the row as it is then, so writes coalesce);
-  // returns the ticket an AwaitStored can wait on. Transitions go through LogAndApply; this is
-  // for progress (a step) and a row to write again (retention.cc).
+  // returns the ticket committer_.AwaitStored waits on. Transitions go through LogAndApply; this
+  // is for progress (a step) and a row to write again (retention.cc).
   int64_t Persist(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits until the job's row as of `ticket` (0: nothing to wait for) was written: the store's
-  // outcome, logged by the committer; Unavailable when ppcoord stops first, DeadlineExceeded
-  // after kStoreWait.
-  absl::Status AwaitStored(const std::string& job_id, int64_t ticket) ABSL_LOCKS_EXCLUDED(mu_);
   // Builds the manifest of a complete checkpoint and queues its commit for the committer.
   void CommitCheckpoint(JobRecord& rec, const std::vector<pp::v1::CheckpointReport>& shards)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -273,27 +280,24 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Every rank of the live attempt ended well: SUCCEEDED, or after a drain the next attempt.
   void EndAttempt(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The committer thread (commits.cc): the store and checkpoint I/O, until Stop and nothing left.
-  void CommitterLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  // One round of the committer: `commits`' manifests, then every dirty row, then the prunes.
-  void CommitRound(std::deque<PendingCommit> commits) ABSL_LOCKS_EXCLUDED(mu_);
-  // Under mu_ after CommitManifest: points the job at the checkpoint and emits its event.
-  void ApplyManifest(PendingCommit& commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Under mu_ after the rows were written: records them, and ends what waited on the commits.
-  void ApplyStored(const std::map<std::string, StoredRow>& stored,
-                   const std::deque<PendingCommit>& commits) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ---- the committer's calls back (CommitterHost, commits.cc), on its thread ----
+  // The job's row to write (the committer copies it under mu_).
+  const pp::v1::Job* RowToStore(const std::string& job_id) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After CommitManifest: points the job at the checkpoint and emits its event.
+  void ApplyManifest(PendingCommit& commit) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the rows were written: ends what waited on the commits (a rank's end, a placement).
+  void ApplyStored(const std::deque<PendingCommit>& commits) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // ---- expiry of ended jobs (retention.cc), on the committer thread ----
-  // An ended job to delete, and the attempt it ended (a resume starts another).
-  struct Expiring {
-    std::string job_id;
-    int attempt = 0;
-  };
+  // ---- expiry of ended jobs (retention.cc), called back by the committer on its thread ----
   // The jobs expired now (Expired, retention.h) whose rows and checkpoints are all written.
-  std::vector<Expiring> ExpiredJobs() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Deletes their rows without mu_, then drops each from memory (ForgetExpired).
-  void ExpireRound(const std::vector<Expiring>& expiring) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<Expiring> ExpiredJobs() override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The committer deleted their rows: drops each from memory (ForgetExpired).
+  void DropExpired(const std::vector<Expiring>& expiring,
+                   const std::vector<absl::Status>& deleted) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops an expired job whose row was deleted from jobs_, its events and its metrics; true when
   // it did. A job resumed meanwhile stays, its row marked to be written again.
   bool ForgetExpired(const Expiring& expiring, const absl::Status& deleted)
@@ -311,19 +315,20 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Frees the workers of the calibration in flight, if any.
   void ReleaseCalibration(JobRecord& rec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Chooses the plan from `calibration` (plan/calibrated.h), records it in job.plan and starts
-  // the job on `placement`'s workers; a job that fits nowhere FAILS with the planner's reason.
+  // Applies the plan the job's AutoPlanRun chose from `calibration` (AutoPlanRun::Decide): the
+  // spec, schedule and job.plan, then starts the job on `placement`'s workers; a job that fits
+  // nowhere FAILS with the planner's reason.
   void Decide(JobRecord& rec, std::vector<pp::v1::RankPlacement> placement,
               pp::v1::Calibration calibration) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A step of a decided job: its trial, the prediction error, and the re-plan they may call for.
+  // A step of a decided job (AutoPlanRun::OnStep): caches a trial's refit, records the
+  // prediction error, and calls the re-plan the step calls for.
   void CheckPrediction(JobRecord& rec, const StepSummary& summary)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Collects a trial step; after the last, refits the prediction from the trial's overheads and
-  // calls for a re-plan when another layout at the same M is predicted trial_gain shorter.
-  void FitTrial(JobRecord& rec, const StepSummary& summary) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stops the job after its next step to re-plan from that checkpoint, for `why`.
-  // False when the job may not re-plan (max_replans, already stopping, about to end).
-  bool CallReplan(JobRecord& rec, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the job after its next step to re-plan from that checkpoint, for `why`
+  // (AutoPlanRun::Replan); `from_refit`: from its calibration refitted by the trial, not measured
+  // again. Nothing when it may not (max_replans, already stopping, about to end).
+  void CallReplan(JobRecord& rec, const std::string& why, bool from_refit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ManagerOptions options_;
   CoordinatorMetrics* const metrics_;
@@ -337,9 +342,6 @@ class JobManager {
   absl::Mutex mu_;
   WorkerRpc rpc_;    // guarded by mu_ (see worker_rpc.h)
   EventLog events_;  // guarded by mu_ (see event_log.h)
-  // The committer's queue (commit_queue.h): rows to write, checkpoints to commit in order, step
-  // records to store; and what it wrote.
-  CommitQueue commit_queue_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, JobRecord> jobs_ ABSL_GUARDED_BY(mu_);
   JobQueue queue_ ABSL_GUARDED_BY(mu_);  // submission order, and which QUEUED job to place next
   WorkerTable workers_ ABSL_GUARDED_BY(mu_);
@@ -349,8 +351,9 @@ class JobManager {
   CalibrationCache calibrations_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread scheduler_;
-  std::thread verifier_;  // VerifierLoop: checkpoint hashing never holds up the scheduler
-  std::thread committer_;  // CommitterLoop: store and checkpoint I/O
+  // The store and checkpoint I/O, on its committer and verifier threads (committer.h); its queue
+  // (rows to write, checkpoints to commit in order, step records, what it wrote) is under mu_.
+  Committer committer_;
 };
 
 }  // namespace pp::coordinator

@@ -1,5 +1,6 @@
-// The retention of ended jobs (retention.h): the flag's form, and JobManager's expiry, which runs
-// on the committer thread (the threading contract is in jobs.h).
+// The retention of ended jobs (retention.h): the flag's form, and JobManager's side of the expiry,
+// which the committer (committer.h) runs on its thread: it asks for the expired jobs, deletes their
+// rows and hands the outcomes back (the threading contract is in jobs.h).
 #include "coordinator/retention.h"
 
 #include <cstdint>
@@ -58,13 +59,13 @@ bool Expired(const pp::v1::Job& job, double now_unix, absl::Duration retain) {
          now_unix - job.updated_unix() >= absl::ToDoubleSeconds(retain);
 }
 
-std::vector<JobManager::Expiring> JobManager::ExpiredJobs() {
+std::vector<Expiring> JobManager::ExpiredJobs() {
   const double now = NowUnix();
   std::vector<Expiring> expiring;
   for (const auto& [id, rec] : jobs_) {
     if (expiring.size() >= kMaxExpiredPerRound) break;
     // Its last row and checkpoint are written first: nothing writes them after the delete.
-    if (rec.commits_in_flight > 0 || commit_queue_.IsDirty(id) ||
+    if (rec.commits_in_flight > 0 || committer_.IsDirty(id) ||
         !Expired(rec.job(), now, options_.retain_jobs)) {
       continue;
     }
@@ -73,13 +74,8 @@ std::vector<JobManager::Expiring> JobManager::ExpiredJobs() {
   return expiring;
 }
 
-void JobManager::ExpireRound(const std::vector<Expiring>& expiring) {
-  std::vector<absl::Status> deleted;
-  {
-    absl::MutexLock store_lock(&store_mu_);
-    for (const Expiring& e : expiring) deleted.push_back(store_->Delete(e.job_id));
-  }
-  absl::MutexLock lock(&mu_);
+void JobManager::DropExpired(const std::vector<Expiring>& expiring,
+                             const std::vector<absl::Status>& deleted) {
   std::set<std::string> gone;
   for (size_t i = 0; i < expiring.size(); ++i) {
     if (ForgetExpired(expiring[i], deleted[i])) gone.insert(expiring[i].job_id);
@@ -107,7 +103,7 @@ bool JobManager::ForgetExpired(const Expiring& expiring, const absl::Status& del
                    (std::filesystem::path(checkpoint_root()) / id).string()));
   events_.Erase(id);
   metrics_->JobExpired(id);
-  commit_queue_.Forget(id);
+  committer_.Forget(id);
   jobs_.erase(id);
   return true;
 }

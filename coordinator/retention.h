@@ -1,8 +1,8 @@
 // How long ppcoord keeps an ended job (SUCCEEDED, FAILED or CANCELLED): ppcoord --retain_jobs.
-// A job that ended and has not changed for that long expires: JobManager (retention.cc) deletes
-// its row from the store and drops it from memory, so it is NOT_FOUND from then on, after a
-// restart too; its checkpoints stay on disk. Without it, every job ever submitted would stay in
-// ppcoord's memory and be loaded at each start.
+// A job that ended and has not changed for that long expires: the committer (committer.h) deletes
+// its row from the store and JobManager (retention.cc) drops it from memory, so it is NOT_FOUND
+// from then on, after a restart too; its checkpoints stay on disk. Without it, every job ever
+// submitted would stay in ppcoord's memory and be loaded at each start.
 // Contract: the functions here are pure.
 #ifndef PP_COORDINATOR_RETENTION_H_
 #define PP_COORDINATOR_RETENTION_H_
@@ -17,7 +17,7 @@
 namespace pp::coordinator {
 
 inline constexpr absl::Duration kDefaultRetainJobs = absl::Hours(30 * 24);
-// How often the scheduler looks for expired jobs: a job goes at most this long after its time.
+// How often the committer looks for expired jobs: a job goes at most this long after its time.
 inline constexpr absl::Duration kExpiryScan = absl::Seconds(1);
 
 // A retention as --retain_jobs takes it: whole days ("30d") or any absl duration ("12h", "90m",

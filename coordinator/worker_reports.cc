@@ -122,7 +122,7 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
                     .tokens_per_second = job.tokens_per_second(),
                     .bubble_ratio = summary->bubble_ratio,
                     .time_unix = job.updated_unix()};
-  commit_queue_.AddStep(job.id(), record);
+  committer_.AddStep(job.id(), record);
   Persist(*rec);
   metrics_->StepCompleted(job.id(), summary->loss,
                           common::LearningRateAt(job.spec().train(), summary->step),
@@ -196,10 +196,8 @@ void JobManager::EndAttempt(JobRecord& rec) {
     why.push_back(absl::StrCat("worker(s) ", absl::StrJoin(rec.leaving_workers, ", "),
                                " drained after step ", rec.stop_step));
   }
-  if (rec.replan) {  // CheckPrediction: calibrate again and choose from the checkpoint
-    why.push_back(*std::exchange(rec.replan, std::nullopt));
-    rec.calibrate = true;
-  }
+  // A re-plan (CheckPrediction): calibrate again and choose from the checkpoint.
+  if (std::optional<std::string> replan = rec.auto_plan.TakeReplan()) why.push_back(*replan);
   Requeue(rec, absl::StrJoin(why, "; "), /*automatic=*/false);
 }
 
