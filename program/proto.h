@@ -13,7 +13,6 @@ namespace pp::prog {
 // Kind and pp.v1.ActionKind list the same kinds in the same order (the proto starts at 1).
 // nullopt for ACTION_KIND_UNSPECIFIED or a kind this build does not know. A missing peer is -1.
 std::optional<Action> ActionFromProto(const pp::v1::Action& proto);
-pp::v1::ActionKind KindToProto(Kind kind);
 // Sets peer only on comm actions.
 pp::v1::Action ActionToProto(const Action& action);
 
