@@ -58,6 +58,10 @@
 #   PP_GPU_BIN=DIR       run the binaries in DIR (e.g. build/bin; the plugin from DIR/../lib or
 #                        $PP_CUDA_PLUGIN); never builds or packs. tests/gpu/run_sh_test.sh uses it
 #   PP_GPU_BUDGET_S      seconds after which no further step starts (default 480)
+#   PP_GPU_STEPS=REGEX   run only the steps whose names match (grep -E), e.g. 'racecheck|workers=2|bf16'
+#                        (a rerun on a short device budget); the others are reported skipped. A
+#                        step that needs the GPU trainer's losses needs 'twice' selected too
+#   PP_GPU_NCCL_DEBUG    NCCL_DEBUG of the ppctl up steps with 2 workers (default INFO)
 #   PP_GPU_SANITIZE_ALL=1  racecheck and initcheck on gpu_ops_compare too (slow)
 #   PP_GPU_DEVICE        the device of the ppctl steps (default cuda:0); `cpu` with a fake
 #                        nvidia-smi is a dry run of the loss comparisons on a machine without one
@@ -121,6 +125,11 @@ step() {
   detail=""
   if [ "$gpu_count" -eq 0 ]; then
     report SKIP "$name" "skipped: no GPU" 0
+    return
+  fi
+  if [ -n "${PP_GPU_STEPS:-}" ] && ! grep -q -E -- "$PP_GPU_STEPS" <<<"$name"; then
+    report SKIP "$name" "not selected by PP_GPU_STEPS" 0
+    expected_skips=$((expected_skips + 1))
     return
   fi
   if [ -z "$bin" ]; then

@@ -63,6 +63,19 @@ grep -q '^FAIL: CUDA plugin loads (.*CUDA plugin not found (tried /nonexistent.s
 ! grep -q '^SKIP: ' "$tmp/gpu.txt" || fail "gpu: a step was skipped with a GPU visible"
 tail -n 1 "$tmp/gpu.txt" | grep -qE ' 0 skipped$' || fail "gpu: the count shows skips"
 
+# PP_GPU_STEPS: only the matching step runs (here it fails: no plugin); the others are skipped as
+# not selected, which does not fail the run by itself.
+fake_nvidia_smi selected 'echo "GPU 0: NVIDIA H200 (UUID: GPU-fake)"'
+PP_GPU_STEPS='^GPU and CUDA libraries$' run_case selected
+check_shape selected
+grep -q '^FAIL: GPU and CUDA libraries (' "$tmp/selected.txt" ||
+  fail "selected: the selected step did not run"
+# Every GPU step of the unselected run (its lines but the bundle's) but the one selected.
+others=$(($(grep -cE '^(PASS|FAIL): ' "$tmp/gpu.txt") - 2))
+[ "$(grep -c '^SKIP: .* (not selected by PP_GPU_STEPS)$' "$tmp/selected.txt" || true)" -eq \
+  "$others" ] || fail "selected: not all $others other GPU steps were skipped as not selected"
+[ "$rc" -ne 0 ] || fail "selected: the failed step did not fail the run"
+
 for case in "no-devices:echo 'No devices were found'; exit 6" "empty:exit 0"; do
   name="${case%%:*}"
   fake_nvidia_smi "$name" "${case#*:}"

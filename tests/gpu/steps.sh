@@ -116,8 +116,11 @@ sanitize() {
       return 1
     fi
   done
+  # memcheck and initcheck end with "ERROR SUMMARY: 0 errors", racecheck with "RACECHECK SUMMARY:
+  # 0 hazards displayed (0 errors, 0 warnings)".
   detail="$(for p in "${programs[@]}"; do basename "$p"; done | paste -sd, -): \
-$(grep -m 1 'ERROR SUMMARY' "$work/sanitize.txt" | sed 's/^=* *//')"
+$(grep -m 1 -E '(ERROR|RACECHECK) SUMMARY' "$work/sanitize.txt" | sed 's/^=* *//')"
+  return 0
 }
 
 # The first report in $work/sanitize.txt ("; first: Invalid __global__ read ..."), if any.
@@ -173,11 +176,20 @@ up_vs_trainer() {
     return 1
   fi
   write_spec "$work/$1.json" "$3"
-  timeout -k 15 "$(limit 180)" "$bin/ppctl" up --workers="$2" --device="$device" \
-    --job="$work/$1.json" --data_dir="$work/$1" >"$work/$1.out" 2>&1
-  local rc=$?
+  # 8 steps of this model take seconds; a run still going after the limit is hung: its processes'
+  # stacks go to run.log before it is stopped.
+  local rc lines=20
+  # With two or more ranks NCCL says how each communicator came up (INFO; its WARN otherwise).
+  local nccl_debug="$NCCL_DEBUG"
+  [ "$2" -lt 2 ] || nccl_debug="${PP_GPU_NCCL_DEBUG:-INFO}"
+  run_or_dump_stacks "$(limit 75)" "$work/$1" "$work/$1.out" env NCCL_DEBUG="$nccl_debug" \
+    NCCL_DEBUG_SUBSYS="${NCCL_DEBUG_SUBSYS:-INIT,BOOTSTRAP,P2P}" "$bin/ppctl" up --workers="$2" --device="$device" --job="$work/$1.json" --data_dir="$work/$1"
+  rc=$?
   cat "$work/$1.out"
-  tail -n 20 "$work/$1"/ppctl-up/*.log 2>/dev/null
+  [ "$rc" -eq 0 ] || lines=150
+  tail -n "$lines" "$work/$1"/ppctl-up/*.log 2>/dev/null
+  # The daemons' whole logs come back with $OUT.
+  mkdir -p "$out/$1" && cp "$work/$1"/ppctl-up/*.log "$out/$1/" 2>/dev/null
   if [ "$rc" -ne 0 ]; then
     detail="ppctl up $(failure "$rc" "$work/$1.out")"
     return 1
@@ -188,6 +200,59 @@ up_vs_trainer() {
   fi
   compare "$1" 0 "$work/$1.losses" "$work/gpu1.losses"
 }
+# run_or_dump_stacks LIMIT DIR LOG COMMAND...: COMMAND (output to LOG), stopped with SIGTERM after
+# LIMIT seconds (exit 124), but first the stacks of every ppworker whose command line names DIR
+# (its workers) are written to stdout. Returns COMMAND's exit code.
+run_or_dump_stacks() {
+  local lim="$1" dir="$2" log="$3" pid waited=0
+  shift 3
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "$lim" ]; do
+    sleep 1
+    waited=$((waited + 1))
+  done
+  if ! kill -0 "$pid" 2>/dev/null; then
+    wait "$pid"
+    return
+  fi
+  echo "---- still running after ${lim} s: the stacks of its processes"
+  nvidia-smi 2>&1 | tail -n 12
+  local p
+  for p in $(pgrep -f -- "ppworker.*$dir/"); do dump_stacks "$p"; done
+  kill -TERM "$pid"
+  for waited in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 1
+  done
+  kill -KILL "$pid" 2>/dev/null
+  wait "$pid"
+  return 124
+}
+
+# dump_stacks PID: every thread's stack, with gdb or cuda-gdb when the machine has one (frames in
+# our stripped binaries show as addresses: the process's maps of them follow, for addr2line on the
+# unstripped build), and the kernel's view of each thread (wchan, and stack where readable).
+dump_stacks() {
+  local pid="$1" debugger="" t
+  echo "---- pid $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c 1-200)"
+  for debugger in gdb /usr/local/cuda/bin/cuda-gdb cuda-gdb ""; do
+    [ -z "$debugger" ] || command -v "$debugger" >/dev/null 2>&1 && break
+  done
+  if [ -n "$debugger" ]; then
+    timeout -k 5 40 "$debugger" -p "$pid" -batch -nx -ex 'set pagination off' \
+      -ex 'thread apply all bt 25' 2>&1 | grep -E '^(Thread|#)' | head -n 400
+    grep -E 'ppworker|ppcoord|libpp_cuda' "/proc/$pid/maps" 2>/dev/null | grep ' r-xp '
+  else
+    echo "(no gdb or cuda-gdb here)"
+  fi
+  for t in /proc/"$pid"/task/*; do
+    echo "thread ${t##*/} $(cat "$t/comm" 2>/dev/null) wchan=$(cat "$t/wchan" 2>/dev/null) \
+syscall=$(cut -d' ' -f1 "$t/syscall" 2>/dev/null)"
+    head -n 8 "$t/stack" 2>/dev/null | sed 's/^/    /'
+  done
+}
+
 check_up1() { up_vs_trainer up1 1 '{"pipeline": 1, "schedule": "1f1b"}'; }
 check_up2_1f1b() { up_vs_trainer up2-1f1b 2 '{"pipeline": 2, "schedule": "1f1b"}'; }
 check_up2_zbv() { up_vs_trainer up2-zbv 2 '{"pipeline": 2, "chunks": 2, "schedule": "zb-v"}'; }

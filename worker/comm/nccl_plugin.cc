@@ -20,7 +20,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -423,12 +425,23 @@ class Nccl {
   }
 
   // Each communicator exactly once: the handle is freed by the abort.
+  // ncclCommAbort raises the communicator's abort flag, which makes its kernels return, and then
+  // frees its memory; one of those frees (cuMemFreeHost) waits until every kernel of the process
+  // has finished. Aborted one after another, the first communicator's free waits for the kernels
+  // of those not flagged yet, which spin for peers that may never come: a hang, seen on an H200
+  // when a peer stalled. So every communicator is aborted at once, from a thread each: all flags
+  // are up before any free can wait.
   void AbortComms() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ForEachComm([](Comm& c) {
+    std::vector<std::thread> aborts;
+    ForEachComm([&](Comm& c) {
       if (c.comm == nullptr || c.aborted) return;
-      ncclCommAbort(c.comm);
+      aborts.emplace_back([comm = c.comm, device = device_] {
+        cudaSetDevice(device);
+        ncclCommAbort(comm);
+      });
       c.aborted = true;
     });
+    for (std::thread& abort : aborts) abort.join();
   }
 
   void ForEachComm(const std::function<void(Comm&)>& fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

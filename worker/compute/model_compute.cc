@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -272,6 +273,43 @@ absl::Status ModelCompute::BeginStep(int step) {
   for (auto& [s, stage] : stages_) stage->ZeroGrads();
   weight_gradients_done_ = 0;
   position_ = common::DataPositionAtStep(step, microbatches_, batch_);
+  return absl::OkStatus();
+}
+
+absl::Status ModelCompute::Rehearse() {
+  const std::vector<int32_t> zero_tokens(static_cast<size_t>(batch_) * seq_len_, 0);
+  absl::Status status = absl::OkStatus();
+  for (auto& [s, stage] : stages_) {
+    const size_t n = stage->activation_size();
+    float* in = ops_->Alloc(n);  // zero-filled
+    float* out = ops_->Alloc(n);
+    float* grad_out = ops_->Alloc(n);
+    float* grad_in = ops_->Alloc(n);
+    model::StageInput input;
+    input.tokens = zero_tokens.data();
+    input.targets = zero_tokens.data();
+    input.activations = in;
+    // The microbatch index only names the saved activations, released by the backward.
+    const int mb = first_microbatch_;
+    for (const bool split : {false, true}) {
+      if (!status.ok()) break;
+      status = stage->Forward(mb, input, out).status();
+      if (!status.ok()) break;
+      if (!split) {
+        status = stage->Backward(mb, grad_out, grad_in);
+      } else {
+        status = stage->BackwardInput(mb, grad_out, grad_in);
+        if (status.ok()) status = stage->BackwardWeight(mb);
+      }
+    }
+    ops_->Synchronize();
+    for (float* buffer : {in, out, grad_out, grad_in}) ops_->Free(buffer);
+    stage->ZeroGrads();
+    if (!status.ok()) {
+      return absl::Status(status.code(),
+                          absl::StrCat("rehearsing stage ", s, ": ", status.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -67,6 +67,16 @@ class ModelCompute : public executor::StageCompute {
   absl::Status LoadInitialValues(const std::map<std::string, common::Tensor>& tensors);
   // The names LoadCheckpointTensors looks up: every held tensor and its two moments.
   std::set<std::string> CheckpointTensorNames() const;
+  // Runs every held stage's forward and backward once, fused and split into input and weight
+  // halves, on zero tokens and activations, then zeroes the gradients: weights, moments, the data
+  // position and the step's gradients end as they were, and training after it is bit for bit what
+  // it is without. Why: cuBLAS loads a kernel library at a GEMM shape's first use, and loading
+  // waits until the process's kernels have finished; during a step a NCCL receive posted ahead
+  // spins until its peer sends, which may wait for this very GEMM (seen on an H200). Rehearsed
+  // before the pipeline connects, every shape a step uses is loaded while nothing spins.
+  // Tensor-parallel ranks rehearse together (the stage's collectives run); data-parallel
+  // gradients are not all-reduced.
+  absl::Status Rehearse();
 
   size_t InputSize(int stage) const override;
   size_t OutputSize(int stage) const override;

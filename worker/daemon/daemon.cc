@@ -149,6 +149,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     TaskEnv env;
     env.kv = kv_.get();
     env.device = options_.device;
+    env.rehearse = options_.device != "cpu";  // checked by ParseDevice: cuda:N
     env.hostname = advertise_host_;
     env.comm_timeout = options_.comm_timeout;
     env.async_checkpoints = options_.async_checkpoints;

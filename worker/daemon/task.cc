@@ -267,6 +267,9 @@ absl::Status Task::SetUp(Running& running) {
   if (!model_compute.ok()) return model_compute.status();
   running.compute = *std::move(model_compute);
   if (absl::Status s = Resume(*running.compute); !s.ok()) return s;
+  if (env_.rehearse) {
+    if (absl::Status s = running.compute->Rehearse(); !s.ok()) return s;
+  }
   const bool eval = common::EvalEnabled(plan_.spec());
   const std::vector<int> peers = executor::CommPeers(
       eval ? std::vector{&plan_.program(), &plan_.eval_program()} : std::vector{&plan_.program()});

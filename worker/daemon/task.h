@@ -73,6 +73,10 @@ struct TaskEnv {
   std::string hostname = "127.0.0.1";  // where peers reach this rank
   absl::Duration comm_timeout = absl::Seconds(30);
   bool async_checkpoints = true;  // false: training waits for each shard write
+  // Run the held stages once before the pipeline connects (compute::ModelCompute::Rehearse), so
+  // a GPU's libraries load their kernels while no NCCL kernel spins. The daemon sets it for
+  // cuda:N; on the CPU it would only cost time.
+  bool rehearse = false;
   // Test hook (PP_TEST_SHARD_WRITE_PAUSE=STEP:SECONDS in ppworker): the writer sleeps this long
   // before writing the shard of this step, so a test can kill a worker mid-checkpoint.
   int pause_shard_step = 0;

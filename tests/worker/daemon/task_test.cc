@@ -170,6 +170,9 @@ class TaskTest : public ::testing::Test {
         env.kv = kv.get();
         env.comm_timeout = absl::Seconds(20);
         env.async_checkpoints = async_checkpoints;
+        // What a GPU worker does first (ModelCompute::Rehearse): every schedule below must still
+        // train bit for bit what the trainer trains.
+        env.rehearse = true;
         Task task(plans[r], env);
         outcomes[r].status = task.Run(outcomes[r].reporter);
         outcomes[r].drained = task.drained();
