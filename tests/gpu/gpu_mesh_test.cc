@@ -118,6 +118,7 @@ bool RunMesh(const std::string& corpus, const fs::path& dir, int data, int tenso
       env.kv = kv.get();
       env.device = absl::StrCat("cuda:", r);
       env.comm_timeout = absl::Seconds(60);
+      env.rehearse = true;  // as ppworker does on cuda:N
       daemon::Task task(plans[r], env);
       status[r] = task.Run(reporter);
     });

@@ -1,6 +1,8 @@
 // Whole tasks (ModelCompute + executor + Gloo) for every schedule the planner compiles, one rank
 // per thread, rendezvous through a memory store: per-step losses and final weights must equal the
 // single-process reference trainer's bit for bit.
+#include "worker/daemon/task.h"
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,13 +12,15 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
-#include "common/step_math.h"
 #include "common/job_spec.h"
+#include "common/mesh.h"
 #include "common/safetensors.h"
+#include "common/step_math.h"
+#include "coordinator/placement.h"
 #include "coordinator/plan/plan.h"
 #include "gtest/gtest.h"
-#include "worker/daemon/task.h"
 #include "worker/data/data.h"
 #include "worker/trainer/trainer.h"
 
@@ -117,6 +121,28 @@ class TaskTest : public ::testing::Test {
     return plans;
   }
 
+  // One TaskPlan per rank of the spec's whole mesh (1f1b), as ppcoord builds them, under `job`.
+  std::vector<pp::v1::TaskPlan> MeshPlans(const pp::v1::JobSpec& spec, const std::string& job) {
+    const int D = spec.parallel().pipeline();
+    absl::StatusOr<pp::v1::Schedule> schedule =
+        plan::PlanSchedule("1f1b", D, 1, spec.train().microbatches(), pp::v1::CostModel());
+    absl::StatusOr<std::vector<int>> units =
+        plan::PartitionUnits(spec.model(), D, "uniform", {}, {});
+    EXPECT_TRUE(schedule.ok() && units.ok());
+    if (!schedule.ok() || !units.ok()) return {};
+    pp::v1::Job placed;
+    placed.set_id(job);
+    placed.set_attempt(1);
+    *placed.mutable_spec() = spec;
+    const std::vector<int> stage_to_rank(schedule->stage_to_rank().begin(),
+                                         schedule->stage_to_rank().end());
+    for (pp::v1::RankPlacement& p : coordinator::MeshRanks(*common::MeshOf(spec), stage_to_rank)) {
+      p.set_worker(absl::StrCat("w", p.rank()));
+      *placed.add_placement() = std::move(p);
+    }
+    return coordinator::BuildTaskPlans(placed, *schedule, *units, (dir_ / "checkpoints").string());
+  }
+
   struct Outcome {
     absl::Status status;
     RecordingReporter reporter;
@@ -140,9 +166,11 @@ class TaskTest : public ::testing::Test {
     return dir;
   }
 
-  // Every model tensor of the final checkpoint (step kSteps) written by `outcomes`.
+  // Every model tensor of the final checkpoint (step kSteps) written by `outcomes`, by name, or
+  // with `by_shard` as "SHARD:NAME" (tensor-parallel slices share their whole tensor's name).
   std::map<std::string, std::vector<float>> FinalWeights(const std::string& job,
-                                                         const std::vector<Outcome>& outcomes) {
+                                                         const std::vector<Outcome>& outcomes,
+                                                         bool by_shard = false) {
     std::map<std::string, std::vector<float>> weights;
     for (const Outcome& o : outcomes) {
       for (const pp::v1::CheckpointReport& r : o.reporter.checkpoints) {
@@ -151,7 +179,9 @@ class TaskTest : public ::testing::Test {
             (dir_ / "checkpoints" / job / ("step-" + std::to_string(kSteps)) / r.shard()).string());
         EXPECT_TRUE(shard.ok()) << shard.status();
         if (!shard.ok()) continue;
-        for (common::Tensor& t : shard->tensors) weights[t.name] = std::move(t.data);
+        for (common::Tensor& t : shard->tensors) {
+          weights[by_shard ? r.shard() + ":" + t.name : t.name] = std::move(t.data);
+        }
       }
     }
     return weights;
@@ -159,7 +189,7 @@ class TaskTest : public ::testing::Test {
 
   // Every rank in a thread; reporters answer `stop_after_step`.
   std::vector<Outcome> RunAll(const std::vector<pp::v1::TaskPlan>& plans, int stop_after_step = 0,
-                              bool async_checkpoints = true) {
+                              bool async_checkpoints = true, bool rehearse = true) {
     std::unique_ptr<comm::KvStore> kv = comm::NewMemoryKvStore();
     std::vector<Outcome> outcomes(plans.size());
     std::vector<std::thread> threads;
@@ -172,7 +202,7 @@ class TaskTest : public ::testing::Test {
         env.async_checkpoints = async_checkpoints;
         // What a GPU worker does first (ModelCompute::Rehearse): every schedule below must still
         // train bit for bit what the trainer trains.
-        env.rehearse = true;
+        env.rehearse = rehearse;
         Task task(plans[r], env);
         outcomes[r].status = task.Run(outcomes[r].reporter);
         outcomes[r].drained = task.drained();
@@ -240,6 +270,39 @@ TEST_F(TaskTest, InterleavedMatchesTrainer) {
 }
 TEST_F(TaskTest, ZbH1MatchesTrainer) { ExpectMatchesTrainer(Spec("zb-h1", 4, 1, 8)); }
 TEST_F(TaskTest, ZbVMatchesTrainer) { ExpectMatchesTrainer(Spec("zb-v", 4, 2, 8)); }
+
+// A GPU worker rehearses its stages before the pipeline connects; on a mesh that runs the tensor-
+// parallel collectives too, and must leave nothing behind: DP2 x PP2 x TP2 trains the same losses
+// and weights, bit for bit, with and without it.
+TEST_F(TaskTest, RehearsalChangesNothingOnAMesh) {
+  pp::v1::JobSpec spec = Spec("1f1b", 2, 1, 4);
+  spec.mutable_parallel()->set_data(2);
+  spec.mutable_parallel()->set_tensor(2);
+  ASSERT_TRUE(common::ValidateJobSpec(spec).ok()) << common::ValidateJobSpec(spec);
+  std::map<bool, std::vector<double>> losses;
+  std::map<bool, std::map<std::string, std::vector<float>>> weights;
+  for (const bool rehearse : {false, true}) {
+    const std::string job = rehearse ? "rehearsed" : "plain";
+    const std::vector<pp::v1::TaskPlan> plans = MeshPlans(spec, job);
+    ASSERT_EQ(plans.size(), 8u);
+    const std::vector<Outcome> outcomes = RunAll(plans, 0, true, rehearse);
+    for (const Outcome& o : outcomes) {
+      ASSERT_TRUE(o.status.ok()) << o.status;
+      for (const pp::v1::StepReport& step : o.reporter.steps) {
+        if (step.has_loss()) losses[rehearse].push_back(step.loss());
+      }
+    }
+    weights[rehearse] = FinalWeights(job, outcomes, /*by_shard=*/true);
+  }
+  ASSERT_FALSE(losses[false].empty());
+  ASSERT_EQ(losses[true].size(), losses[false].size());
+  EXPECT_EQ(
+      std::memcmp(losses[true].data(), losses[false].data(), losses[false].size() * sizeof(double)),
+      0);
+  ASSERT_FALSE(weights[false].empty());
+  EXPECT_EQ(weights[true].size(), weights[false].size());
+  ExpectBitwiseEqual(weights[true], weights[false]);
+}
 
 TEST_F(TaskTest, MissingPeerFailsTheTaskWithinTheTimeout) {
   std::vector<pp::v1::TaskPlan> plans = Plans(Spec("1f1b", 2, 1, 2));
