@@ -56,10 +56,16 @@ std::string FlopRateTextWith(double flops_per_second, const absl::StatusOr<kerne
   std::string capped;
   const double processes = ParallelProcesses(setup, cores, &capped);
   const double total = peak->flops_per_second * processes;
-  absl::StrAppendFormat(&text, ", %.3g%% of the measured peak %s (%s at %d thread%s x %g process%s",
+  // A GPU's rate does not depend on the host threads that launch its GEMMs.
+  absl::StatusOr<common::Device> device = common::ParseDevice(setup.device);
+  const std::string where =
+      device.ok() && device->cuda
+          ? absl::StrCat("on ", setup.device)
+          : absl::StrFormat("at %d thread%s", peak->threads, Plural(peak->threads));
+  absl::StrAppendFormat(&text, ", %.3g%% of the measured peak %s (%s %s x %g process%s",
                         total > 0 ? 100 * flops_per_second / total : 0.0, RateText(total),
-                        kernels::GemmPeakShape(*peak), peak->threads, Plural(peak->threads),
-                        processes, processes == 1 ? "" : "es");
+                        kernels::GemmPeakShape(*peak), where, processes,
+                        processes == 1 ? "" : "es");
   if (!capped.empty()) absl::StrAppend(&text, " of ", setup.processes, ": ", capped);
   return absl::StrCat(text, ")");
 }

@@ -42,7 +42,7 @@ TEST(FlopRateTest, ProcessesMultiplyThePeakUpToTheCores) {
 
 TEST(FlopRateTest, WorkersOnOneGpuShareItsRate) {
   EXPECT_THAT(FlopRateTextWith(50e9, Peak(1), Workers("cuda:0", 1, 4), 64),
-              HasSubstr("50% of the measured peak 100 GFLOP/s (fp32 GEMM 1024^3 at 1 thread x 1 "
+              HasSubstr("50% of the measured peak 100 GFLOP/s (fp32 GEMM 1024^3 on cuda:0 x 1 "
                         "process of 4: one GPU)"));
 }
 
