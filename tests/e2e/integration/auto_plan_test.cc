@@ -112,7 +112,11 @@ TEST_F(AutoScheduleTest, ChoosesRecordsAndTrainsTheReferenceBits) {
 TEST_F(AutoScheduleTest, DriftRePlansOnceAwayFromASlowedWorker) {
   StartCluster(3);
   testing_support::WorkerOptions slowed;
-  slowed.flags = {"--test_slow_after_steps=1", "--test_slow_factor=10"};
+  // 40x: w3's compute (under 1 ms a microbatch here) must outweigh the step's overheads (about
+  // 40 ms on 2 busy cores) and their noise. At 10x it added about 25%, so whether drift fired
+  // depended on how far the first prediction missed (it failed once, predicted 47.8 ms); at 40x a
+  // slowed step takes about 270 ms, so the drift is always the slowdown's.
+  slowed.flags = {"--test_slow_after_steps=1", "--test_slow_factor=40"};
   ASSERT_TRUE(cluster_->StartWorker("w3", slowed).ok()) << cluster_->Logs();
   pp::v1::JobSpec spec = AutoSpec(16);
   pp::v1::AutoPlanSpec* bounds = spec.mutable_parallel()->mutable_auto_plan();
