@@ -22,9 +22,8 @@ const char* Plural(double n) { return n == 1 ? "" : "s"; }
 
 // The processes whose rates add up: setup.processes, capped at cores / threads on the CPU, 1 on
 // a GPU. `why` gets what capped them, "" when nothing did.
-double ParallelProcesses(const PeakSetup& setup, int cores, std::string* why) {
-  absl::StatusOr<common::Device> device = common::ParseDevice(setup.device);
-  if (device.ok() && device->cuda) {
+double ParallelProcesses(const PeakSetup& setup, bool gpu, int cores, std::string* why) {
+  if (gpu) {
     if (setup.processes > 1) *why = "one GPU";  // every worker on it shares its rate
     return 1;
   }
@@ -53,13 +52,14 @@ std::string FlopRateTextWith(double flops_per_second, const absl::StatusOr<kerne
     absl::StrAppend(&text, "; no measured peak: ", peak.status().message());
     return text;
   }
+  absl::StatusOr<common::Device> device = common::ParseDevice(setup.device);
+  const bool gpu = device.ok() && device->cuda;
   std::string capped;
-  const double processes = ParallelProcesses(setup, cores, &capped);
+  const double processes = ParallelProcesses(setup, gpu, cores, &capped);
   const double total = peak->flops_per_second * processes;
   // A GPU's rate does not depend on the host threads that launch its GEMMs.
-  absl::StatusOr<common::Device> device = common::ParseDevice(setup.device);
   const std::string where =
-      device.ok() && device->cuda
+      gpu
           ? absl::StrCat("on ", setup.device)
           : absl::StrFormat("at %d thread%s", peak->threads, Plural(peak->threads));
   absl::StrAppendFormat(&text, ", %.3g%% of the measured peak %s (%s %s x %g process%s",
