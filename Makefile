@@ -25,7 +25,7 @@ test: build fuzz-build
 # harness for FUZZ_SECONDS on its seed corpus, one line of result each.
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 600
-FUZZERS = safetensors checkpoint job_spec executor hf_config llmc_shard tokenizer
+FUZZERS = safetensors checkpoint job_spec executor hf_config llmc_shard tokenizer policy
 fuzz-build: setup
 	@if tests/fuzz/have_libfuzzer.sh; then \
 	  [ -f $(FUZZ_BUILD)/build.ninja ] || cmake -S . -B $(FUZZ_BUILD) -G Ninja \

@@ -6,6 +6,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <utility>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
@@ -16,6 +17,7 @@
 #include "absl/time/time.h"
 #include "client/clock_text.h"
 #include "client/credentials.h"
+#include "client/queue_table.h"
 #include "common/data_spec.h"
 #include "common/epoch.h"
 #include "common/exit_code.h"
@@ -29,7 +31,7 @@
 #include "pp/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051",
-          "HOST:PORT of ppcoord (submit, get, list, watch, cancel, resume, workers, trace)");
+          "HOST:PORT of ppcoord (submit, get, list, queue, watch, cancel, resume, workers, trace)");
 ABSL_FLAG(absl::Duration, rpc_timeout, absl::Seconds(10),
           "how long a server command waits to reach ppcoord and for each answer");
 ABSL_FLAG(
@@ -101,7 +103,8 @@ std::string ProgressLine(const pp::v1::JobEvent& e) {
   std::string line =
       absl::StrFormat("%s %s step %d/%d", e.job_id(), pp::v1::JobEventKind_Name(e.kind()).substr(6),
                       e.step(), e.total_steps());
-  if (e.step() > 0) {
+  // A preempted job stops and queues again: the last step's rates and an ETA would mislead.
+  if (e.step() > 0 && e.kind() != pp::v1::EVENT_PREEMPTED) {
     absl::StrAppendFormat(&line, "  loss %.4f  lr %.3g  %.0f tok/s  bubble %.1f%%", e.loss(),
                           e.learning_rate(), e.tokens_per_second(), 100 * e.bubble_ratio());
     if (e.has_eval()) absl::StrAppendFormat(&line, "  EVAL loss %.4f", e.eval_loss());
@@ -148,22 +151,42 @@ std::string JobLine(const pp::v1::Job& job) {
       absl::StrCat(common::ScheduleLabel(p), " D=", p.pipeline(), " V=", p.chunks()), job.reason());
 }
 
-int List(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
-  // Follows the pages to the last one, each call with its own deadline, so the list is whole.
+// Follows the pages to the last one, each call with its own deadline, so the list is whole.
+// `page` sees each page as it comes.
+grpc::Status ListEveryPage(pp::v1::Coordinator::Stub& stub,
+                           const std::function<void(const pp::v1::ListJobsResponse&)>& page) {
   pp::v1::ListJobsRequest request;
-  bool first = true;
   do {
     pp::v1::ListJobsResponse response;
     grpc::Status status = stub.ListJobs(Context().get(), request, &response);
-    if (!status.ok()) return Fail("list", Describe(status));
-    if (first) {
-      std::cout << absl::StrFormat("%-24s %-10s %-11s %-9s %-18s %s\n", "JOB", "STATE", "STEP",
-                                   "LOSS", "SCHEDULE", "REASON");
-      first = false;
-    }
-    for (const pp::v1::Job& job : response.jobs()) std::cout << JobLine(job);
+    if (!status.ok()) return status;
+    page(response);
     request.set_page_token(response.next_page_token());
   } while (!request.page_token().empty());
+  return grpc::Status::OK;
+}
+
+int List(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
+  bool first = true;
+  grpc::Status status = ListEveryPage(stub, [&first](const pp::v1::ListJobsResponse& response) {
+    if (std::exchange(first, false)) {
+      std::cout << absl::StrFormat("%-24s %-10s %-11s %-9s %-18s %s\n", "JOB", "STATE", "STEP",
+                                   "LOSS", "SCHEDULE", "REASON");
+    }
+    for (const pp::v1::Job& job : response.jobs()) std::cout << JobLine(job);
+  });
+  if (!status.ok()) return Fail("list", Describe(status));
+  return common::kExitOk;
+}
+
+int Queue(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
+  // The order spans every page, so nothing prints until the last one is in.
+  std::vector<pp::v1::Job> jobs;
+  grpc::Status status = ListEveryPage(stub, [&jobs](const pp::v1::ListJobsResponse& response) {
+    jobs.insert(jobs.end(), response.jobs().begin(), response.jobs().end());
+  });
+  if (!status.ok()) return Fail("queue", Describe(status));
+  std::cout << QueueTable(jobs, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
   return common::kExitOk;
 }
 
@@ -178,8 +201,10 @@ int Watch(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args)
   pp::v1::JobEventKind last = pp::v1::JOB_EVENT_KIND_UNSPECIFIED;
   while (reader->Read(&event)) {
     last = event.kind();
-    // On a terminal one line is redrawn in place; otherwise each event is a line of a log.
-    std::cout << (live ? "\r\033[K" : "") << ProgressLine(event) << (live ? "" : "\n")
+    // On a terminal one line is redrawn in place, but a preemption stays on screen: the events
+    // that follow it would hide why the job stopped. Otherwise each event is a line of a log.
+    const bool keep = !live || event.kind() == pp::v1::EVENT_PREEMPTED;
+    std::cout << (live ? "\r\033[K" : "") << ProgressLine(event) << (keep ? "\n" : "")
               << std::flush;
   }
   if (live) std::cout << "\n";
@@ -267,8 +292,15 @@ const std::map<std::string, Command>& Commands() {
       {"submit",
        {"submit FILE: submit the job spec FILE (proto3 JSON or text); prints the job id", 1,
         Submit}},
-      {"get", {"get JOB: the job as proto3 JSON (state, reason, step, loss, placement)", 1, Get}},
+      {"get",
+       {"get JOB: the job as proto3 JSON (state, reason, step, loss, placement, priority, queue "
+        "position)",
+        1, Get}},
       {"list", {"list: every job, one line each", 0, List}},
+      {"queue",
+       {"queue: the queued jobs in the order ppcoord will try them (priority, owner, wait, "
+        "estimated start, reason), then what runs",
+        0, Queue}},
       {"watch",
        {"watch JOB: live progress until the job ends; exit 0 only if it SUCCEEDED", 1, Watch}},
       {"cancel", {"cancel JOB: stop a queued or running job", 1, Cancel}},
@@ -289,7 +321,7 @@ const std::map<std::string, Command>& Commands() {
 }  // namespace
 
 std::vector<std::string> JobCommandNames() {
-  return {"submit", "get", "list", "watch", "cancel", "resume", "workers", "trace"};
+  return {"submit", "get", "list", "queue", "watch", "cancel", "resume", "workers", "trace"};
 }
 
 std::string JobCommandUsage(const std::string& command) {

@@ -42,6 +42,9 @@ struct CoordinatorOptions {
   // Certificates refused on every call (--deny_certs; its owner reloads it). Null: none.
   std::shared_ptr<const common::CertDenyList> deny_certs;
   std::vector<std::string> data_roots;  // data.path must lie under one; empty: anywhere
+  // Scheduling policy file (coordinator/policy.h: priority classes, quotas, aging, preemption);
+  // empty: Policy::Default(). A bad file stops Start; ReloadPolicy reads it again.
+  std::string policy;
 };
 
 class CoordinatorServer {
@@ -53,6 +56,11 @@ class CoordinatorServer {
   // The addresses actually bound (host as given, the chosen port).
   std::string grpc_address() const;
   std::string metrics_address() const;
+
+  // Reads options.policy again and applies it (SIGHUP): a line saying what it did ("scheduling
+  // policy reloaded from PATH"; without a policy file "no --policy: nothing to reload"). On an
+  // error the policy in force stays and the error names the file and line.
+  absl::StatusOr<std::string> ReloadPolicy();
 
   // Ends watches and rendezvous waits, then stops serving. Idempotent.
   void Shutdown();

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "common/mesh.h"
+#include "common/step_math.h"
+
 namespace pp::coordinator {
 
 JobQueue::Hold JobQueue::HoldOf(const JobRecord& rec, absl::Time now) {
@@ -18,17 +21,59 @@ void JobQueue::Erase(const std::set<std::string>& job_ids) {
   std::erase_if(submitted_, [&job_ids](const std::string& id) { return job_ids.count(id) > 0; });
 }
 
-std::vector<std::string> JobQueue::PlacementOrder(const std::map<std::string, JobRecord>& jobs,
-                                                  absl::Time now) const {
-  // Oldest first among the jobs that fit. Backfill lets a stream of small jobs keep a large one
-  // waiting; without it, a large job that never fits would stop every job behind it.
-  std::vector<std::string> order;
-  for (const std::string& id : submitted_) {
-    const JobRecord& rec = jobs.at(id);
-    if (rec.job().state() == pp::v1::QUEUED && HoldOf(rec, now) == Hold::kNone) {
-      order.push_back(id);
+namespace {
+
+SchedJob SchedJobOf(const JobRecord& rec, int64_t order) {
+  const pp::v1::Job& job = rec.job();
+  const bool running = job.state() == pp::v1::RUNNING;
+  const int64_t step_tokens = common::GlobalTokensPerStep(job.spec());
+  return SchedJob{
+      .id = job.id(),
+      .owner = job.owner(),
+      .order = order,
+      .priority = job.priority(),
+      .preemptible = !job.spec().has_preemptible() || job.spec().preemptible(),
+      .state = job.state(),
+      .workers = running ? job.placement_size() : common::WorldSize(job.spec()),
+      .queued_unix = job.queued_unix(),
+      .worker_seconds = job.worker_seconds(),
+      .started_unix = rec.placed_unix(),
+      .step = job.step(),
+      .last_checkpoint_step = std::max(job.last_checkpoint_step(), job.start_step()),
+      .total_steps = job.spec().train().steps(),
+      .step_seconds = job.tokens_per_second() > 0
+                          ? static_cast<double>(step_tokens) / job.tokens_per_second()
+                          : 0,
+      .borrowing = rec.borrowing,
+      .stopping = rec.stop_step > 0,
+      .preempted_unix = {job.preempted_unix().begin(), job.preempted_unix().end()},
+  };
+}
+
+}  // namespace
+
+std::vector<SchedJob> JobQueue::Snapshot(const std::map<std::string, JobRecord>& jobs,
+                                         double now_unix) const {
+  std::vector<SchedJob> snapshot;
+  for (size_t i = 0; i < submitted_.size(); ++i) {
+    const JobRecord& rec = jobs.at(submitted_[i]);
+    const pp::v1::Job& job = rec.job();
+    const bool live = job.state() == pp::v1::QUEUED || job.state() == pp::v1::RUNNING;
+    if (live || job.updated_unix() >= now_unix - absl::ToDoubleSeconds(kFairShareWindow)) {
+      snapshot.push_back(SchedJobOf(rec, static_cast<int64_t>(i)));
     }
   }
+  return snapshot;
+}
+
+std::vector<std::string> JobQueue::PlacementOrder(const std::map<std::string, JobRecord>& jobs,
+                                                  absl::Time now,
+                                                  const pp::v1::Aging& aging) const {
+  // Held jobs are ordered with the others (their owners' usage counts) and then left out.
+  const double now_unix = absl::ToDoubleSeconds(now - absl::UnixEpoch());
+  std::vector<std::string> order = OrderQueued(Snapshot(jobs, now_unix), aging, now_unix);
+  std::erase_if(order,
+                [&](const std::string& id) { return HoldOf(jobs.at(id), now) != Hold::kNone; });
   return order;
 }
 

@@ -1,12 +1,11 @@
 // The job queue (internal): every job in submission order, and of them the QUEUED jobs to try to
 // place now, in the order to try them. It decides order and eligibility only; JobManager
-// (jobs.h PlaceQueued) fits each job on the idle workers and starts it. This is where issue 30's
-// scheduling goes: priorities reorder PlacementOrder, a quota is one more Hold, and preemption
-// (choosing the running jobs a waiting one may stop) a method beside PlacementOrder.
+// (jobs.h PlaceQueued, shared_cluster.cc) applies quotas and preemption, fits each job on the
+// idle workers and starts it.
 //
-// Today's policy: oldest first, with backfill (a job that does not fit the idle workers does not
-// hold back later ones that fit), and a QUEUED job is held while its restart checkpoint is not
-// verified, during its restart backoff, and while its workers calibrate.
+// The order is scheduling.h's OrderQueued: priority with aging, then the owner's fair share, then
+// submission order. A QUEUED job is held while its restart checkpoint is not verified, during its
+// restart backoff, and while its workers calibrate.
 //
 // Threading: none of its own; pure but for the order it keeps. JobManager keeps it under mu_
 // (jobs.h), beside the JobRecords it reads.
@@ -20,8 +19,14 @@
 
 #include "absl/time/time.h"
 #include "coordinator/job_record.h"
+#include "coordinator/scheduling.h"
+#include "pp/v1/policy.pb.h"
 
 namespace pp::coordinator {
+
+// Fair share weighs what each owner's jobs used in the last hour: an owner is not held back for
+// long by what it ran long ago, and one that just ran a lot waits behind those that did not.
+inline constexpr absl::Duration kFairShareWindow = absl::Hours(1);
 
 class JobQueue {
  public:
@@ -41,10 +46,17 @@ class JobQueue {
   // Every job, in submission order: the order of ListJobs.
   const std::vector<std::string>& submitted() const { return submitted_; }
 
-  // The ids of the QUEUED jobs of `jobs` not held at `now`, in the order to try them.
-  // REQUIRES: every id added is in `jobs`.
+  // What scheduling.h needs of each QUEUED and RUNNING job of `jobs`, and of each job that ended
+  // within kFairShareWindow before `now_unix` (its worker-seconds count in its owner's fair
+  // share), in submission order. REQUIRES: every id added is in `jobs`.
+  std::vector<SchedJob> Snapshot(const std::map<std::string, JobRecord>& jobs,
+                                 double now_unix) const;
+
+  // The ids of the QUEUED jobs of `jobs` not held at `now`, in the order to try them
+  // (OrderQueued under `aging`). REQUIRES: every id added is in `jobs`.
   std::vector<std::string> PlacementOrder(const std::map<std::string, JobRecord>& jobs,
-                                          absl::Time now) const;
+                                          absl::Time now,
+                                          const pp::v1::Aging& aging = pp::v1::Aging()) const;
 
  private:
   std::vector<std::string> submitted_;

@@ -1,5 +1,6 @@
 #include "coordinator/job_record.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -147,6 +148,7 @@ absl::StatusOr<bool> JobRecord::Apply(const JobEdit& edit) {
       Place(edit);
       return true;
     case JobEdit::Kind::kEnd:
+      CountWorkerSeconds(edit.now_unix);
       job_.set_state(edit.state);
       job_.set_reason(edit.reason);
       job_.set_updated_unix(edit.now_unix);
@@ -183,12 +185,24 @@ void JobRecord::Place(const JobEdit& edit) {
     job_.set_reason(logged ? job_.restart_log(n - 1).reason() : "");
   }
   job_.set_updated_unix(edit.now_unix);
+  placed_unix_ = edit.now_unix;
   steps = std::make_unique<StepAggregator>(job_.placement_size());
   checkpoints = std::make_unique<CheckpointCollector>(job_.placement_size());
   ranks_done.clear();
   drained = false;
   stop_step = 0;
   newest_reported_step = job_.start_step();
+  preempted_for.clear();
+  borrowing = false;
+}
+
+void JobRecord::CountWorkerSeconds(double now_unix) {
+  // A job stored RUNNING by an earlier ppcoord was placed before this one started: that attempt
+  // is not counted (placed_unix_ is unknown).
+  if (job_.state() != pp::v1::RUNNING || placed_unix_ <= 0) return;
+  job_.set_worker_seconds(job_.worker_seconds() +
+                          job_.placement_size() * std::max(0.0, now_unix - placed_unix_));
+  placed_unix_ = 0;
 }
 
 void JobRecord::StartNext(const JobEdit& edit) {
@@ -203,8 +217,10 @@ void JobRecord::StartNext(const JobEdit& edit) {
     verify_pending_ = edit.from_step > 0;
     if (edit.automatic) job_.set_restarts(job_.restarts() + 1);
   }
+  CountWorkerSeconds(edit.now_unix);
   not_before_ = edit.not_before;
   job_.set_state(pp::v1::QUEUED);
+  job_.set_queued_unix(edit.now_unix);
   StartNextAttempt(job_, edit.from_step, edit.reason, edit.automatic, edit.now_unix);
 }
 

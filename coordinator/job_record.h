@@ -12,6 +12,9 @@
 //  - job().attempt() grows by one at each kRequeue and kResume, and only then; it names the live
 //    attempt: the one running, or the one waiting to be placed. Each new attempt appends its
 //    entry to job().restart_log() (StartNextAttempt, job_logic.h).
+//  - job().worker_seconds() grows by placement size x time placed each time a RUNNING attempt ends
+//    (kEnd, kRequeue); job().queued_unix() is the time of the kRequeue or kResume that queued it
+//    (Submit sets it first).
 //  - job().last_checkpoint_step() only grows (kCheckpoint), except that kResume sets it to the
 //    step the job resumes from.
 //  - verify_pending(): QUEUED with start_step a checkpoint not verified yet; set by kRequeue,
@@ -108,6 +111,8 @@ class JobRecord {
   bool verify_pending() const { return verify_pending_; }
   absl::Time not_before() const { return not_before_; }
   bool waiting() const { return waiting_; }
+  // When the live attempt was placed (kPlace); 0 when it was not placed by this process.
+  double placed_unix() const { return placed_unix_; }
 
   // ---- the plan of the live attempt (planning.h PlannedJob) ----
   pp::v1::Schedule schedule;
@@ -122,6 +127,11 @@ class JobRecord {
   int stop_step = 0;     // >0: every rank checkpoints and stops after it
   int newest_reported_step = 0;
   std::set<std::string> leaving_workers;  // asked to drain: not placed again
+  // A higher-priority job's id when this attempt is stopping to free its workers for it
+  // (shared_cluster.cc), and when it must have stopped (the policy's grace).
+  std::string preempted_for;
+  absl::Time preempt_deadline = absl::InfiniteFuture();
+  bool borrowing = false;  // placed past its owner's max_workers (Quota.borrow)
   // A lost-peer failure of `attempt` waiting for its cause (ManagerOptions::failure_settle).
   struct Suspicion {
     int attempt = 0;
@@ -155,11 +165,14 @@ class JobRecord {
   void Place(const JobEdit& edit);
   void StartNext(const JobEdit& edit);
   bool SettleStart(int from_step);
+  // Adds the RUNNING attempt's workers x seconds to job().worker_seconds() as it ends.
+  void CountWorkerSeconds(double now_unix);
 
   pp::v1::Job job_;
   bool verify_pending_ = false;
   absl::Time not_before_ = absl::InfinitePast();
   bool waiting_ = false;
+  double placed_unix_ = 0;  // the live attempt's kPlace; 0 when not placed by this process
 };
 
 // The name of an edit's kind, for messages: "place", "end", ...

@@ -227,6 +227,7 @@ void JobManager::UpdateGauges() {
     workers[pp::v1::WorkerState_Name(s)] = workers_.CountInState(s);
   }
   metrics_->SetWorkerCounts(workers);
+  UpdateSharedGauges();
 }
 
 }  // namespace pp::coordinator

@@ -57,6 +57,8 @@ JobManager::JobManager(const ManagerOptions& options, std::unique_ptr<JobStore> 
            [this](const Outbound& rpc, const grpc::Status& status)
                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { RpcDone(rpc, status); }),
       events_(&mu_),
+      policy_(options.policy != nullptr ? options.policy
+                                        : std::make_shared<const Policy>(Policy::Default())),
       committer_(&mu_, &store_mu_, store_.get(), this,
                  CommitterOptions{.checkpoint_root = checkpoint_root(),
                                   .retain_jobs = options.retain_jobs,
@@ -154,6 +156,7 @@ void JobManager::Tick() {
       Fail(rec, suspicion.reason, suspicion.worker);
     }
   }
+  EnforcePreemptionGrace(now);
   for (const pp::v1::WorkerInfo& w :
        workers_.MarkSilentDown(absl::Now(), options_.worker_timeout)) {
     Log(absl::StrCat("worker ", w.name(), " is DOWN (no heartbeat for ",
@@ -181,32 +184,6 @@ void JobManager::Tick() {
   }
   PlaceQueued();
   UpdateGauges();
-}
-
-void JobManager::PlaceQueued() {
-  // The order and the holds are the queue's (job_queue.h); placing one job changes no other's.
-  for (const std::string& id : queue_.PlacementOrder(jobs_, absl::Now())) {
-    JobRecord& rec = jobs_.at(id);
-    const std::vector<int> stage_to_rank(rec.schedule.stage_to_rank().begin(),
-                                         rec.schedule.stage_to_rank().end());
-    const std::vector<pp::v1::WorkerInfo> idle = workers_.Idle();
-    absl::StatusOr<std::vector<pp::v1::RankPlacement>> placement =
-        PlaceRanks(rec.job().spec(), stage_to_rank, idle, rec.rank_bytes);
-    if (placement.ok()) {
-      if (rec.auto_plan.calibrate()) {
-        BeginCalibration(rec, *std::move(placement));
-      } else {
-        Start(rec, *std::move(placement));
-      }
-      continue;
-    }
-    const int world = common::WorldSize(rec.job().spec());
-    const int registered =
-        workers_.CountInState(pp::v1::IDLE) + workers_.CountInState(pp::v1::BUSY);
-    NoteWait(rec, static_cast<int>(idle.size()) < world
-                      ? WaitReason(world, registered, static_cast<int>(idle.size()))
-                      : std::string(placement.status().message()));
-  }
 }
 
 void JobManager::NoteWait(JobRecord& rec, const std::string& reason) {
@@ -242,18 +219,23 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
                     job.start_step() > 0 ? absl::StrCat(", from step ", job.start_step()) : ""));
 }
 
-absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
-                                               const std::string& owner) {
+absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec, const Caller& caller) {
   // Before mu_: this reads the spec's data files through.
   absl::StatusOr<PlannedJob> planned =
       PlanClientSpec(spec, options_.data_roots,
                      spec.parallel().recompute() == "auto" ? RegisteredMemoryFits() : nullptr);
   if (!planned.ok()) return planned.status();
   const std::vector<int64_t> rank_bytes = RankBytes(planned->memory);
+  pp::v1::Job job;
+  job.set_owner(caller.name);
+  *job.mutable_spec() = std::move(planned->spec);
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("ppcoord is shutting down");
     if (absl::Status fits = CheckMemoryFits(rank_bytes, workers_.All()); !fits.ok()) return fits;
+    // Two submits of one owner racing here may both pass max_queued_jobs: it bounds the queue
+    // by the owner's concurrent calls at worst, which the RPC limits bound.
+    if (absl::Status admitted = Admit(job, caller); !admitted.ok()) return admitted;
   }
   // Nothing is acknowledged that a restart would lose: the job exists once its row is stored.
   // The row is written under store_mu_ alone, so heartbeats (mu_) do not wait on the disk;
@@ -261,16 +243,14 @@ absl::StatusOr<std::string> JobManager::Submit(const pp::v1::JobSpec& spec,
   absl::MutexLock store_lock(&store_mu_);
   absl::StatusOr<int64_t> sequence = store_->ReserveSequence();
   if (!sequence.ok()) return Unsaved("job not submitted", sequence.status());
-  pp::v1::Job job;
-  job.set_id(MakeJobId(planned->spec.name(), *sequence));
-  *job.mutable_spec() = std::move(planned->spec);
+  job.set_id(MakeJobId(job.spec().name(), *sequence));
   job.set_state(pp::v1::QUEUED);
-  job.set_owner(owner);
   job.set_train_windows(planned->train_windows);
   SetStep(job, 0);
   if (!planned->recompute_reason.empty()) job.mutable_plan()->set_reason(planned->recompute_reason);
   job.set_created_unix(NowUnix());
   job.set_updated_unix(job.created_unix());
+  job.set_queued_unix(job.created_unix());
   if (absl::Status saved = store_->Put(job); !saved.ok()) {
     Log(absl::StrCat("job ", job.id(), " not saved: ", saved.message()));
     return Unsaved("job not submitted", saved);
@@ -296,7 +276,9 @@ absl::StatusOr<pp::v1::Job> JobManager::Get(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   JobRecord* rec = FindLocked(job_id);
   if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", job_id, "\" not found"));
-  return rec->job();
+  pp::v1::Job job = rec->job();
+  if (job.state() == pp::v1::QUEUED) FillQueueView(ViewQueue(), job);
+  return job;
 }
 
 absl::StatusOr<pp::v1::ListJobsResponse> JobManager::List(const pp::v1::ListJobsRequest& request) {
@@ -308,8 +290,9 @@ absl::StatusOr<pp::v1::ListJobsResponse> JobManager::List(const pp::v1::ListJobs
                  });
   if (!page.ok()) return page.status();
   pp::v1::ListJobsResponse response;
+  const std::map<std::string, QueueView> view = ViewQueue();
   for (size_t i = page->begin; i < page->end; ++i) {
-    *response.add_jobs() = jobs_.at(queue_.submitted()[i]).job();
+    FillQueueView(view, *response.add_jobs() = jobs_.at(queue_.submitted()[i]).job());
   }
   response.set_next_page_token(page->next_page_token);
   return response;
@@ -335,7 +318,8 @@ absl::StatusOr<pp::v1::Job> JobManager::Cancel(const std::string& job_id) {
   return cancelled;
 }
 
-absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& request) {
+absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& request,
+                                               const Caller& caller) {
   if (absl::Status valid = CheckResumeRequest(request); !valid.ok()) return valid;
   // Checked under the lock, the checkpoint verified outside it (hashing every shard of a large
   // model takes long), then applied under the lock if the job did not change meanwhile.
@@ -358,7 +342,7 @@ absl::StatusOr<pp::v1::Job> JobManager::Resume(const pp::v1::ResumeJobRequest& r
   absl::StatusOr<pp::v1::Job> resumed;
   {
     absl::MutexLock lock(&mu_);
-    resumed = ApplyResume(id, attempt, *std::move(planned), checkpoint, &ticket);
+    resumed = ApplyResume(id, attempt, *std::move(planned), checkpoint, caller, &ticket);
   }
   if (!resumed.ok()) return resumed;
   if (absl::Status saved = committer_.AwaitStored(id, ticket); !saved.ok()) {
@@ -395,7 +379,7 @@ absl::StatusOr<PlannedJob> JobManager::PlanResume(const pp::v1::ResumeJobRequest
 absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int attempt,
                                                     PlannedJob planned,
                                                     const ResumeCheckpoint& checkpoint,
-                                                    int64_t* ticket) {
+                                                    const Caller& caller, int64_t* ticket) {
   JobRecord* rec = FindLocked(id);
   if (rec == nullptr) return absl::NotFoundError(absl::StrCat("job \"", id, "\" not found"));
   if (absl::Status ended = CheckResumable(rec->job()); !ended.ok()) return ended;
@@ -416,6 +400,10 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
   }
   const int from_step = checkpoint.manifest->step();
   if (absl::Status left = CheckStepsLeft(id, from_step, planned.spec); !left.ok()) return left;
+  pp::v1::Job admitted;  // the class is checked, and its value read, under today's policy
+  admitted.set_owner(rec->job().owner());
+  *admitted.mutable_spec() = planned.spec;
+  if (absl::Status allowed = Admit(admitted, caller); !allowed.ok()) return allowed;
   // Verified above, and asked for: no backoff.
   const std::string reason = ResumeReason(from_step, planned.spec.parallel());
   const JobEdit edit = JobEdit::Resume(from_step, reason, std::move(planned.spec),
@@ -424,6 +412,7 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
     Log(absl::StrCat("internal error: ", legal.message()));
     return legal;
   }
+  rec->mutable_job()->set_priority(admitted.priority());
   rec->schedule = std::move(planned.schedule);
   rec->stage_units = std::move(planned.stage_units);
   rec->rank_bytes = RankBytes(planned.memory);

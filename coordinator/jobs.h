@@ -9,8 +9,9 @@
 //    applied by LogAndApply here, which checks each against the state machine (an illegal one is
 //    logged as an internal error and not applied) and marks the row for the committer.
 //  - JobQueue (job_queue.h): submission order, and which QUEUED jobs PlaceQueued tries, in what
-//    order (held: an unverified restart checkpoint, a backoff, a calibration). Priorities, quotas
-//    and preemption (issue 30) go there.
+//    order (held: an unverified restart checkpoint, a backoff, a calibration).
+//  - Policy (policy.h) and the pure decisions of scheduling.h: priorities, quotas, reservations
+//    and preemption at a checkpoint, applied by shared_cluster.cc.
 //  - Committer (committer.h): the store and checkpoint I/O outside the lock, on its committer and
 //    verifier threads, and its CommitQueue (commit_queue.h: dirty rows and their tickets,
 //    checkpoints to commit, step records, and the rows it wrote, which Committer::AwaitStored
@@ -26,12 +27,14 @@
 //    worker table (registry.h), the job store (store.h), the calls to workers (worker_rpc.h) and
 //    the event stream (event_log.h).
 // None of them has a lock of its own: all live under mu_ but the job store, under store_mu_ (the
-// rendezvous store, thread-safe on its own, stands apart). The implementation is in six files:
+// rendezvous store, thread-safe on its own, stands apart). The implementation is in seven files:
 // jobs.cc (construction, the scheduler, placement, the client side), job_transitions.cc (how an
 // attempt ends, fails or is queued again; LogAndApply), worker_reports.cc (the worker side:
 // registration, heartbeats, step, task and checkpoint reports), commits.cc (JobManager's side of
 // the committer: what transitions queue, and the CommitterHost calls), calibration.cc
-// (parallel.schedule "auto": calibrate, apply AutoPlanRun's decisions, re-plan) and retention.cc
+// (parallel.schedule "auto": calibrate, apply AutoPlanRun's decisions, re-plan), shared_cluster.cc
+// (placement under the scheduling policy: order, quotas, reservations, preemption; queue
+// positions and estimates in answers) and retention.cc
 // (picks and drops the jobs that ended longer than ManagerOptions::retain_jobs ago, for the
 // committer, which deletes their rows).
 //
@@ -90,10 +93,12 @@
 #include "coordinator/kv_access.h"
 #include "coordinator/metrics.h"
 #include "coordinator/planning.h"
+#include "coordinator/policy.h"
 #include "coordinator/registry.h"
-#include "coordinator/resume_checkpoint.h"
 #include "coordinator/rendezvous.h"
+#include "coordinator/resume_checkpoint.h"
 #include "coordinator/retention.h"
+#include "coordinator/scheduling.h"
 #include "coordinator/store.h"
 #include "coordinator/worker_rpc.h"
 #include "grpcpp/support/status.h"
@@ -127,6 +132,8 @@ struct ManagerOptions {
   std::vector<std::string> data_roots;
   // An ended job unchanged this long is deleted (retention.h); zero keeps ended jobs forever.
   absl::Duration retain_jobs = kDefaultRetainJobs;
+  // --policy: priority classes, quotas, aging, preemption (policy.h); null: Policy::Default().
+  std::shared_ptr<const Policy> policy;
 };
 
 // The committer (committer.h) calls back through CommitterHost, under mu_.
@@ -144,14 +151,21 @@ class JobManager : private CommitterHost {
   void Stop();
 
   // Client side.
-  absl::StatusOr<std::string> Submit(const pp::v1::JobSpec& spec, const std::string& owner = "");
+  // The job's owner is the caller's name; spec.priority must be a class of the policy the caller
+  // may use (InvalidArgument, PermissionDenied), preemptible: false needs an admin, and the
+  // owner's max_queued_jobs must not be reached (ResourceExhausted).
+  absl::StatusOr<std::string> Submit(const pp::v1::JobSpec& spec, const Caller& caller = Caller{});
+  // Get and List fill a QUEUED job's queue_position and estimated_start_seconds.
   absl::StatusOr<pp::v1::Job> Get(const std::string& job_id);
   // One page in submission order (coordinator/list_page.h); INVALID_ARGUMENT for a bad page.
   absl::StatusOr<pp::v1::ListJobsResponse> List(const pp::v1::ListJobsRequest& request);
   absl::StatusOr<pp::v1::Job> Cancel(const std::string& job_id);
   // Queues an ended job again from a verified committed checkpoint (request.step, or the newest),
   // optionally on a new layout (request.parallel) or to a new total of steps (request.steps).
-  absl::StatusOr<pp::v1::Job> Resume(const pp::v1::ResumeJobRequest& request);
+  // The policy's checks of Submit apply again, for `caller`: the class (its value read again into
+  // job.priority), preemptible, and the owner's max_queued_jobs.
+  absl::StatusOr<pp::v1::Job> Resume(const pp::v1::ResumeJobRequest& request,
+                                     const Caller& caller = Caller{});
   std::vector<pp::v1::WorkerInfo> Workers();
   // Whether a job's estimate fits the workers registered now (CheckMemoryFits on a snapshot):
   // what parallel.recompute "auto" is chosen against, at SubmitJob and PlanJob.
@@ -175,6 +189,8 @@ class JobManager : private CommitterHost {
   std::optional<LiveAttempt> LiveAttemptOf(const std::string& job_id);
 
   std::string checkpoint_root() const;
+  // Replaces the scheduling policy (SIGHUP: ppcoord --policy read again) and places what it lets.
+  void SetPolicy(std::shared_ptr<const Policy> policy);
 
  private:
   // The task a BUSY worker was given (or says it runs).
@@ -188,10 +204,49 @@ class JobManager : private CommitterHost {
   absl::Status Reload();
   void SchedulerLoop();
   void Tick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Places the QUEUED jobs the queue offers now (JobQueue::PlacementOrder: oldest first, none
-  // held), in its order; a job that does not fit the idle workers waits, with the reason in
-  // job.reason (WaitReason), and does not hold back later jobs that fit (backfill).
+  // Places the QUEUED jobs the queue offers now (JobQueue::PlacementOrder under the policy's
+  // aging; none held), in its order (shared_cluster.cc). A job over its owner's quota waits with
+  // the quota's reason unless it may borrow; a job that does not fit the idle workers waits, with
+  // the reason in job.reason (WaitReason), preempts lower-priority (or borrowing) jobs when that
+  // frees enough workers (PreemptFor), and does not hold back later jobs that fit (backfill)
+  // unless it preempts or has waited the policy's reserve_after_seconds at the head of the order:
+  // then the idle workers it needs are reserved for it.
   void PlaceQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Submit and Resume, under the lock: the policy's checks of a job about to be QUEUED (`job`: its
+  // owner and spec; see Submit) for `caller`; sets job.priority.
+  absl::Status Admit(pp::v1::Job& job, const Caller& caller) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registered workers: IDLE or BUSY.
+  int RegisteredWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One PlaceQueued round's view, kept current as it starts and preempts jobs.
+  struct Round {
+    std::vector<SchedJob> snapshot;            // JobQueue::Snapshot at the round's start
+    std::map<std::string, size_t> index;       // job id -> its snapshot entry
+    std::map<std::string, int> owner_workers;  // OwnerWorkers, plus the jobs started since
+    std::map<std::string, int> freeing;        // waiting job -> workers its victims free
+    int reserved = 0;           // idle workers the jobs tried so far keep from the jobs behind them
+    bool first_waiting = true;  // no job of the round has waited yet
+  };
+  // PlaceQueued for one job of the order: the quota, a placement, else the wait with its reason,
+  // preemption and reservation.
+  void TryPlace(JobRecord& rec, Round& round, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `waiting` (`me`) lacks `missing` workers beyond the idle ones and those its preemptions in
+  // flight free: preempts the jobs ChooseVictims picks, if any. Returns the workers they free.
+  int PreemptFor(JobRecord& waiting, const SchedJob& me, int missing, Round& round)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Asks `victim` to checkpoint after its next step and stop (stop_step), for `waiting`; records
+  // the preemption in its row, emits EVENT_PREEMPTED. Its end requeues it (EndAttempt).
+  void Preempt(JobRecord& victim, const JobRecord& waiting) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops and requeues each victim still running past its preemption grace (Tick).
+  void EnforcePreemptionGrace(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A QUEUED job's place in the queue and its start estimate, for answers.
+  struct QueueView {
+    int position = 0;
+    double estimated_start_seconds = 0;
+  };
+  std::map<std::string, QueueView> ViewQueue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void FillQueueView(const std::map<std::string, QueueView>& view, pp::v1::Job& job);
+  // pp_queue_jobs{priority} and pp_owner_workers_in_use{owner} (UpdateGauges).
+  void UpdateSharedGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records why a QUEUED job waits: job.reason, persisted and emitted when it changed.
   void NoteWait(JobRecord& rec, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The committer's verifier hashes the checkpoint each requeued job will start from, outside the
@@ -216,7 +271,7 @@ class JobManager : private CommitterHost {
   // `ticket` is its row's write.
   absl::StatusOr<pp::v1::Job> ApplyResume(const std::string& job_id, int attempt,
                                           PlannedJob planned, const ResumeCheckpoint& checkpoint,
-                                          int64_t* ticket)
+                                          const Caller& caller, int64_t* ticket)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker RPC came back (WorkerRpc's completion): probes go to ProbeAnswered; a failed RunTask
   // of the live attempt frees its worker and fails the attempt.
@@ -349,6 +404,7 @@ class JobManager : private CommitterHost {
   // The calibrations measured (calibration_run.h): an "auto" job on the same workers and shape
   // is not calibrated again.
   CalibrationCache calibrations_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);  // never null
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread scheduler_;
   // The store and checkpoint I/O, on its committer and verifier threads (committer.h); its queue

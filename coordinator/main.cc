@@ -43,6 +43,10 @@ ABSL_FLAG(std::string, auth_tokens, "",
           "file of 'TOKEN ROLE NAME' lines (roles admin, submit, view): pp.v1.Coordinator then "
           "needs 'authorization: Bearer TOKEN' or an admin client certificate of "
           "--tls_ca (subject OU=pipeline-admin); needs the --tls_* flags (or --insecure)");
+ABSL_FLAG(std::string, policy, "",
+          "scheduling policy in proto text format (pp.v1.SchedulingPolicy: priority classes and "
+          "who may use them, per-owner quotas, aging, preemption; docs/jobs.md), read again on "
+          "SIGHUP; empty: classes low/normal/high open to all, no quotas");
 ABSL_FLAG(std::vector<std::string>, data_root, {},
           "comma-separated folders a job's data.path must lie in (after resolving symlinks); "
           "empty: anywhere");
@@ -72,6 +76,7 @@ absl::StatusOr<pp::coordinator::CoordinatorOptions> OptionsFromFlags() {
   options.insecure = security.insecure;
   options.auth_tokens = absl::GetFlag(FLAGS_auth_tokens);
   options.data_roots = absl::GetFlag(FLAGS_data_root);
+  options.policy = absl::GetFlag(FLAGS_policy);
   return options;
 }
 
@@ -139,7 +144,7 @@ int main(int argc, char** argv) {
       "ppcoord --grpc=HOST:PORT --metrics=HOST:PORT --data_dir=DIR [--address_file=PATH]\n"
       "        [--tls_cert=PEM --tls_key=PEM --tls_ca=PEM] [--auth_tokens=FILE] "
       "[--deny_certs=FILE] [--data_root=DIRS]\n"
-      "        [--retain_jobs=30d]\n"
+      "        [--retain_jobs=30d] [--policy=FILE]\n"
       "The coordinator daemon of the pipeline-parallel training service.";
   daemon.address_file = &FLAGS_address_file;
   daemon.start = [&server, &deny]() -> absl::StatusOr<pp::common::DaemonAddresses> {
@@ -163,6 +168,15 @@ int main(int argc, char** argv) {
     return addresses;
   };
   daemon.stop = [&server](int) { server->Shutdown(); };
-  daemon.reload = [&deny] { return deny->Reload(); };
+  // SIGHUP: the deny-list and the scheduling policy, each kept as it was when its file is bad;
+  // the line says what became of each.
+  daemon.reload = [&deny, &server]() -> absl::StatusOr<std::string> {
+    const absl::StatusOr<std::string> denied = deny->Reload();
+    const absl::StatusOr<std::string> policy = server->ReloadPolicy();
+    const std::string line = absl::StrCat(denied.ok() ? *denied : denied.status().message(), "; ",
+                                          policy.ok() ? *policy : policy.status().message());
+    if (denied.ok() && policy.ok()) return line;
+    return absl::InvalidArgumentError(line);
+  };
   return pp::common::RunDaemonMain(daemon, argc, argv);
 }

@@ -72,8 +72,55 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
                         .Name("pp_rpc_errors_total")
                         .Help("RPCs answered or ended with an error, by method.")
                         .Register(r);
+  m->queue_jobs_ = &prometheus::BuildGauge()
+                        .Name("pp_queue_jobs")
+                        .Help("QUEUED jobs by priority class.")
+                        .Register(r);
+  m->owner_workers_ = &prometheus::BuildGauge()
+                           .Name("pp_owner_workers_in_use")
+                           .Help("Workers the owner's RUNNING jobs hold.")
+                           .Register(r);
+  m->preemptions_ = &prometheus::BuildCounter()
+                         .Name("pp_preemptions_total")
+                         .Help("Jobs asked to stop at a checkpoint for a higher-priority job.")
+                         .Register(r)
+                         .Add({});
   return m;
 }
+
+namespace {
+
+// Sets one gauge per key of `values` in `family` and removes the series of keys gone since the
+// last call (`series`), so a class or owner that left does not linger in the scrape.
+void ReplaceSeries(prometheus::Family<prometheus::Gauge>* family, const std::string& label,
+                   const std::map<std::string, int>& values,
+                   std::map<std::string, prometheus::Gauge*>& series) {
+  for (auto it = series.begin(); it != series.end();) {
+    if (values.count(it->first) == 0) {
+      family->Remove(it->second);
+      it = series.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [key, n] : values) {
+    prometheus::Gauge*& gauge = series[key];
+    if (gauge == nullptr) gauge = &family->Add({{label, key}});
+    gauge->Set(n);
+  }
+}
+
+}  // namespace
+
+void CoordinatorMetrics::SetQueueByPriority(const std::map<std::string, int>& by_class) {
+  ReplaceSeries(queue_jobs_, "priority", by_class, queue_series_);
+}
+
+void CoordinatorMetrics::SetOwnerWorkers(const std::map<std::string, int>& by_owner) {
+  ReplaceSeries(owner_workers_, "owner", by_owner, owner_series_);
+}
+
+void CoordinatorMetrics::JobPreempted() { preemptions_->Increment(); }
 
 void CoordinatorMetrics::SetJobCounts(const std::map<std::string, int>& by_state) {
   for (const auto& [state, n] : by_state) jobs_->Add({{"state", state}}).Set(n);

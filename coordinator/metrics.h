@@ -26,6 +26,13 @@ class CoordinatorMetrics {
   // Whole-fleet gauges: counts by JobState / WorkerState name.
   void SetJobCounts(const std::map<std::string, int>& by_state);
   void SetWorkerCounts(const std::map<std::string, int>& by_state);
+  // The shared cluster (docs/jobs.md "Priorities, quotas and preemption"): QUEUED jobs by
+  // priority class, and workers held by each owner's RUNNING jobs. Each call replaces the last:
+  // a class or owner absent now is dropped. Not thread-safe with each other: ppcoord calls them
+  // under its job lock.
+  void SetQueueByPriority(const std::map<std::string, int>& by_class);
+  void SetOwnerWorkers(const std::map<std::string, int>& by_owner);
+  void JobPreempted();
 
   void JobCreated(const std::string& job_id, double planned_bubble_ratio);
   void StepCompleted(const std::string& job_id, double loss, double learning_rate,
@@ -66,6 +73,11 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>* checkpoint_time_ = nullptr;
   prometheus::Family<prometheus::Counter>* checkpoint_failures_ = nullptr;
   prometheus::Family<prometheus::Counter>* rpc_errors_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* queue_jobs_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* owner_workers_ = nullptr;
+  prometheus::Counter* preemptions_ = nullptr;
+  std::map<std::string, prometheus::Gauge*> queue_series_;  // by class: to drop the stale ones
+  std::map<std::string, prometheus::Gauge*> owner_series_;  // by owner
 };
 
 }  // namespace pp::coordinator

@@ -60,7 +60,7 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
       return Answer("SubmitJob", s);
     }
     // The roots and the files are checked in Submit, as in PlanJob (planning.h PlanClientSpec).
-    absl::StatusOr<std::string> id = jobs_->Submit(request->spec(), caller->name);
+    absl::StatusOr<std::string> id = jobs_->Submit(request->spec(), *caller);
     if (id.ok()) response->set_job_id(*id);
     return Answer("SubmitJob", id.status());
   }
@@ -99,8 +99,9 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
 
   grpc::Status CancelJob(grpc::ServerContext* context, const pp::v1::CancelJobRequest* request,
                          pp::v1::Job* response) override {
-    if (absl::Status allowed = MayChange(*context, "CancelJob", request->job_id()); !allowed.ok()) {
-      return Answer("CancelJob", allowed);
+    if (absl::StatusOr<Caller> allowed = MayChange(*context, "CancelJob", request->job_id());
+        !allowed.ok()) {
+      return Answer("CancelJob", allowed.status());
     }
     absl::StatusOr<pp::v1::Job> job = jobs_->Cancel(request->job_id());
     if (job.ok()) *response = *std::move(job);
@@ -109,14 +110,13 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
 
   grpc::Status ResumeJob(grpc::ServerContext* context, const pp::v1::ResumeJobRequest* request,
                          pp::v1::Job* response) override {
-    if (absl::Status allowed = MayChange(*context, "ResumeJob", request->job_id()); !allowed.ok()) {
-      return Answer("ResumeJob", allowed);
-    }
+    absl::StatusOr<Caller> caller = MayChange(*context, "ResumeJob", request->job_id());
+    if (!caller.ok()) return Answer("ResumeJob", caller.status());
     // The new layout becomes the job's spec, which is checked whole (CheckSpecBytes) once planned.
     if (absl::Status s = common::CheckNoUnknownFields(request->parallel(), "parallel"); !s.ok()) {
       return Answer("ResumeJob", s);
     }
-    absl::StatusOr<pp::v1::Job> job = jobs_->Resume(*request);
+    absl::StatusOr<pp::v1::Job> job = jobs_->Resume(*request, *caller);
     if (job.ok()) *response = *std::move(job);
     return Answer("ResumeJob", job.status());
   }
@@ -181,16 +181,16 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
     return ToGrpc(status);
   }
 
-  // Whether the caller may call `method` on job `job_id`: its role allows the method and the job
+  // The caller, when it may call `method` on job `job_id`: its role allows the method and the job
   // is its own, or it is an admin.
-  absl::Status MayChange(const grpc::ServerContext& context, const char* method,
-                         const std::string& job_id) {
+  absl::StatusOr<Caller> MayChange(const grpc::ServerContext& context, const char* method,
+                                   const std::string& job_id) {
     absl::StatusOr<Caller> caller = auth_->Authorize(context, method);
-    if (!caller.ok()) return caller.status();
-    if (caller->role == Role::kAdmin) return absl::OkStatus();
+    if (!caller.ok() || caller->role == Role::kAdmin) return caller;
     absl::StatusOr<pp::v1::Job> job = jobs_->Get(job_id);
     if (!job.ok()) return job.status();
-    return CheckOwner(*caller, job->owner(), method, job_id);
+    if (absl::Status own = CheckOwner(*caller, job->owner(), method, job_id); !own.ok()) return own;
+    return caller;
   }
 
   JobManager* jobs_;
@@ -369,6 +369,7 @@ struct CoordinatorServer::Impl {
   std::unique_ptr<grpc::Server> server;
   std::string grpc_address;
   std::string metrics_address;
+  std::string policy_path;  // --policy; empty: the default policy, nothing to reload
   bool shut_down = false;
 };
 
@@ -385,6 +386,24 @@ absl::Status CheckTimes(const CoordinatorOptions& options) {
         "--heartbeat_interval: must be positive and shorter than --worker_timeout");
   }
   return absl::OkStatus();
+}
+
+// The job manager's options: the daemon's, its TLS for dialling workers, and its policy file read.
+absl::StatusOr<ManagerOptions> ManagerOptionsOf(const CoordinatorOptions& options,
+                                                const std::optional<common::TlsConfig>& tls) {
+  ManagerOptions manager;
+  manager.data_dir = options.data_dir;
+  manager.worker_timeout = options.worker_timeout;
+  manager.heartbeat_interval = options.heartbeat_interval;
+  manager.retain_jobs = options.retain_jobs;
+  if (tls.has_value()) manager.worker_credentials = common::ChannelCredentials(*tls);
+  manager.data_roots = options.data_roots;
+  if (!options.policy.empty()) {
+    absl::StatusOr<Policy> policy = Policy::Load(options.policy);
+    if (!policy.ok()) return policy.status();
+    manager.policy = std::make_shared<const Policy>(*std::move(policy));
+  }
+  return manager;
 }
 
 }  // namespace
@@ -406,15 +425,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   metrics_at->port = impl->metrics->port();  // the one port 0 picked
   impl->metrics_address = metrics_at->ToString();
 
-  ManagerOptions manager;
-  manager.data_dir = options.data_dir;
-  manager.worker_timeout = options.worker_timeout;
-  manager.heartbeat_interval = options.heartbeat_interval;
-  manager.retain_jobs = options.retain_jobs;
-  if (impl->tls.has_value()) manager.worker_credentials = common::ChannelCredentials(*impl->tls);
-  manager.data_roots = options.data_roots;
+  absl::StatusOr<ManagerOptions> manager = ManagerOptionsOf(options, impl->tls);
+  if (!manager.ok()) return manager.status();
+  impl->policy_path = options.policy;
   absl::StatusOr<std::unique_ptr<JobManager>> jobs =
-      JobManager::Create(manager, impl->metrics.get());
+      JobManager::Create(*manager, impl->metrics.get());
   if (!jobs.ok()) return jobs.status();
   impl->jobs = *std::move(jobs);
   impl->coordinator = std::make_unique<CoordinatorService>(impl->jobs.get(), impl->metrics.get(),
@@ -453,6 +468,14 @@ CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 std::string CoordinatorServer::grpc_address() const { return impl_->grpc_address; }
 std::string CoordinatorServer::metrics_address() const { return impl_->metrics_address; }
+
+absl::StatusOr<std::string> CoordinatorServer::ReloadPolicy() {
+  if (impl_->policy_path.empty()) return std::string("no --policy: nothing to reload");
+  absl::StatusOr<Policy> policy = Policy::Load(impl_->policy_path);
+  if (!policy.ok()) return policy.status();
+  impl_->jobs->SetPolicy(std::make_shared<const Policy>(*std::move(policy)));
+  return absl::StrCat("scheduling policy reloaded from ", impl_->policy_path);
+}
 
 void CoordinatorServer::Shutdown() {
   if (impl_->shut_down) return;

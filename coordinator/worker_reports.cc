@@ -198,6 +198,10 @@ void JobManager::EndAttempt(JobRecord& rec) {
   }
   // A re-plan (CheckPrediction): calibrate again and choose from the checkpoint.
   if (std::optional<std::string> replan = rec.auto_plan.TakeReplan()) why.push_back(*replan);
+  if (!rec.preempted_for.empty()) {
+    why.push_back(
+        absl::StrCat("preempted by job ", rec.preempted_for, " after step ", rec.stop_step));
+  }
   Requeue(rec, absl::StrJoin(why, "; "), /*automatic=*/false);
 }
 

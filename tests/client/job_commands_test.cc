@@ -166,6 +166,23 @@ TEST_F(JobCommandsTest, ListFollowsEveryPage) {
   for (const std::string& id : ids) EXPECT_THAT(list.out, HasSubstr(id + " "));
 }
 
+TEST_F(JobCommandsTest, QueueShowsTheWaitingJobsInOrderAndWhatRuns) {
+  const std::string first = Submitted();  // no workers: both wait
+  const std::string second = Submitted();
+  Output queue = Ppctl("queue", {});
+  EXPECT_EQ(queue.code, 0) << queue.err;
+  EXPECT_EQ(queue.out.rfind("POS", 0), 0u) << queue.out;
+  EXPECT_THAT(queue.out, HasSubstr("1    " + first + " ")) << queue.out;
+  EXPECT_THAT(queue.out, HasSubstr("2    " + second + " ")) << queue.out;
+  EXPECT_THAT(queue.out, ::testing::EndsWith("\nrunning: 0 jobs on 0 workers\n")) << queue.out;
+  EXPECT_EQ(Ppctl("cancel", {first}).code, 0);
+  EXPECT_EQ(Ppctl("cancel", {second}).code, 0);
+  Output empty = Ppctl("queue", {});
+  EXPECT_EQ(empty.code, 0) << empty.err;
+  EXPECT_EQ(empty.out, "no queued jobs\nrunning: 0 jobs on 0 workers\n");
+  EXPECT_EQ(Ppctl("queue", {"extra"}).code, 2);
+}
+
 TEST_F(JobCommandsTest, BadInputGivesOneLineAndNonZeroExit) {
   Output invalid = Ppctl("submit", {SpecFile("1f1b", "5")});
   EXPECT_EQ(invalid.code, 1);

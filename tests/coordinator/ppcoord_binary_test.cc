@@ -1,4 +1,5 @@
-// The ppcoord binary: address file, health over the network, bad flags, clean exit on SIGTERM.
+// The ppcoord binary: address file, health over the network, bad flags, clean exit on SIGTERM, and
+// its --policy file: refused at start with its line, read again on SIGHUP.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -7,9 +8,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/struct.pb.h"
@@ -17,6 +22,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "pp/v1/coordinator.grpc.pb.h"
 #include "tests/coordinator/test_support.h"
 
 extern char** environ;
@@ -25,6 +31,7 @@ namespace pp::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::SizeIs;
 
 // A child process, killed if the test forgets it.
 class Child {
@@ -72,6 +79,39 @@ std::string Slurp(const std::filesystem::path& path) {
   return s.str();
 }
 
+// The non-empty lines of `text`.
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+// Submits a 2-rank job of class `priority` on `data` to the ppcoord at `address` (no security).
+grpc::Status SubmitAt(const std::string& address, const std::string& data,
+                      const std::string& priority) {
+  pp::v1::SubmitJobRequest request;
+  pp::v1::JobSpec& spec = *request.mutable_spec();
+  spec.set_name("tiny");
+  spec.set_priority(priority);
+  pp::v1::ModelSpec& m = *spec.mutable_model();
+  m.set_vocab_size(256);
+  m.set_seq_len(16);
+  m.set_d_model(32);
+  m.set_n_heads(4);
+  m.set_n_layers(4);
+  spec.mutable_parallel()->set_pipeline(2);
+  spec.mutable_parallel()->set_schedule("1f1b");
+  spec.mutable_train()->set_steps(3);
+  spec.mutable_train()->set_microbatches(4);
+  spec.mutable_train()->set_microbatch_size(2);
+  spec.mutable_train()->set_lr(3e-4);
+  spec.mutable_data()->set_path(data);
+  auto stub = pp::v1::Coordinator::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  pp::v1::SubmitJobResponse response;
+  return stub->SubmitJob(&context, request, &response);
+}
+
 class PpcoordBinaryTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -83,20 +123,36 @@ class PpcoordBinaryTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string log() const { return (dir_ / "stderr.txt").string(); }
+  std::filesystem::path address_file() const { return dir_ / "addr.json"; }
+
+  // ppcoord on free loopback ports, announcing them in address_file(), with `flags` after.
+  std::unique_ptr<Child> StartPpcoord(const std::vector<std::string>& flags = {}) {
+    std::vector<std::string> argv = {"ppcoord", "--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0",
+                                     absl::StrCat("--data_dir=", (dir_ / "data").string()),
+                                     absl::StrCat("--address_file=", address_file().string())};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return std::make_unique<Child>(argv, log());
+  }
+
+  // The addresses ppcoord announced, once it did (15 s at most; empty fields before).
+  google::protobuf::Struct Addresses() {
+    google::protobuf::Struct addresses;
+    EXPECT_TRUE(testing::WaitUntil([&] { return std::filesystem::exists(address_file()); },
+                                   absl::Seconds(15)))
+        << Slurp(log());
+    EXPECT_TRUE(
+        google::protobuf::util::JsonStringToMessage(Slurp(address_file()), &addresses).ok());
+    return addresses;
+  }
+
   std::filesystem::path dir_;
 };
 
 TEST_F(PpcoordBinaryTest, WritesItsAddressesServesAndStopsOnSigterm) {
-  const std::filesystem::path address_file = dir_ / "addr.json";
-  Child ppcoord({"ppcoord", "--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0",
-                 absl::StrCat("--data_dir=", (dir_ / "data").string()),
-                 absl::StrCat("--address_file=", address_file.string())},
-                log());
-  ASSERT_TRUE(
-      testing::WaitUntil([&] { return std::filesystem::exists(address_file); }, absl::Seconds(15)))
-      << Slurp(log());
-  google::protobuf::Struct addresses;
-  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(Slurp(address_file), &addresses).ok());
+  std::unique_ptr<Child> started = StartPpcoord();
+  Child& ppcoord = *started;
+  const google::protobuf::Struct addresses = Addresses();
+  ASSERT_EQ(addresses.fields().count("grpc"), 1u);
   const std::string grpc_address = addresses.fields().at("grpc").string_value();
   const std::string metrics_address = addresses.fields().at("metrics").string_value();
   EXPECT_THAT(grpc_address, HasSubstr("127.0.0.1:"));
@@ -140,6 +196,72 @@ TEST_F(PpcoordBinaryTest, BadFlagsGiveOneLineAndNonZeroExit) {
     EXPECT_EQ(ppcoord.Wait(absl::Seconds(10)), 2);
     EXPECT_THAT(Slurp(log()), HasSubstr("--retain_jobs: \"-3d\" is not a retention"));
   }
+}
+
+TEST_F(PpcoordBinaryTest, ABadPolicyFileStopsItWithOneLineNamingTheFileAndLine) {
+  const std::string policy = (dir_ / "policy.txt").string();
+  std::ofstream(policy) << "priority_class { name: \"low\" value: 0 }\n"
+                           "priority_class { name: \"normal\" value: 100 }\n"
+                           "priority_class { name: \"low\" value: 5 }\n";
+  Child ppcoord(
+      {"ppcoord", "--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0",
+       absl::StrCat("--data_dir=", (dir_ / "data").string()), absl::StrCat("--policy=", policy)},
+      log());
+  EXPECT_EQ(ppcoord.Wait(absl::Seconds(10)), 2);  // a bad file is a usage error
+  const std::vector<std::string> lines = Lines(Slurp(log()));
+  ASSERT_THAT(lines, SizeIs(1)) << Slurp(log());
+  EXPECT_EQ(lines[0], absl::StrCat("ppcoord: --policy=", policy,
+                                   ":3: priority_class \"low\" is listed twice"));
+}
+
+// SIGHUP reads the file again: a bad edit is refused with its line and the policy in force stays
+// (ppcoord serving on), a good one applies (a class it adds is accepted from then on).
+TEST_F(PpcoordBinaryTest, SighupReloadsThePolicyAndKeepsItOnABadEdit) {
+  const std::string data = (dir_ / "corpus.txt").string();
+  std::ofstream(data) << std::string(4096, 'a');
+  const std::string policy = (dir_ / "policy.txt").string();
+  const std::string classes =
+      "priority_class { name: \"low\" value: 0 }\n"
+      "priority_class { name: \"normal\" value: 100 }\n"
+      "priority_class { name: \"high\" value: 200 }\n";
+  std::ofstream(policy) << classes;
+  std::unique_ptr<Child> started = StartPpcoord({absl::StrCat("--policy=", policy)});
+  Child& ppcoord = *started;
+  const google::protobuf::Struct addresses = Addresses();
+  ASSERT_EQ(addresses.fields().count("grpc"), 1u);
+  const std::string grpc_address = addresses.fields().at("grpc").string_value();
+  grpc::Status status = SubmitAt(grpc_address, data, "urgent");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("low, normal, high"));
+
+  std::ofstream(policy) << classes << "priority_class { name: \"urgent\" value: -1 }\n";
+  ppcoord.Signal(SIGHUP);
+  // One line for both files: the deny-list's outcome, then the policy's.
+  const std::string refusal =
+      absl::StrCat("ppcoord: SIGHUP: no --deny_certs: nothing to reload; --policy=", policy,
+                   ":4: priority_class \"urgent\": value -1 is outside");
+  EXPECT_TRUE(testing::WaitUntil([&] { return Slurp(log()).find(refusal) != std::string::npos; },
+                                 absl::Seconds(10)))
+      << Slurp(log());
+  absl::StatusOr<int> health =
+      testing::HealthCheck(grpc::CreateChannel(grpc_address, grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, 1);
+  EXPECT_EQ(SubmitAt(grpc_address, data, "urgent").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);  // the policy in force stayed
+  EXPECT_TRUE(SubmitAt(grpc_address, data, "high").ok());
+
+  std::ofstream(policy) << classes << "priority_class { name: \"urgent\" value: 300 }\n";
+  ppcoord.Signal(SIGHUP);
+  EXPECT_TRUE(testing::WaitUntil(
+      [&] { return Slurp(log()).find("scheduling policy reloaded") != std::string::npos; },
+      absl::Seconds(10)))
+      << Slurp(log());
+  status = SubmitAt(grpc_address, data, "urgent");
+  EXPECT_TRUE(status.ok()) << status.error_message();
+
+  ppcoord.Signal(SIGTERM);
+  EXPECT_EQ(ppcoord.Wait(absl::Seconds(10)), 0) << Slurp(log());
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ class CoordinatorServerTest : public ::testing::Test {
   }
 
   // Every rank of `job` writes a one-tensor shard of `step` and reports it.
-  void Checkpoint(const std::string& job, int attempt, int step, int ranks) {
+  void ReportShards(const std::string& job, int attempt, int step, int ranks) {
     const std::string step_dir =
         common::StepDir((dir_ / "data" / "checkpoints").string(), job, step);
     for (int rank = 0; rank < ranks; ++rank) {
@@ -138,6 +138,11 @@ class CoordinatorServerTest : public ::testing::Test {
       grpc::ClientContext context;
       ASSERT_TRUE(workers_[0]->registry().ReportCheckpoint(&context, report, &response).ok());
     }
+  }
+
+  // ReportShards, then waits for the checkpoint's commit.
+  void Checkpoint(const std::string& job, int attempt, int step, int ranks) {
+    ASSERT_NO_FATAL_FAILURE(ReportShards(job, attempt, step, ranks));
     ASSERT_TRUE(
         WaitUntil([&] { return GetJob(job).last_checkpoint_step() == step; }, absl::Seconds(5)));
   }

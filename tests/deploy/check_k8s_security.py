@@ -233,10 +233,10 @@ def check_names(problems, where, cert, common_name, dialed):
         problems.add(where, f"certificate of {common_name} lacks usages {USAGES}")
 
 
-def check_deny_list(problems, where, objects, workload):
-    """--deny_certs names a file of a rendered ConfigMap mounted without subPath (a subPath mount
-    never sees the ConfigMap change, so SIGHUP would reread the old list)."""
-    path = workload.flags.get("deny_certs", "")
+def check_reloaded_file(problems, where, objects, workload, flag):
+    """--FLAG (--deny_certs, --policy) names a file of a rendered ConfigMap mounted without subPath
+    (a subPath mount never sees the ConfigMap change, so SIGHUP would reread the old file)."""
+    path = workload.flags.get(flag, "")
     maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
     volumes = {v["name"]: v for v in workload.pod.get("volumes", [])}
     for mount in workload.container.get("volumeMounts", []):
@@ -244,7 +244,7 @@ def check_deny_list(problems, where, objects, workload):
         key = os.path.relpath(path, mount["mountPath"]) if path else ""
         if name in maps and "subPath" not in mount and key in maps[name].get("data", {}):
             return
-    problems.add(where, f"{workload.where}: --deny_certs={path} is not a file of a ConfigMap volume")
+    problems.add(where, f"{workload.where}: --{flag}={path} is not a file of a ConfigMap volume")
 
 
 def check_tls_probes(problems, where, container, ports):
@@ -316,7 +316,8 @@ def check(problems, overlay, objects, coord, workers):
         check_own_key(problems, overlay, worker_files, pod, pod)
         check_key_readable(problems, overlay, workers, cert)
     for w in (coord, workers):
-        check_deny_list(problems, overlay, objects, w)
+        check_reloaded_file(problems, overlay, objects, w, "deny_certs")
+    check_reloaded_file(problems, overlay, objects, coord, "policy")
     if coord_files[0].get(coord.flags.get("auth_tokens"), (None, None))[1] != "tokens":
         problems.add(overlay, "ppcoord --auth_tokens is not key `tokens` of a Secret")
     for w, flags in ((coord, ("data_root",)), (workers, ("data_root", "checkpoint_root"))):

@@ -1,0 +1,287 @@
+// The fixture of the shared-cluster tests of ppcoord in-process (shared_cluster_test.cc: quotas,
+// priority classes, policy reloads, resume, fair share; preemption_test.cc: preemption and its
+// grace): ppcoord with bearer tokens for an admin and two owners, its --policy file of the test's
+// choosing, fake workers, and the steps the tests share (a running low-priority job, a watch for
+// EVENT_PREEMPTED, a victim that drains at its stop step). Header-only; test code only.
+#ifndef PP_TESTS_COORDINATOR_SHARED_CLUSTER_FIXTURE_H_
+#define PP_TESTS_COORDINATOR_SHARED_CLUSTER_FIXTURE_H_
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/checkpoint.h"
+#include "coordinator/coordinator.h"
+#include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "pp/v1/coordinator.grpc.pb.h"
+#include "tests/coordinator/server_fixture.h"
+#include "tests/coordinator/test_support.h"
+
+namespace pp::coordinator::testing {
+
+inline constexpr char kAdmin[] = "t-admin";  // role admin, name ops
+inline constexpr char kAlice[] = "t-alice";  // role submit
+inline constexpr char kBob[] = "t-bob";      // role submit
+
+class SharedClusterServiceTest : public CoordinatorServerTest {
+ protected:
+  // A watch of one job (WatchJob as the admin) on a thread of its own, until it reads
+  // EVENT_PREEMPTED. Destroying it cancels the watch and joins the thread, on every exit of a test.
+  class PreemptionWatch {
+   public:
+    PreemptionWatch(pp::v1::Coordinator::Stub& client, const std::string& job_id) {
+      As(context_, kAdmin);
+      thread_ = std::thread([this, &client, job_id] { Run(client, job_id); });
+    }
+    PreemptionWatch(const PreemptionWatch&) = delete;
+    PreemptionWatch& operator=(const PreemptionWatch&) = delete;
+    ~PreemptionWatch() {
+      context_.TryCancel();
+      thread_.join();
+    }
+
+    // True once the watch answered with the job's state: it is subscribed.
+    bool WaitSubscribed(absl::Duration timeout) {
+      return subscribed_.WaitForNotificationWithTimeout(timeout);
+    }
+    // True once it read EVENT_PREEMPTED; then preempted() is that event.
+    bool WaitPreempted(absl::Duration timeout) {
+      return seen_.WaitForNotificationWithTimeout(timeout);
+    }
+    const pp::v1::JobEvent& preempted() const { return preempted_; }
+
+   private:
+    void Run(pp::v1::Coordinator::Stub& client, const std::string& job_id) {
+      pp::v1::WatchJobRequest request;
+      request.set_job_id(job_id);
+      auto reader = client.WatchJob(&context_, request);
+      pp::v1::JobEvent event;
+      while (reader->Read(&event)) {
+        if (!subscribed_.HasBeenNotified()) subscribed_.Notify();
+        if (event.kind() == pp::v1::EVENT_PREEMPTED) {
+          preempted_ = event;
+          seen_.Notify();
+          break;
+        }
+      }
+      context_.TryCancel();
+      (void)reader->Finish();
+    }
+
+    grpc::ClientContext context_;
+    pp::v1::JobEvent preempted_;     // written before seen_ is notified
+    absl::Notification subscribed_;  // the watch answered with the job's state
+    absl::Notification seen_;        // it read EVENT_PREEMPTED into preempted_
+    std::thread thread_;
+  };
+
+  // Not the base fixture's SetUp: each test starts ppcoord itself, with its policy (Start).
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("ppcoord_shared_", ::getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    data_ = (dir_ / "corpus.txt").string();
+    std::ofstream(data_) << std::string(4096, 'a');
+    std::ofstream(dir_ / "tokens") << "t-admin admin ops\nt-alice submit alice\nt-bob submit bob\n";
+  }
+
+  // Starts ppcoord with the tokens and `policy` as its --policy file (empty: no file, the default
+  // policy), and workers w0..w<workers-1> (workers_[i] is wi).
+  void Start(const std::string& policy, int workers) {
+    CoordinatorOptions options;
+    options.data_dir = (dir_ / "data").string();
+    options.worker_timeout = absl::Milliseconds(600);
+    options.heartbeat_interval = absl::Milliseconds(50);
+    options.auth_tokens = (dir_ / "tokens").string();
+    if (!policy.empty()) {
+      options.policy = (dir_ / "policy.txt").string();
+      std::ofstream(options.policy) << policy;
+    }
+    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server = CoordinatorServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    channel_ = grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials());
+    client_ = pp::v1::Coordinator::NewStub(channel_);
+    for (int i = 0; i < workers; ++i) AddWorker(absl::StrCat("w", i));
+    ASSERT_TRUE(WaitUntil([&] { return IdleWorkers() == workers; }, absl::Seconds(5)));
+  }
+
+  static void As(grpc::ClientContext& context, const std::string& token) {
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  }
+
+  // A job of `pipeline` ranks at class `priority` (empty: the default class), 10 steps.
+  pp::v1::JobSpec Spec(int pipeline, const std::string& priority) {
+    pp::v1::JobSpec spec = ValidSpec(pipeline);
+    spec.set_priority(priority);
+    spec.mutable_train()->set_steps(10);
+    return spec;
+  }
+
+  grpc::Status SubmitAs(const std::string& token, const pp::v1::JobSpec& spec,
+                        std::string* id = nullptr) {
+    pp::v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    pp::v1::SubmitJobResponse response;
+    grpc::ClientContext context;
+    As(context, token);
+    grpc::Status status = client_->SubmitJob(&context, request, &response);
+    if (id != nullptr) *id = response.job_id();
+    return status;
+  }
+
+  pp::v1::Job Get(const std::string& id) {
+    pp::v1::GetJobRequest request;
+    request.set_job_id(id);
+    pp::v1::Job job;
+    grpc::ClientContext context;
+    As(context, kAdmin);
+    grpc::Status status = client_->GetJob(&context, request, &job);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return job;
+  }
+
+  int IdleWorkers() {
+    pp::v1::ListWorkersResponse response;
+    grpc::ClientContext context;
+    As(context, kAdmin);
+    if (!client_->ListWorkers(&context, {}, &response).ok()) return -1;
+    int idle = 0;
+    for (const pp::v1::WorkerInfo& w : response.workers()) idle += w.state() == pp::v1::IDLE;
+    return idle;
+  }
+
+  bool WaitForState(const std::string& id, pp::v1::JobState state) {
+    return WaitUntil([&] { return Get(id).state() == state; }, absl::Seconds(10));
+  }
+
+  // The fake workers that hold `id` now.
+  std::vector<FakeWorker*> Holders(const std::string& id) {
+    std::vector<FakeWorker*> holders;
+    for (auto& w : workers_) {
+      if (w->job() == id) holders.push_back(w.get());
+    }
+    return holders;
+  }
+
+  // Waits until `id` runs and each of its `ranks` fake workers holds its task.
+  void WaitRunning(const std::string& id, int ranks) {
+    ASSERT_TRUE(WaitForState(id, pp::v1::RUNNING)) << Get(id).reason();
+    ASSERT_TRUE(WaitUntil([&] { return static_cast<int>(Holders(id).size()) == ranks; },
+                          absl::Seconds(10)));
+  }
+
+  pp::v1::ReportResponse ReportStep(const std::string& id, int rank, int step, int ranks,
+                                    double seconds = 0.5) {
+    pp::v1::StepReport report;
+    report.set_job_id(id);
+    report.set_attempt(Get(id).attempt());
+    report.set_rank(rank);
+    report.set_step(step);
+    report.set_step_seconds(seconds);
+    report.set_busy_seconds(seconds / 2);
+    report.set_has_loss(rank == ranks - 1);
+    report.set_loss(5.0);
+    pp::v1::ReportResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(workers_[0]->registry().ReportStep(&context, report, &response).ok());
+    return response;
+  }
+
+  // Every rank of `id` writes a one-tensor shard of `step` and reports it; waits for its commit
+  // (GetJob with a token: the base's Checkpoint asks without one).
+  void Checkpoint(const std::string& id, int step, int ranks) {
+    ASSERT_NO_FATAL_FAILURE(ReportShards(id, Get(id).attempt(), step, ranks));
+    ASSERT_TRUE(
+        WaitUntil([&] { return Get(id).last_checkpoint_step() == step; }, absl::Seconds(5)));
+  }
+
+  std::string Metrics() {
+    absl::StatusOr<std::string> body = HttpGet(server_->metrics_address(), "/metrics");
+    EXPECT_TRUE(body.ok()) << body.status();
+    return body.value_or("");
+  }
+  bool MetricsHave(const std::string& line) {
+    return WaitUntil([&] { return Metrics().find(line) != std::string::npos; }, absl::Seconds(5));
+  }
+
+  // Runs the low job of the preemption tests: `token` submits a 4-rank job of class "low" (with
+  // preemptible: false when `protect`) on the 4 workers; every rank reports step 1.
+  std::string RunningLowJob(const std::string& token = kAlice, bool protect = false) {
+    pp::v1::JobSpec spec = Spec(4, "low");
+    if (protect) spec.set_preemptible(false);
+    std::string id;
+    EXPECT_TRUE(SubmitAs(token, spec, &id).ok());
+    WaitRunning(id, 4);
+    for (int rank = 0; rank < 4; ++rank) ReportStep(id, rank, 1, 4);
+    EXPECT_EQ(Get(id).step(), 1);
+    return id;
+  }
+
+  // Each of the `ranks` ranks of the preempted job `victim` reports step `stop` and is told to
+  // stop after it (the step after the newest reported one when the preemption was decided).
+  void ExpectToldToStopAfter(const std::string& victim, int stop, int ranks) {
+    for (int rank = 0; rank < ranks; ++rank) {
+      EXPECT_EQ(ReportStep(victim, rank, stop, ranks).stop_after_step(), stop) << rank;
+    }
+  }
+
+  // The event `watch` read is the victim's EVENT_PREEMPTED for job `preempting` (at the default
+  // policy's class high, 200), naming its stop step `stop`.
+  static void ExpectPreemptedEvent(PreemptionWatch& watch, const std::string& preempting,
+                                   int stop) {
+    ASSERT_TRUE(watch.WaitPreempted(absl::Seconds(10)));
+    const pp::v1::JobEvent& preempted = watch.preempted();
+    EXPECT_EQ(preempted.kind(), pp::v1::EVENT_PREEMPTED);
+    EXPECT_THAT(preempted.message(),
+                ::testing::HasSubstr(absl::StrCat("preempted by job ", preempting)));
+    EXPECT_THAT(preempted.message(), ::testing::HasSubstr("(priority high 200)"));
+    EXPECT_THAT(preempted.message(),
+                ::testing::HasSubstr(absl::StrCat("checkpoints after step ", stop)));
+  }
+
+  // The preempted job `victim` stops as asked: each of its `ranks` ranks commits the checkpoint of
+  // its stop step `stop`, ends its task drained, and the job is queued again.
+  void DrainVictim(const std::string& victim, int stop, int ranks) {
+    Checkpoint(victim, stop, ranks);
+    for (FakeWorker* w : Holders(victim)) {
+      w->FinishTask(true, "", absl::StatusCode::kInternal, /*drained=*/true);
+    }
+    ASSERT_TRUE(WaitForState(victim, pp::v1::QUEUED));
+  }
+
+  // `requeued` (a job read after it drained) waits to resume from its stop step `stop` after its
+  // one preemption, for job `preempting`, which is not counted as a restart.
+  static void ExpectRequeuedByPreemption(const pp::v1::Job& requeued, const std::string& preempting,
+                                         int stop) {
+    EXPECT_EQ(requeued.state(), pp::v1::QUEUED);
+    EXPECT_EQ(requeued.preemptions(), 1);
+    EXPECT_EQ(requeued.restarts(), 0);  // not counted against max_restarts
+    EXPECT_EQ(requeued.start_step(), stop);
+    ASSERT_GE(requeued.restart_log_size(), 1);
+    const pp::v1::JobRestart& entry = requeued.restart_log(requeued.restart_log_size() - 1);
+    EXPECT_THAT(entry.reason(), ::testing::HasSubstr(absl::StrCat("preempted by job ", preempting,
+                                                                  " after step ", stop)));
+    EXPECT_EQ(entry.from_step(), stop);
+  }
+};
+
+}  // namespace pp::coordinator::testing
+
+#endif  // PP_TESTS_COORDINATOR_SHARED_CLUSTER_FIXTURE_H_
