@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/mesh.h"
 #include "coordinator/jobs.h"
 #include "coordinator/log.h"
 #include "coordinator/placement.h"
