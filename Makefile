@@ -15,7 +15,7 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The fuzz tests in ctest (label fuzz) run the harnesses of $(FUZZ_BUILD) about 10 s each; they
+# The fuzz tests in ctest (label fuzz) run the harnesses of $(FUZZ_BUILD) about 5 s each; they
 # are skipped (77) where clang++ with libFuzzer is absent.
 test: build fuzz-build
 	@cd $(BUILD) && PP_FUZZ_BIN_DIR=$(abspath $(FUZZ_BUILD))/bin \
