@@ -69,9 +69,15 @@ std::vector<SchedJob> JobQueue::Snapshot(const std::map<std::string, JobRecord>&
 std::vector<std::string> JobQueue::PlacementOrder(const std::map<std::string, JobRecord>& jobs,
                                                   absl::Time now,
                                                   const pp::v1::Aging& aging) const {
+  return Order(jobs, Snapshot(jobs, absl::ToDoubleSeconds(now - absl::UnixEpoch())), now, aging);
+}
+
+std::vector<std::string> JobQueue::Order(const std::map<std::string, JobRecord>& jobs,
+                                         const std::vector<SchedJob>& snapshot, absl::Time now,
+                                         const pp::v1::Aging& aging) const {
   // Held jobs are ordered with the others (their owners' usage counts) and then left out.
-  const double now_unix = absl::ToDoubleSeconds(now - absl::UnixEpoch());
-  std::vector<std::string> order = OrderQueued(Snapshot(jobs, now_unix), aging, now_unix);
+  std::vector<std::string> order =
+      OrderQueued(snapshot, aging, absl::ToDoubleSeconds(now - absl::UnixEpoch()));
   std::erase_if(order,
                 [&](const std::string& id) { return HoldOf(jobs.at(id), now) != Hold::kNone; });
   return order;

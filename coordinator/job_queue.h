@@ -57,6 +57,11 @@ class JobQueue {
   std::vector<std::string> PlacementOrder(const std::map<std::string, JobRecord>& jobs,
                                           absl::Time now,
                                           const pp::v1::Aging& aging = pp::v1::Aging()) const;
+  // PlacementOrder from `snapshot`, this queue's Snapshot of `jobs` at `now`, for a caller that
+  // uses the snapshot too (JobManager::PlaceQueued).
+  std::vector<std::string> Order(const std::map<std::string, JobRecord>& jobs,
+                                 const std::vector<SchedJob>& snapshot, absl::Time now,
+                                 const pp::v1::Aging& aging) const;
 
  private:
   std::vector<std::string> submitted_;

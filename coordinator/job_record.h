@@ -126,6 +126,13 @@ class JobRecord {
   bool drained = false;  // a rank stopped at stop_step (a worker drains)
   int stop_step = 0;     // >0: every rank checkpoints and stops after it
   int newest_reported_step = 0;
+  // The step every rank can still stop after (drain, preemption): the one after the newest
+  // reported (each rank still reports it, worker_reports.cc), or the last step. Not newest + 1
+  // first: at train.steps == INT_MAX that overflows.
+  int NextCommonStopStep() const {
+    const int steps = job_.spec().train().steps();
+    return newest_reported_step < steps ? newest_reported_step + 1 : steps;
+  }
   std::set<std::string> leaving_workers;  // asked to drain: not placed again
   // A higher-priority job's id when this attempt is stopping to free its workers for it
   // (shared_cluster.cc), and when it must have stopped (the policy's grace).

@@ -65,7 +65,7 @@ void JobManager::PlaceQueued() {
       round.freeing[rec.preempted_for] += rec.job().placement_size();
     }
   }
-  for (const std::string& id : queue_.PlacementOrder(jobs_, now, policy_->aging())) {
+  for (const std::string& id : queue_.Order(jobs_, round.snapshot, now, policy_->aging())) {
     TryPlace(jobs_.at(id), round, now);
   }
 }
@@ -140,11 +140,8 @@ int JobManager::PreemptFor(JobRecord& waiting, const SchedJob& me, int missing, 
 
 void JobManager::Preempt(JobRecord& victim, const JobRecord& waiting) {
   pp::v1::Job& job = *victim.mutable_job();
-  // Every rank still reports the step after the newest reported one (worker_reports.cc), and
-  // each answer from now on carries this stop step: they all checkpoint after it and stop.
-  const int steps = job.spec().train().steps();
-  const int newest = std::max(victim.newest_reported_step, job.start_step());
-  victim.stop_step = newest < steps ? newest + 1 : steps;
+  // Each answer from now on carries this stop step: every rank checkpoints after it and stops.
+  victim.stop_step = victim.NextCommonStopStep();
   victim.preempted_for = waiting.job().id();
   victim.preempt_deadline = absl::Now() + absl::Seconds(policy_->preemption().grace_seconds());
   job.set_preemptions(job.preemptions() + 1);
@@ -178,7 +175,8 @@ void JobManager::EnforcePreemptionGrace(absl::Time now) {
 
 std::map<std::string, JobManager::QueueView> JobManager::ViewQueue() {
   const absl::Time now = absl::Now();
-  std::vector<std::string> order = queue_.PlacementOrder(jobs_, now, policy_->aging());
+  const std::vector<SchedJob> snapshot = queue_.Snapshot(jobs_, UnixOf(now));
+  std::vector<std::string> order = queue_.Order(jobs_, snapshot, now, policy_->aging());
   // Held jobs (a restart's backoff or verification, a calibration) come after, oldest first.
   for (const std::string& id : queue_.submitted()) {
     const JobRecord& rec = jobs_.at(id);
@@ -187,8 +185,8 @@ std::map<std::string, JobManager::QueueView> JobManager::ViewQueue() {
       order.push_back(id);
     }
   }
-  const std::map<std::string, double> starts = EstimateStarts(
-      order, queue_.Snapshot(jobs_, UnixOf(now)), workers_.CountInState(pp::v1::IDLE));
+  const std::map<std::string, double> starts =
+      EstimateStarts(order, snapshot, workers_.CountInState(pp::v1::IDLE));
   std::map<std::string, QueueView> view;
   for (size_t i = 0; i < order.size(); ++i) {
     auto start = starts.find(order[i]);

@@ -88,9 +88,7 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   rec->newest_reported_step = std::max(rec->newest_reported_step, report.step());
   if (report.draining() && rec->stop_step == 0 && report.rank() >= 0 &&
       report.rank() < job.placement_size()) {
-    // Not newest + 1 first: at train.steps == INT_MAX that overflows.
-    const int steps = job.spec().train().steps();
-    rec->stop_step = rec->newest_reported_step < steps ? rec->newest_reported_step + 1 : steps;
+    rec->stop_step = rec->NextCommonStopStep();
     const std::string& worker = job.placement(report.rank()).worker();
     rec->leaving_workers.insert(worker);
     Log(absl::StrCat("job ", job.id(), ": worker ", worker, " drains; every rank stops after step ",
