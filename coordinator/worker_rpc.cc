@@ -28,7 +28,7 @@ bool WorkerRpc::HasQueued() const { return !queued_.empty(); }
 std::deque<Outbound> WorkerRpc::TakeQueued() { return std::exchange(queued_, {}); }
 
 void WorkerRpc::AwaitIdle(absl::Duration timeout) {
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_.empty(); };
   mu_->AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
@@ -40,18 +40,22 @@ pp::v1::Worker::Stub* WorkerRpc::StubFor(const std::string& address) {
   return stub.get();
 }
 
+// One RPC's state: it lives until its callback ran.
+struct WorkerRpc::Call {
+  grpc::ClientContext context;
+  pp::v1::AbortTaskRequest abort;
+  pp::v1::RunTaskResponse run_response;
+  pp::v1::AbortTaskResponse abort_response;
+  pp::v1::GetStatusRequest status_request;
+  pp::v1::WorkerStatus status_response;
+  Outbound rpc;
+};
+
+WorkerRpc::~WorkerRpc() = default;
+
 void WorkerRpc::Issue(Outbound rpc) {
-  // The call's state lives until its callback ran.
-  struct Call {
-    grpc::ClientContext context;
-    pp::v1::AbortTaskRequest abort;
-    pp::v1::RunTaskResponse run_response;
-    pp::v1::AbortTaskResponse abort_response;
-    pp::v1::GetStatusRequest status_request;
-    pp::v1::WorkerStatus status_response;
-    Outbound rpc;
-  };
-  auto call = std::make_shared<Call>();
+  auto owned = std::make_unique<Call>();
+  Call* call = owned.get();
   call->rpc = std::move(rpc);
   const Outbound::Kind kind = call->rpc.kind;
   absl::Duration deadline = kind == Outbound::Kind::kProbe ? probe_deadline_ : rpc_deadline_;
@@ -63,9 +67,10 @@ void WorkerRpc::Issue(Outbound rpc) {
   {
     absl::MutexLock lock(mu_);
     stub = StubFor(call->rpc.address);
-    ++in_flight_;
+    in_flight_.emplace(call, std::move(owned));
   }
-  auto done = [this, call](grpc::Status status) { Completed(call->rpc, status); };
+  // The callback holds no reference to the call: see in_flight_.
+  auto done = [this, call](grpc::Status status) { Completed(call, status); };
   switch (kind) {
     case Outbound::Kind::kRun:
       stub->async()->RunTask(&call->context, &call->rpc.plan, &call->run_response, done);
@@ -85,9 +90,9 @@ void WorkerRpc::Issue(Outbound rpc) {
   }
 }
 
-void WorkerRpc::Completed(const Outbound& rpc, const grpc::Status& status) {
+void WorkerRpc::Completed(Call* call, const grpc::Status& status) {
   absl::MutexLock lock(mu_);
-  --in_flight_;
+  const Outbound& rpc = call->rpc;
   if (rpc.kind != Outbound::Kind::kProbe && !status.ok()) {
     const char* method = rpc.kind == Outbound::Kind::kRun         ? "RunTask"
                          : rpc.kind == Outbound::Kind::kCalibrate ? "Calibrate"
@@ -97,6 +102,7 @@ void WorkerRpc::Completed(const Outbound& rpc, const grpc::Status& status) {
                      " failed: ", status.error_message()));
   }
   done_(rpc, status);
+  in_flight_.erase(call);  // its ClientContext and channel reference go before AwaitIdle returns
 }
 
 }  // namespace pp::coordinator

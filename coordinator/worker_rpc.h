@@ -53,6 +53,7 @@ class WorkerRpc {
   WorkerRpc(absl::Mutex* mu, CoordinatorMetrics* metrics,
             std::shared_ptr<grpc::ChannelCredentials> credentials, absl::Duration rpc_deadline,
             absl::Duration probe_deadline, DoneFn done);
+  ~WorkerRpc();
 
   void Queue(Outbound rpc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasQueued() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -67,8 +68,10 @@ class WorkerRpc {
 
  private:
   pp::v1::Worker::Stub* StubFor(const std::string& address) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // An RPC came back: counts it off, counts and logs a failed RunTask, Calibrate or AbortTask, runs done_.
-  void Completed(const Outbound& rpc, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  struct Call;
+  // An RPC came back: counts and logs a failed RunTask, Calibrate or AbortTask, runs done_, then
+  // destroys the call.
+  void Completed(Call* call, const grpc::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
   absl::Mutex* const mu_;
   CoordinatorMetrics* const metrics_;
@@ -78,7 +81,14 @@ class WorkerRpc {
   const DoneFn done_;
   std::deque<Outbound> queued_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<pp::v1::Worker::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // The RPCs in flight, owned here rather than by their callbacks. A call's ClientContext holds a
+  // reference to its channel; were the callback to hold the call, the daemon's shutdown could
+  // pass AwaitIdle and destroy stubs_ while a callback still held the context, and the channel's
+  // last reference would then go on gRPC's own callback thread, which cannot join itself (gRPC
+  // 1.51 then frees a completion queue that thread still polls: "assertion failed: prior > 0";
+  // grpc/grpc#32584). Completed destroys the call under the mutex, so once AwaitIdle saw the map
+  // empty, stubs_ holds each channel's last reference.
+  std::map<Call*, std::unique_ptr<Call>> in_flight_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pp::coordinator
