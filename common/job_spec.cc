@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -229,6 +230,42 @@ absl::Status ValidateTrain(const pp::v1::TrainSpec& train) {
   return absl::OkStatus();
 }
 
+// spec.elastic (docs/recovery.md "Elastic jobs"): its bounds around the layout of spec.parallel,
+// which the job starts on; resizes need a schedule ppcoord generates for any depth.
+absl::Status ValidateElastic(const pp::v1::JobSpec& spec) {
+  if (!spec.has_elastic()) return absl::OkStatus();
+  const pp::v1::ElasticSpec& e = spec.elastic();
+  const int64_t layout = static_cast<int64_t>(std::max(1, spec.parallel().pipeline())) *
+                         std::max(1, spec.parallel().data()) *
+                         std::max(1, spec.parallel().tensor());
+  const int tensor = std::max(1, spec.parallel().tensor());
+  if (CarriesSchedule(spec.parallel())) {
+    return Field("elastic",
+                 absl::StrCat("needs a generated schedule: ", CarriedScheduleField(spec.parallel()),
+                              " fixes the pipeline depth"));
+  }
+  if (e.min_workers() < tensor || e.min_workers() > layout) {
+    return Field("elastic.min_workers",
+                 absl::StrCat("must be in [parallel.tensor, the layout's workers] = [", tensor,
+                              ", ", layout, "], got ", e.min_workers()));
+  }
+  if (e.max_workers() != 0 && (e.max_workers() < layout || e.max_workers() > kMaxWorldSize)) {
+    return Field("elastic.max_workers",
+                 absl::StrCat("must be 0 (the layout's workers) or in [", layout, ", ",
+                              kMaxWorldSize, "], got ", e.max_workers()));
+  }
+  constexpr double kMaxWaitSeconds = 86400;
+  for (const auto& [field, seconds] :
+       {std::pair<const char*, double>{"elastic.grace_seconds", e.grace_seconds()},
+        {"elastic.grow_after_seconds", e.grow_after_seconds()}}) {
+    if (absl::Status s = NonNegative(field, seconds); !s.ok()) return s;
+    if (seconds > kMaxWaitSeconds) {
+      return Field(field, absl::StrCat("must be at most ", kMaxWaitSeconds, ", got ", seconds));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // eval: off (batches 0, nothing else set), or batches >= 1 with exactly one of data and
 // holdout_fraction.
 absl::Status ValidateEvalFields(const pp::v1::JobSpec& spec) {
@@ -356,6 +393,7 @@ absl::Status ValidateJobSpecFields(const pp::v1::JobSpec& spec) {
                  absl::StrCat("must be <= ", kMaxRestarts, ", got ", spec.max_restarts()));
   }
   if (absl::Status s = ValidateEvalFields(spec); !s.ok()) return s;
+  if (absl::Status s = ValidateElastic(spec); !s.ok()) return s;
   return ValidateDataFields(spec);
 }
 

@@ -84,6 +84,16 @@ JobEdit JobEdit::Checkpoint(int step) {
   return edit;
 }
 
+JobEdit JobEdit::Resize(pp::v1::JobSpec spec, std::string reason, double now_unix) {
+  JobEdit edit;
+  edit.kind = Kind::kResize;
+  edit.state = pp::v1::QUEUED;
+  edit.spec = std::move(spec);
+  edit.reason = std::move(reason);
+  edit.now_unix = now_unix;
+  return edit;
+}
+
 const char* JobEditName(JobEdit::Kind kind) {
   switch (kind) {
     case JobEdit::Kind::kPlace:
@@ -102,6 +112,8 @@ const char* JobEditName(JobEdit::Kind kind) {
       return "settle start";
     case JobEdit::Kind::kCheckpoint:
       return "checkpoint";
+    case JobEdit::Kind::kResize:
+      return "resize";
   }
   return "unknown";
 }
@@ -132,6 +144,9 @@ absl::Status JobRecord::Check(const JobEdit& edit) const {
       break;
     case K::kCheckpoint:
       ok = true;
+      break;
+    case K::kResize:
+      ok = from == pp::v1::QUEUED && edit.spec.has_value();
       break;
   }
   if (ok) return absl::OkStatus();
@@ -172,8 +187,28 @@ absl::StatusOr<bool> JobRecord::Apply(const JobEdit& edit) {
       if (edit.from_step <= job_.last_checkpoint_step()) return false;
       job_.set_last_checkpoint_step(edit.from_step);
       return true;
+    case JobEdit::Kind::kResize:
+      Resize(edit);
+      return true;
   }
   return false;
+}
+
+void JobRecord::Resize(const JobEdit& edit) {
+  if (!job_.has_base_parallel()) {
+    *job_.mutable_base_parallel() = job_.spec().parallel();
+    job_.set_base_microbatches(job_.spec().train().microbatches());
+  }
+  *job_.mutable_spec() = *edit.spec;
+  job_.set_resizes(job_.resizes() + 1);
+  // The attempt's entry says why it began; now also on what.
+  if (const int n = job_.restart_log_size();
+      n > 0 && job_.restart_log(n - 1).attempt() == job_.attempt()) {
+    pp::v1::JobRestart& entry = *job_.mutable_restart_log(n - 1);
+    entry.set_reason(entry.reason().empty() ? edit.reason
+                                            : absl::StrCat(entry.reason(), "; ", edit.reason));
+  }
+  job_.set_updated_unix(edit.now_unix);
 }
 
 void JobRecord::Place(const JobEdit& edit) {
@@ -194,6 +229,7 @@ void JobRecord::Place(const JobEdit& edit) {
   newest_reported_step = job_.start_step();
   preempted_for.clear();
   borrowing = false;
+  grow_since = absl::InfiniteFuture();
 }
 
 void JobRecord::CountWorkerSeconds(double now_unix) {
@@ -211,6 +247,8 @@ void JobRecord::StartNext(const JobEdit& edit) {
     job_.clear_placement();
     job_.set_last_checkpoint_step(edit.from_step);
     job_.set_train_windows(edit.train_windows);  // the data may have changed since submission
+    job_.clear_base_parallel();                  // the user's layout is the base from now on
+    job_.clear_base_microbatches();
     verify_pending_ = false;                     // the resume verified it
   } else {
     // Hashing a large checkpoint takes long: VerifyQueued does it outside the lock.

@@ -8,13 +8,16 @@
 //  - job().state() moves only as CheckTransition (job_logic.h) allows, and only as the edit's kind
 //    says: kPlace QUEUED -> RUNNING; kEnd QUEUED | RUNNING -> SUCCEEDED | FAILED | CANCELLED;
 //    kRequeue RUNNING -> QUEUED (a restart); kResume SUCCEEDED | FAILED | CANCELLED -> QUEUED.
-//    kWait, kBackoff and kSettleStart keep a QUEUED job QUEUED; kCheckpoint keeps any state.
+//    kWait, kBackoff, kSettleStart and kResize keep a QUEUED job QUEUED; kCheckpoint keeps any
+//    state.
 //  - job().attempt() grows by one at each kRequeue and kResume, and only then; it names the live
 //    attempt: the one running, or the one waiting to be placed. Each new attempt appends its
 //    entry to job().restart_log() (StartNextAttempt, job_logic.h).
 //  - job().worker_seconds() grows by placement size x time placed each time a RUNNING attempt ends
 //    (kEnd, kRequeue); job().queued_unix() is the time of the kRequeue or kResume that queued it
 //    (Submit sets it first).
+//  - job().spec()'s layout changes only by kResume and kResize; kResize counts job().resizes()
+//    and keeps the layout it started from in job().base_parallel() (kResume clears it).
 //  - job().last_checkpoint_step() only grows (kCheckpoint), except that kResume sets it to the
 //    step the job resumes from.
 //  - verify_pending(): QUEUED with start_step a checkpoint not verified yet; set by kRequeue,
@@ -38,6 +41,7 @@
 #include "absl/time/time.h"
 #include "coordinator/auto_plan_run.h"
 #include "coordinator/calibration_run.h"
+#include "coordinator/checkpoint_interval.h"
 #include "coordinator/job_logic.h"
 #include "pp/v1/coordinator.pb.h"
 #include "pp/v1/job.pb.h"
@@ -57,6 +61,7 @@ struct JobEdit {
     kBackoff,  // a QUEUED job is not placed before `not_before`
     kSettleStart,  // a requeued job's checkpoint was verified: it starts from `from_step`
     kCheckpoint,   // the checkpoint of step `from_step` was committed
+    kResize,       // an elastic QUEUED job's next attempt runs on `spec`'s layout, for `reason`
   };
 
   static JobEdit Place(std::vector<pp::v1::RankPlacement> placement, double now_unix);
@@ -71,17 +76,18 @@ struct JobEdit {
   static JobEdit Backoff(absl::Time not_before);
   static JobEdit SettleStart(int from_step);
   static JobEdit Checkpoint(int step);
+  static JobEdit Resize(pp::v1::JobSpec spec, std::string reason, double now_unix);
 
   Kind kind = Kind::kWait;
   pp::v1::JobState state = pp::v1::JOB_STATE_UNSPECIFIED;  // kEnd
-  std::string reason;                                      // kEnd, kRequeue, kResume, kWait
+  std::string reason;      // kEnd, kRequeue, kResume, kWait, kResize
   int from_step = 0;       // kRequeue, kResume, kSettleStart; the step of kCheckpoint
   bool automatic = false;  // kRequeue
   absl::Time not_before = absl::InfinitePast();  // kRequeue, kBackoff
   std::vector<pp::v1::RankPlacement> placement;  // kPlace
-  std::optional<pp::v1::JobSpec> spec;           // kResume
+  std::optional<pp::v1::JobSpec> spec;           // kResume, kResize
   int64_t train_windows = 0;                     // kResume
-  double now_unix = 0;  // updated_unix of kPlace, kEnd, kRequeue, kResume, kWait
+  double now_unix = 0;  // updated_unix of kPlace, kEnd, kRequeue, kResume, kWait, kResize
 };
 
 // A rank's ReportTask of a live attempt, with the worker it came from.
@@ -139,6 +145,13 @@ class JobRecord {
   std::string preempted_for;
   absl::Time preempt_deadline = absl::InfiniteFuture();
   bool borrowing = false;  // placed past its owner's max_workers (Quota.borrow)
+  // ---- elastic jobs (elastic_jobs.cc) ----
+  // Since when idle workers would let the RUNNING attempt grow (InfiniteFuture: not now); reset
+  // by kPlace and whenever they would not.
+  absl::Time grow_since = absl::InfiniteFuture();
+  // >0: the attempt stops at stop_step to grow, and the next one is resized for this many
+  // workers before it is placed. Outlives the requeue; cleared once applied.
+  int grow_to = 0;
   // A lost-peer failure of `attempt` waiting for its cause (ManagerOptions::failure_settle).
   struct Suspicion {
     int attempt = 0;
@@ -167,10 +180,14 @@ class JobRecord {
   // placement, the failures in a row, the trial steps and the re-plan called; idle for a job of
   // a fixed schedule.
   AutoPlanRun auto_plan;
+  // checkpoint.autoEverySteps (checkpoint_interval.h): the cost of its checkpoints, from the
+  // steps of every attempt (worker_reports.cc); read at each placement (jobs.cc Start).
+  CheckpointCost checkpoint_cost;
 
  private:
   void Place(const JobEdit& edit);
   void StartNext(const JobEdit& edit);
+  void Resize(const JobEdit& edit);
   bool SettleStart(int from_step);
   // Adds the RUNNING attempt's workers x seconds to job().worker_seconds() as it ends.
   void CountWorkerSeconds(double now_unix);

@@ -73,6 +73,7 @@ int64_t JobManager::Finish(JobRecord& rec, pp::v1::JobState state, const std::st
 }
 
 void JobManager::Fail(JobRecord& rec, const std::string& reason, const std::string& skip_worker) {
+  if (rec.job().state() == pp::v1::RUNNING) failure_rate_.AddFailure();
   const int budget = rec.job().spec().max_restarts();
   if (rec.job().restarts() < budget) {
     Requeue(rec, reason, /*automatic=*/true, skip_worker);
@@ -198,11 +199,15 @@ bool JobManager::MayApply(const JobRecord& rec, const JobEdit& edit) {
 }
 
 int64_t JobManager::LogAndApply(JobRecord& rec, const JobEdit& edit) {
+  const double worker_seconds = rec.job().worker_seconds();
   absl::StatusOr<bool> row_changed = rec.Apply(edit);
+  failure_rate_.AddWorkerSeconds(rec.job().worker_seconds() - worker_seconds);
   if (!row_changed.ok()) {
     Log(absl::StrCat("internal error: ", row_changed.status().message()));
     return 0;
   }
+  const pp::v1::Job& job = rec.job();
+  metrics_->JobWorkers(job.id(), job.state() == pp::v1::RUNNING ? job.placement_size() : 0);
   return *row_changed ? Persist(rec) : 0;
 }
 

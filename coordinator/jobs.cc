@@ -157,6 +157,7 @@ void JobManager::Tick() {
     }
   }
   EnforcePreemptionGrace(now);
+  GrowElastic(now);
   for (const pp::v1::WorkerInfo& w :
        workers_.MarkSilentDown(absl::Now(), options_.worker_timeout)) {
     Log(absl::StrCat("worker ", w.name(), " is DOWN (no heartbeat for ",
@@ -203,6 +204,10 @@ void JobManager::Start(JobRecord& rec, std::vector<pp::v1::RankPlacement> placem
     held_[p.worker()] = Held{.job_id = id, .attempt = job.attempt()};
     names.push_back(absl::StrCat(p.worker(), " (rank ", p.rank(), ")"));
   }
+  // checkpoint.autoEverySteps: this attempt's interval, in the spec the task plans copy.
+  const std::string every =
+      ApplyAutoEverySteps(*rec.mutable_job(), rec.checkpoint_cost, failure_rate_);
+  if (!every.empty()) Log(every);
   for (pp::v1::TaskPlan& plan :
        BuildTaskPlans(job, rec.schedule, rec.stage_units, checkpoint_root())) {
     const pp::v1::RankPlacement& p = job.placement(plan.rank());
@@ -413,6 +418,7 @@ absl::StatusOr<pp::v1::Job> JobManager::ApplyResume(const std::string& id, int a
     return legal;
   }
   rec->mutable_job()->set_priority(admitted.priority());
+  rec->grow_to = 0;  // the user's layout replaces an elastic grow in flight
   rec->schedule = std::move(planned.schedule);
   rec->stage_units = std::move(planned.stage_units);
   rec->rank_bytes = RankBytes(planned.memory);

@@ -27,14 +27,15 @@
 //    worker table (registry.h), the job store (store.h), the calls to workers (worker_rpc.h) and
 //    the event stream (event_log.h).
 // None of them has a lock of its own: all live under mu_ but the job store, under store_mu_ (the
-// rendezvous store, thread-safe on its own, stands apart). The implementation is in seven files:
+// rendezvous store, thread-safe on its own, stands apart). The implementation is in eight files:
 // jobs.cc (construction, the scheduler, placement, the client side), job_transitions.cc (how an
 // attempt ends, fails or is queued again; LogAndApply), worker_reports.cc (the worker side:
 // registration, heartbeats, step, task and checkpoint reports), commits.cc (JobManager's side of
 // the committer: what transitions queue, and the CommitterHost calls), calibration.cc
 // (parallel.schedule "auto": calibrate, apply AutoPlanRun's decisions, re-plan), shared_cluster.cc
 // (placement under the scheduling policy: order, quotas, reservations, preemption; queue
-// positions and estimates in answers) and retention.cc
+// positions and estimates in answers), elastic_jobs.cc (spec.elastic: shrink and grow) and
+// retention.cc
 // (picks and drops the jobs that ended longer than ManagerOptions::retain_jobs ago, for the
 // committer, which deletes their rows).
 //
@@ -84,6 +85,7 @@
 #include "absl/time/time.h"
 #include "common/checkpoint.h"
 #include "coordinator/calibration_run.h"
+#include "coordinator/checkpoint_interval.h"
 #include "coordinator/commit_queue.h"
 #include "coordinator/committer.h"
 #include "coordinator/event_log.h"
@@ -245,6 +247,23 @@ class JobManager : private CommitterHost {
   };
   std::map<std::string, QueueView> ViewQueue() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void FillQueueView(const std::map<std::string, QueueView>& view, pp::v1::Job& job);
+  // ---- elastic jobs (elastic_jobs.cc; elastic.h) ----
+  // Resizes the QUEUED `rec` (JobEdit::Resize) to the first layout of LayoutsFor(its base,
+  // `workers`) that plans and, when `idle` is given, places on it (the placement into
+  // `placement`); emits EVENT_RESIZED saying `why`. False when no layout does: nothing changed.
+  bool ResizeTo(JobRecord& rec, int workers, const std::string& why,
+                const std::vector<pp::v1::WorkerInfo>* idle = nullptr,
+                std::vector<pp::v1::RankPlacement>* placement = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TryPlace, for a QUEUED job that lacks workers: when it is elastic, waited its grace since it
+  // was queued, and `available` (the first of `idle`) reach its min_workers, resizes it onto
+  // them and returns the placement; else nullopt.
+  std::optional<std::vector<pp::v1::RankPlacement>> ShrinkToPlace(
+      JobRecord& rec, const std::vector<pp::v1::WorkerInfo>& idle, int available, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick: a RUNNING elastic job below its max_workers, with idle workers that nobody queued waits
+  // for, idle for its grow_after without a break, stops after its next step to grow (grow_to).
+  void GrowElastic(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // pp_queue_jobs{priority} and pp_owner_workers_in_use{owner} (UpdateGauges).
   void UpdateSharedGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records why a QUEUED job waits: job.reason, persisted and emitted when it changed.
@@ -404,6 +423,9 @@ class JobManager : private CommitterHost {
   // The calibrations measured (calibration_run.h): an "auto" job on the same workers and shape
   // is not calibrated again.
   CalibrationCache calibrations_ ABSL_GUARDED_BY(mu_);
+  // checkpoint.autoEverySteps: the attempts that failed (Fail) over the worker-seconds run
+  // (LogAndApply), since this ppcoord started; read at each placement (Start).
+  FailureRate failure_rate_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const Policy> policy_ ABSL_GUARDED_BY(mu_);  // never null
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread scheduler_;

@@ -39,6 +39,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorMetrics>> CoordinatorMetrics::Serve(
                       .Name("pp_job_restarts_total")
                       .Help("Automatic restarts of a job.")
                       .Register(r);
+  m->resizes_ = &prometheus::BuildCounter()
+                     .Name("pp_job_resizes_total")
+                     .Help("Layout changes of an elastic job: shrinks and grows.")
+                     .Register(r);
+  m->job_workers_ = &prometheus::BuildGauge()
+                         .Name("pp_job_workers")
+                         .Help("Workers the job's attempt holds now (0: queued or ended).")
+                         .Register(r);
   m->skipped_ = &prometheus::BuildCounter()
                      .Name("pp_job_skipped_steps_total")
                      .Help("Steps not applied: non-finite loss or gradient norm.")
@@ -133,6 +141,7 @@ void CoordinatorMetrics::SetWorkerCounts(const std::map<std::string, int>& by_st
 void CoordinatorMetrics::JobCreated(const std::string& job_id, double planned_bubble_ratio) {
   steps_->Add({{"job", job_id}});
   restarts_->Add({{"job", job_id}});
+  resizes_->Add({{"job", job_id}});
   skipped_->Add({{"job", job_id}});
   checkpoint_failures_->Add({{"job", job_id}});
   planned_bubble_->Add({{"job", job_id}}).Set(planned_bubble_ratio);
@@ -176,6 +185,14 @@ void CoordinatorMetrics::JobRestarted(const std::string& job_id) {
   restarts_->Add({{"job", job_id}}).Increment();
 }
 
+void CoordinatorMetrics::JobResized(const std::string& job_id) {
+  resizes_->Add({{"job", job_id}}).Increment();
+}
+
+void CoordinatorMetrics::JobWorkers(const std::string& job_id, int workers) {
+  job_workers_->Add({{"job", job_id}}).Set(workers);
+}
+
 namespace {
 
 template <typename T>
@@ -189,11 +206,11 @@ void CoordinatorMetrics::JobExpired(const std::string& job_id) {
   const prometheus::Labels labels = {{"job", job_id}};
   for (prometheus::Family<prometheus::Gauge>* gauges :
        {loss_, learning_rate_, eval_loss_, epoch_, bubble_, planned_bubble_, prediction_error_,
-        checkpoint_step_, checkpoint_time_}) {
+        checkpoint_step_, checkpoint_time_, job_workers_}) {
     RemoveSeries(gauges, labels);
   }
   for (prometheus::Family<prometheus::Counter>* counters :
-       {steps_, restarts_, skipped_, checkpoint_failures_}) {
+       {steps_, restarts_, resizes_, skipped_, checkpoint_failures_}) {
     RemoveSeries(counters, labels);
   }
 }

@@ -48,6 +48,10 @@ class CoordinatorMetrics {
   // A step whose update was skipped (non-finite loss or gradient norm).
   void StepSkipped(const std::string& job_id);
   void JobRestarted(const std::string& job_id);
+  // An elastic job's layout changed (spec.elastic), and the workers its attempt holds now (0 when
+  // it holds none: queued or ended).
+  void JobResized(const std::string& job_id);
+  void JobWorkers(const std::string& job_id, int workers);
   // Drops every series of the job (it expired, coordinator/retention.h).
   void JobExpired(const std::string& job_id);
   void RpcError(const std::string& method);
@@ -66,6 +70,8 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>* epoch_ = nullptr;
   prometheus::Family<prometheus::Counter>* restarts_ = nullptr;
   prometheus::Family<prometheus::Counter>* skipped_ = nullptr;
+  prometheus::Family<prometheus::Counter>* resizes_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* job_workers_ = nullptr;
   prometheus::Family<prometheus::Gauge>* bubble_ = nullptr;
   prometheus::Family<prometheus::Gauge>* planned_bubble_ = nullptr;
   prometheus::Family<prometheus::Gauge>* prediction_error_ = nullptr;

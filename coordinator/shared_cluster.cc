@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/elastic.h"
 #include "coordinator/jobs.h"
 #include "coordinator/log.h"
 #include "coordinator/placement.h"
@@ -78,6 +79,12 @@ void JobManager::TryPlace(JobRecord& rec, Round& round, absl::Time now) {
     NoteWait(rec, quota.reason);
     return;
   }
+  if (rec.grow_to > 0) {  // it stopped to grow (GrowElastic)
+    ResizeTo(rec, std::exchange(rec.grow_to, 0),
+             absl::StrCat("workers idle for ",
+                          absl::FormatDuration(BoundsOf(BaseSpec(rec.job())).grow_after)));
+    me.workers = LayoutWorkers(rec.job().spec().parallel());
+  }
   const std::vector<pp::v1::WorkerInfo> idle = workers_.Idle();
   const int available = std::max(0, static_cast<int>(idle.size()) - round.reserved);
   absl::StatusOr<std::vector<pp::v1::RankPlacement>> placement =
@@ -86,6 +93,9 @@ void JobManager::TryPlace(JobRecord& rec, Round& round, absl::Time now) {
     const std::vector<int> stage_to_rank(rec.schedule.stage_to_rank().begin(),
                                          rec.schedule.stage_to_rank().end());
     placement = PlaceRanks(rec.job().spec(), stage_to_rank, idle, rec.rank_bytes);
+  } else if (auto shrunk = ShrinkToPlace(rec, idle, available, now)) {
+    placement = *std::move(shrunk);
+    me.workers = static_cast<int>(placement->size());
   }
   if (placement.ok()) {
     if (rec.auto_plan.calibrate()) {

@@ -104,6 +104,8 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   }
   std::optional<StepSummary> summary = rec->steps->Add(report);
   if (!summary) return response;
+  rec->checkpoint_cost.AddStep(job.spec(), job.attempt(), summary->step, summary->step_seconds,
+                               NowUnix());
   SetStep(job, summary->step);
   job.set_loss(summary->loss);
   job.set_bubble_ratio(summary->bubble_ratio);
@@ -196,6 +198,10 @@ void JobManager::EndAttempt(JobRecord& rec) {
   }
   // A re-plan (CheckPrediction): calibrate again and choose from the checkpoint.
   if (std::optional<std::string> replan = rec.auto_plan.TakeReplan()) why.push_back(*replan);
+  if (rec.grow_to > 0) {
+    why.push_back(absl::StrCat("stopped after step ", rec.stop_step, " to grow to ", rec.grow_to,
+                               " workers"));
+  }
   if (!rec.preempted_for.empty()) {
     why.push_back(
         absl::StrCat("preempted by job ", rec.preempted_for, " after step ", rec.stop_step));

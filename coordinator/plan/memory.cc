@@ -229,6 +229,8 @@ std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
 // Whether a checkpoint is written while later steps still run (common::CheckpointDue): its
 // copies then live beside the activations.
 bool CheckpointsMidRun(const pp::v1::JobSpec& spec) {
+  // checkpoint.autoEverySteps: ppcoord may choose any interval in [1, steps] at a placement.
+  if (spec.checkpoint().auto_every_steps()) return spec.train().steps() > 1;
   const int every = spec.checkpoint().every_steps();
   return every > 0 && every < spec.train().steps();
 }

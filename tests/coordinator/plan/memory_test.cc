@@ -105,6 +105,13 @@ TEST(MemoryTest, ACheckpointBeforeTheLastStepAddsToTheStepPeak) {
   ASSERT_EQ(ranks.size(), 2u);
   EXPECT_EQ(ranks[0].bytes.total,
             kProcessBaselineBytes + 16 * 1032 + 640 + (2 * 2256 + 1536 + 4 * 128) + 24 * 1032);
+  // checkpoint.autoEverySteps: ppcoord may pick any interval, so a checkpoint mid-run counts even
+  // when every_steps says only at the end.
+  spec.mutable_checkpoint()->set_every_steps(0);
+  const int64_t at_the_end = Estimate(spec, {2, 2})[0].bytes.total;
+  spec.mutable_checkpoint()->set_auto_every_steps(true);
+  EXPECT_EQ(Estimate(spec, {2, 2})[0].bytes.total, ranks[0].bytes.total);
+  EXPECT_LT(at_the_end, ranks[0].bytes.total);
 }
 
 TEST(MemoryTest, GPipeHoldsEveryMicrobatchAndDataParallelAddsBuckets) {
