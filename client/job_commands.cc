@@ -103,8 +103,9 @@ std::string ProgressLine(const pp::v1::JobEvent& e) {
   std::string line =
       absl::StrFormat("%s %s step %d/%d", e.job_id(), pp::v1::JobEventKind_Name(e.kind()).substr(6),
                       e.step(), e.total_steps());
-  // A preempted job stops and queues again: the last step's rates and an ETA would mislead.
-  if (e.step() > 0 && e.kind() != pp::v1::EVENT_PREEMPTED) {
+  // A preempted or resized job stops and queues again: the last step's rates and an ETA would
+  // mislead.
+  if (e.step() > 0 && e.kind() != pp::v1::EVENT_PREEMPTED && e.kind() != pp::v1::EVENT_RESIZED) {
     absl::StrAppendFormat(&line, "  loss %.4f  lr %.3g  %.0f tok/s  bubble %.1f%%", e.loss(),
                           e.learning_rate(), e.tokens_per_second(), 100 * e.bubble_ratio());
     if (e.has_eval()) absl::StrAppendFormat(&line, "  EVAL loss %.4f", e.eval_loss());
@@ -201,9 +202,11 @@ int Watch(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args)
   pp::v1::JobEventKind last = pp::v1::JOB_EVENT_KIND_UNSPECIFIED;
   while (reader->Read(&event)) {
     last = event.kind();
-    // On a terminal one line is redrawn in place, but a preemption stays on screen: the events
-    // that follow it would hide why the job stopped. Otherwise each event is a line of a log.
-    const bool keep = !live || event.kind() == pp::v1::EVENT_PREEMPTED;
+    // On a terminal one line is redrawn in place, but a preemption or a resize stays on screen:
+    // the events that follow would hide why the job stopped or what it runs on. Otherwise each
+    // event is a line of a log.
+    const bool keep = !live || event.kind() == pp::v1::EVENT_PREEMPTED ||
+                      event.kind() == pp::v1::EVENT_RESIZED;
     std::cout << (live ? "\r\033[K" : "") << ProgressLine(event) << (keep ? "\n" : "")
               << std::flush;
   }
