@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: all setup configure build test run clean fuzz fuzz-build chaos peer tokenize-bench
+.PHONY: all setup configure build test run clean fuzz fuzz-build chaos recovery peer tokenize-bench
 
 all: build
 
@@ -45,6 +45,11 @@ fuzz: fuzz-build
 CHAOS_FLAGS ?=
 chaos: build
 	@$(BUILD)/bin/chaos_bench --heartbeat_p99_ms=100 $(CHAOS_FLAGS)
+
+# The recovery run of bench/chaos: kill-to-next-commit and goodput under kill -9 of workers, with a
+# spare worker and elastic (docs/testing.md). Short: make recovery CHAOS_FLAGS=--short_run.
+recovery: build
+	@$(BUILD)/bin/chaos_bench --run=recovery $(CHAOS_FLAGS)
 
 # The embedded default: ppcoord + 2 CPU workers on loopback train a small GPT (about 2 minutes on
 # 2 cores), then everything stops. More workers: make run WORKERS=4.

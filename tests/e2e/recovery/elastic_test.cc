@@ -23,7 +23,7 @@ using ::pp::testing_support::WaitForJob;
 using ::pp::testing_support::WaitSucceeded;
 using ::testing::HasSubstr;
 
-constexpr int kSteps = 40;
+constexpr int kSteps = 32;
 constexpr absl::Duration kJobTimeout = absl::Seconds(90);
 
 class ElasticTest : public testing_support::ClusterTest {
