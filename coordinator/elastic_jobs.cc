@@ -58,6 +58,12 @@ std::optional<std::vector<pp::v1::RankPlacement>> JobManager::ShrinkToPlace(
   if (workers < bounds.min_workers || waited < absl::ToDoubleSeconds(bounds.grace)) {
     return std::nullopt;
   }
+  // Workers still ending this job's previous attempt (told to stop, not yet idle) are about to
+  // be idle: a shrink now would leave them out. They get one more grace.
+  const bool releasing = std::any_of(held_.begin(), held_.end(), [&job](const auto& held) {
+    return held.second.job_id == job.id() && held.second.attempt != job.attempt();
+  });
+  if (releasing && waited < 2 * absl::ToDoubleSeconds(bounds.grace)) return std::nullopt;
   const std::vector<pp::v1::WorkerInfo> usable(idle.begin(), idle.begin() + available);
   std::vector<pp::v1::RankPlacement> placement;
   const std::string why =

@@ -184,6 +184,7 @@ absl::StatusOr<bool> JobRecord::Apply(const JobEdit& edit) {
       return SettleStart(edit.from_step);
     case JobEdit::Kind::kCheckpoint:
       // Only a resume moves last_checkpoint_step back, and it waits for the commits in flight.
+      if (edit.from_step > job_.start_step()) restarts_without_progress_ = 0;
       if (edit.from_step <= job_.last_checkpoint_step()) return false;
       job_.set_last_checkpoint_step(edit.from_step);
       return true;
@@ -253,7 +254,10 @@ void JobRecord::StartNext(const JobEdit& edit) {
   } else {
     // Hashing a large checkpoint takes long: VerifyQueued does it outside the lock.
     verify_pending_ = edit.from_step > 0;
-    if (edit.automatic) job_.set_restarts(job_.restarts() + 1);
+    if (edit.automatic) {
+      job_.set_restarts(job_.restarts() + 1);
+      ++restarts_without_progress_;
+    }
   }
   CountWorkerSeconds(edit.now_unix);
   not_before_ = edit.not_before;

@@ -119,6 +119,10 @@ class JobRecord {
   bool waiting() const { return waiting_; }
   // When the live attempt was placed (kPlace); 0 when it was not placed by this process.
   double placed_unix() const { return placed_unix_; }
+  // Automatic restarts (kRequeue) since a checkpoint newer than its attempt's start was committed
+  // (kCheckpoint): what the restart backoff doubles with, so a job that makes progress between
+  // failures is not held longer and longer, while one failing at once on every attempt is.
+  int restarts_without_progress() const { return restarts_without_progress_; }
 
   // ---- the plan of the live attempt (planning.h PlannedJob) ----
   pp::v1::Schedule schedule;
@@ -197,6 +201,7 @@ class JobRecord {
   absl::Time not_before_ = absl::InfinitePast();
   bool waiting_ = false;
   double placed_unix_ = 0;  // the live attempt's kPlace; 0 when not placed by this process
+  int restarts_without_progress_ = 0;
 };
 
 // The name of an edit's kind, for messages: "place", "end", ...

@@ -170,7 +170,7 @@ void JobManager::Requeue(JobRecord& rec, const std::string& reason, bool automat
                             ? std::max(job.last_checkpoint_step(), rec.newest_commit_in_flight)
                             : job.last_checkpoint_step();
   const absl::Duration backoff =
-      automatic ? RestartBackoff(job.restarts() + 1, options_.restart_backoff,
+      automatic ? RestartBackoff(rec.restarts_without_progress() + 1, options_.restart_backoff,
                                  options_.restart_backoff_cap)
                 : absl::ZeroDuration();
   const JobEdit edit =

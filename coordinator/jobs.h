@@ -121,9 +121,10 @@ struct ManagerOptions {
   // error reported meanwhile; failing that, the lost-peer report stands after failure_settle.
   absl::Duration probe_deadline = absl::Milliseconds(500);
   absl::Duration failure_settle = absl::Seconds(1);
-  // Automatic restart n of a job is placed no sooner than restart_backoff * 2^(n-1) after the
-  // failure, at most restart_backoff_cap after it (RestartBackoff, job_logic.h): a job that fails
-  // at once on every attempt does not spin through its max_restarts.
+  // The n-th automatic restart of a job in a row (without a newer checkpoint committed between
+  // them: JobRecord::restarts_without_progress) is placed no sooner than restart_backoff *
+  // 2^(n-1) after the failure, at most restart_backoff_cap after it (RestartBackoff, job_logic.h):
+  // a job that fails at once on every attempt does not spin through its max_restarts.
   absl::Duration restart_backoff = absl::Seconds(1);
   absl::Duration restart_backoff_cap = absl::Seconds(60);
   // A DOWN worker silent this long is forgotten unless it holds a live job's rank.
@@ -256,8 +257,9 @@ class JobManager : private CommitterHost {
                 std::vector<pp::v1::RankPlacement>* placement = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TryPlace, for a QUEUED job that lacks workers: when it is elastic, waited its grace since it
-  // was queued, and `available` (the first of `idle`) reach its min_workers, resizes it onto
-  // them and returns the placement; else nullopt.
+  // was queued (twice that while workers of its previous attempt are still ending it), and
+  // `available` (the first of `idle`) reach its min_workers, resizes it onto them and returns
+  // the placement; else nullopt.
   std::optional<std::vector<pp::v1::RankPlacement>> ShrinkToPlace(
       JobRecord& rec, const std::vector<pp::v1::WorkerInfo>& idle, int available, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

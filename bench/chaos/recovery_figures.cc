@@ -124,7 +124,7 @@ std::string ModeTable(const ModeResult& result, int kill_every) {
                             result.kills.size()));
   if (!less_backoff.empty()) {
     Row(&out, "  less ppcoord's restart backoff",
-        absl::StrFormat("%.2f / %.2f / %.2f s (the backoff: 1 s, doubled at each restart)",
+        absl::StrFormat("%.2f / %.2f / %.2f s (the backoff: 1 s, doubled at each restart in a row)",
                         Percentile(less_backoff, 0), Percentile(less_backoff, 50),
                         Percentile(less_backoff, 100)));
   }

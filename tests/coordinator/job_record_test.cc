@@ -111,6 +111,30 @@ TEST(JobRecord, RequeueStartsTheNextAttempt) {
   EXPECT_FALSE(rec.verify_pending());  // from scratch: nothing to verify
 }
 
+// The restart backoff doubles with automatic restarts in a row: a checkpoint committed past the
+// attempt's start between two of them starts the count again; drains do not count.
+TEST(JobRecord, RestartsWithoutProgressCountUntilACheckpointPastTheStart) {
+  JobRecord rec = RunningRecord();
+  auto fail = [&rec](int from_step, bool automatic) {
+    ASSERT_TRUE(
+        rec.Apply(JobEdit::Requeue(from_step, "lost", automatic, absl::InfinitePast(), kNow)).ok());
+    if (rec.verify_pending()) ASSERT_TRUE(rec.Apply(JobEdit::SettleStart(from_step)).ok());
+    ASSERT_TRUE(rec.Apply(JobEdit::Place(TwoRanks(), kNow)).ok());
+  };
+  fail(0, true);
+  fail(0, true);
+  EXPECT_EQ(rec.restarts_without_progress(), 2);
+  fail(0, false);  // a drain
+  EXPECT_EQ(rec.restarts_without_progress(), 2);
+  ASSERT_TRUE(rec.Apply(JobEdit::Checkpoint(10)).ok());  // progress
+  EXPECT_EQ(rec.restarts_without_progress(), 0);
+  fail(10, true);
+  EXPECT_EQ(rec.restarts_without_progress(), 1);
+  ASSERT_TRUE(rec.Apply(JobEdit::Checkpoint(10)).ok());  // its own start: no progress
+  EXPECT_EQ(rec.restarts_without_progress(), 1);
+  EXPECT_EQ(rec.job().restarts(), 3);
+}
+
 TEST(JobRecord, SettleStartFallsBackAndSaysWhetherTheRowChanged) {
   JobRecord rec = RunningRecord();
   ASSERT_TRUE(rec.Apply(JobEdit::Requeue(40, "x", false, absl::InfinitePast(), kNow)).ok());
