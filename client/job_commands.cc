@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "client/clock_text.h"
 #include "client/credentials.h"
+#include "client/history_table.h"
 #include "client/queue_table.h"
 #include "common/data_spec.h"
 #include "common/epoch.h"
@@ -180,6 +181,28 @@ int List(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
   return common::kExitOk;
 }
 
+int History(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
+  // --format is shared with plan and trace, whose default is "ascii": here that is the table.
+  std::string format = absl::GetFlag(FLAGS_format);
+  if (format == "ascii") format = "table";
+  if (!IsHistoryFormat(format)) {
+    return Fail("history", absl::StrCat("--format: unknown \"", format, "\" (table, csv, json)"),
+                common::kExitUsage);
+  }
+  std::vector<pp::v1::JobStepRecord> steps;
+  pp::v1::ListJobStepsRequest request;
+  request.set_job_id(args[0]);
+  do {
+    pp::v1::ListJobStepsResponse page;
+    grpc::Status status = stub.ListJobSteps(Context().get(), request, &page);
+    if (!status.ok()) return Fail("history", Describe(status));
+    steps.insert(steps.end(), page.steps().begin(), page.steps().end());
+    request.set_page_token(page.next_page_token());
+  } while (!request.page_token().empty());
+  std::cout << HistoryText(steps, format);
+  return common::kExitOk;
+}
+
 int Queue(pp::v1::Coordinator::Stub& stub, const std::vector<std::string>&) {
   // The order spans every page, so nothing prints until the last one is in.
   std::vector<pp::v1::Job> jobs;
@@ -300,6 +323,10 @@ const std::map<std::string, Command>& Commands() {
         "position)",
         1, Get}},
       {"list", {"list: every job, one line each", 0, List}},
+      {"history",
+       {"history JOB [--format=table|csv|json]: every recorded step (loss, learning rate, "
+        "step seconds, tokens/s, bubble, eval loss, skipped), oldest first",
+        1, History}},
       {"queue",
        {"queue: the queued jobs in the order ppcoord will try them (priority, owner, wait, "
         "estimated start, reason), then what runs",
@@ -324,7 +351,8 @@ const std::map<std::string, Command>& Commands() {
 }  // namespace
 
 std::vector<std::string> JobCommandNames() {
-  return {"submit", "get", "list", "queue", "watch", "cancel", "resume", "workers", "trace"};
+  return {"submit", "get",    "list",   "history", "queue",
+          "watch",  "cancel", "resume", "workers", "trace"};
 }
 
 std::string JobCommandUsage(const std::string& command) {
@@ -334,6 +362,7 @@ std::string JobCommandUsage(const std::string& command) {
 
 std::vector<std::string> JobCommandFlags(const std::string& command) {
   if (command == "trace") return {"step", "format"};
+  if (command == "history") return {"format"};
   if (command == "resume") return {"step", "epoch", "steps", "parallel"};
   return {};
 }

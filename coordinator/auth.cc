@@ -23,8 +23,9 @@ struct MethodRole {
 };
 constexpr MethodRole kMethodRoles[] = {
     {"SubmitJob", Role::kSubmit}, {"CancelJob", Role::kSubmit}, {"ResumeJob", Role::kSubmit},
-    {"GetJob", Role::kView},      {"ListJobs", Role::kView},    {"WatchJob", Role::kView},
-    {"ListWorkers", Role::kView}, {"GetTrace", Role::kView},    {"PlanJob", Role::kView},
+    {"GetJob", Role::kView},      {"ListJobs", Role::kView},    {"ListJobSteps", Role::kView},
+    {"WatchJob", Role::kView},    {"ListWorkers", Role::kView}, {"GetTrace", Role::kView},
+    {"PlanJob", Role::kView},
 };
 
 // A token file over this is no token file.

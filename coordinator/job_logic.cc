@@ -195,6 +195,7 @@ std::optional<StepSummary> StepAggregator::Add(const pp::v1::StepReport& report)
       ++losses;
     }
     summary.step_seconds = std::max(summary.step_seconds, r.step_seconds());
+    summary.skipped = summary.skipped || r.skipped();
     pp::v1::RankTrace* trace = summary.trace.add_ranks();
     *trace = r.trace();
     trace->set_rank(rank);

@@ -84,6 +84,7 @@ struct StepSummary {
   double loss = 0;          // mean of the reports that carry a loss (one per data replica)
   double step_seconds = 0;  // slowest rank
   double bubble_ratio = 0;
+  bool skipped = false;     // a rank says the update was not applied (non-finite values)
   pp::v1::StepTrace trace;  // ranks in rank order
 };
 

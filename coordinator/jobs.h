@@ -27,15 +27,15 @@
 //    worker table (registry.h), the job store (store.h), the calls to workers (worker_rpc.h) and
 //    the event stream (event_log.h).
 // None of them has a lock of its own: all live under mu_ but the job store, under store_mu_ (the
-// rendezvous store, thread-safe on its own, stands apart). The implementation is in eight files:
+// rendezvous store, thread-safe on its own, stands apart). The implementation is in nine files:
 // jobs.cc (construction, the scheduler, placement, the client side), job_transitions.cc (how an
 // attempt ends, fails or is queued again; LogAndApply), worker_reports.cc (the worker side:
 // registration, heartbeats, step, task and checkpoint reports), commits.cc (JobManager's side of
 // the committer: what transitions queue, and the CommitterHost calls), calibration.cc
 // (parallel.schedule "auto": calibrate, apply AutoPlanRun's decisions, re-plan), shared_cluster.cc
 // (placement under the scheduling policy: order, quotas, reservations, preemption; queue
-// positions and estimates in answers), elastic_jobs.cc (spec.elastic: shrink and grow) and
-// retention.cc
+// positions and estimates in answers), elastic_jobs.cc (spec.elastic: shrink and grow),
+// step_history.cc (ListJobSteps) and retention.cc
 // (picks and drops the jobs that ended longer than ManagerOptions::retain_jobs ago, for the
 // committer, which deletes their rows).
 //
@@ -174,6 +174,11 @@ class JobManager : private CommitterHost {
   // what parallel.recompute "auto" is chosen against, at SubmitJob and PlanJob.
   pp::plan::MemoryFits RegisteredMemoryFits();
   absl::StatusOr<pp::v1::StepTrace> Trace(const std::string& job_id, int step);
+  // One page of the job's recorded steps from request.from_step (or the page token) on, oldest
+  // first (step_history.cc): NotFound for an unknown job, InvalidArgument for a bad page size
+  // (0: 1000; at most 10000), from_step or token.
+  absl::StatusOr<pp::v1::ListJobStepsResponse> ListSteps(
+      const pp::v1::ListJobStepsRequest& request);
   // Calls `send` with the job's current state, then with each new event, until the job ends,
   // `send` returns false, `cancelled` returns true, or Stop.
   absl::Status Watch(const std::string& job_id,

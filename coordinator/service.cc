@@ -83,6 +83,16 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
     return Answer("ListJobs", page.status());
   }
 
+  grpc::Status ListJobSteps(grpc::ServerContext* context,
+                            const pp::v1::ListJobStepsRequest* request,
+                            pp::v1::ListJobStepsResponse* response) override {
+    absl::StatusOr<Caller> caller = auth_->Authorize(*context, "ListJobSteps");
+    if (!caller.ok()) return Answer("ListJobSteps", caller.status());
+    absl::StatusOr<pp::v1::ListJobStepsResponse> page = jobs_->ListSteps(*request);
+    if (page.ok()) *response = *std::move(page);
+    return Answer("ListJobSteps", page.status());
+  }
+
   grpc::Status WatchJob(grpc::ServerContext* context, const pp::v1::WatchJobRequest* request,
                         grpc::ServerWriter<pp::v1::JobEvent>* writer) override {
     absl::StatusOr<Caller> caller = auth_->Authorize(*context, "WatchJob");

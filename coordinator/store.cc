@@ -2,6 +2,11 @@
 
 #include <sqlite3.h>
 
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -79,10 +84,59 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
       "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
       "CREATE TABLE IF NOT EXISTS quarantine (id TEXT, seq INTEGER, job_json TEXT, error TEXT,"
       " quarantined_unix REAL);");
+  if (status.ok()) status = store->UpgradeSteps();
   if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat("job store ", path, ": ", status.message()));
   }
   return store;
+}
+
+namespace {
+
+// The columns of table steps after the first seven, in order, and their SQL types.
+constexpr std::pair<const char*, const char*> kStepColumns[] = {
+    {"attempt", "INTEGER"}, {"learning_rate", "REAL"}, {"has_eval", "INTEGER"},
+    {"eval_loss", "REAL"},  {"skipped", "INTEGER"},
+};
+
+constexpr char kStepSelect[] =
+    "SELECT step, loss, step_seconds, tokens_per_second, bubble_ratio, time_unix, attempt,"
+    " learning_rate, has_eval, eval_loss, skipped FROM steps";
+
+StepRecord ReadStep(sqlite3_stmt* stmt) {
+  StepRecord s;
+  s.step = sqlite3_column_int(stmt, 0);
+  s.loss = sqlite3_column_double(stmt, 1);
+  s.step_seconds = sqlite3_column_double(stmt, 2);
+  s.tokens_per_second = sqlite3_column_double(stmt, 3);
+  s.bubble_ratio = sqlite3_column_double(stmt, 4);
+  s.time_unix = sqlite3_column_double(stmt, 5);
+  s.attempt = sqlite3_column_int(stmt, 6);
+  s.learning_rate = sqlite3_column_double(stmt, 7);
+  s.has_eval = sqlite3_column_int(stmt, 8) != 0;
+  s.eval_loss = sqlite3_column_double(stmt, 9);
+  s.skipped = sqlite3_column_int(stmt, 10) != 0;
+  return s;
+}
+
+}  // namespace
+
+absl::Status JobStore::UpgradeSteps() {
+  std::set<std::string> have;
+  {
+    Statement stmt(db_, "PRAGMA table_info(steps)");
+    if (!stmt.status().ok()) return stmt.status();
+    while (sqlite3_step(stmt.get()) == SQLITE_ROW) have.insert(Text(stmt.get(), 1));
+  }
+  for (const auto& [name, type] : kStepColumns) {
+    if (have.count(name) > 0) continue;
+    if (absl::Status s = Exec(
+            absl::StrCat("ALTER TABLE steps ADD COLUMN ", name, " ", type, " NOT NULL DEFAULT 0"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 JobStore::~JobStore() { sqlite3_close(db_); }
@@ -125,18 +179,51 @@ absl::Status JobStore::Delete(const std::string& job_id) {
 }
 
 absl::Status JobStore::AddStep(const std::string& job_id, const StepRecord& step) {
-  Statement stmt(db_,
-                 "INSERT OR REPLACE INTO steps (job_id, step, loss, step_seconds,"
-                 " tokens_per_second, bubble_ratio, time_unix) VALUES (?, ?, ?, ?, ?, ?, ?)");
-  if (!stmt.status().ok()) return stmt.status();
-  stmt.Bind(1, job_id);
-  stmt.Bind(2, static_cast<int64_t>(step.step));
-  stmt.Bind(3, step.loss);
-  stmt.Bind(4, step.step_seconds);
-  stmt.Bind(5, step.tokens_per_second);
-  stmt.Bind(6, step.bubble_ratio);
-  stmt.Bind(7, step.time_unix);
-  return stmt.Run();
+  {
+    Statement stmt(db_,
+                   "INSERT OR REPLACE INTO steps (job_id, step, loss, step_seconds,"
+                   " tokens_per_second, bubble_ratio, time_unix, attempt, learning_rate, has_eval,"
+                   " eval_loss, skipped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    if (!stmt.status().ok()) return stmt.status();
+    stmt.Bind(1, job_id);
+    stmt.Bind(2, static_cast<int64_t>(step.step));
+    stmt.Bind(3, step.loss);
+    stmt.Bind(4, step.step_seconds);
+    stmt.Bind(5, step.tokens_per_second);
+    stmt.Bind(6, step.bubble_ratio);
+    stmt.Bind(7, step.time_unix);
+    stmt.Bind(8, static_cast<int64_t>(step.attempt));
+    stmt.Bind(9, step.learning_rate);
+    stmt.Bind(10, static_cast<int64_t>(step.has_eval));
+    stmt.Bind(11, step.eval_loss);
+    stmt.Bind(12, static_cast<int64_t>(step.skipped));
+    if (absl::Status s = stmt.Run(); !s.ok()) return s;
+  }
+  return ThinSteps(job_id);
+}
+
+absl::Status JobStore::ThinSteps(const std::string& job_id) {
+  int64_t records = 0, newest = 0;
+  {
+    Statement count(db_, "SELECT COUNT(*), COALESCE(MAX(step), 0) FROM steps WHERE job_id = ?");
+    if (!count.status().ok()) return count.status();
+    count.Bind(1, job_id);
+    if (sqlite3_step(count.get()) != SQLITE_ROW) {
+      return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
+    }
+    records = sqlite3_column_int64(count.get(), 0);
+    newest = sqlite3_column_int64(count.get(), 1);
+  }
+  if (records <= kMaxStepRecords) return absl::OkStatus();
+  // Every other one of the thinnable older records, the oldest kept: one halving per overflow.
+  Statement thin(db_,
+                 "DELETE FROM steps WHERE job_id = ?1 AND step IN (SELECT step FROM (SELECT"
+                 " step, ROW_NUMBER() OVER (ORDER BY step) AS n FROM steps WHERE job_id = ?1"
+                 " AND step <= ?2 AND has_eval = 0 AND skipped = 0) WHERE n % 2 = 0)");
+  if (!thin.status().ok()) return thin.status();
+  thin.Bind(1, job_id);
+  thin.Bind(2, newest - kKeptNewestSteps);
+  return thin.Run();
 }
 
 absl::StatusOr<std::vector<pp::v1::Job>> JobStore::LoadJobs() {
@@ -211,22 +298,21 @@ absl::Status JobStore::InTransaction(std::initializer_list<const char*> statemen
 }
 
 absl::StatusOr<std::vector<StepRecord>> JobStore::Steps(const std::string& job_id) const {
-  Statement stmt(db_,
-                 "SELECT step, loss, step_seconds, tokens_per_second, bubble_ratio, time_unix"
-                 " FROM steps WHERE job_id = ? ORDER BY step");
+  return StepsFrom(job_id, 0, std::numeric_limits<int>::max());
+}
+
+absl::StatusOr<std::vector<StepRecord>> JobStore::StepsFrom(const std::string& job_id,
+                                                            int from_step, int limit) const {
+  const std::string sql =
+      absl::StrCat(kStepSelect, " WHERE job_id = ? AND step >= ?", " ORDER BY step LIMIT ?");
+  Statement stmt(db_, sql.c_str());
   if (!stmt.status().ok()) return stmt.status();
   stmt.Bind(1, job_id);
+  stmt.Bind(2, static_cast<int64_t>(from_step));
+  stmt.Bind(3, static_cast<int64_t>(limit));
   std::vector<StepRecord> steps;
   int rc;
-  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-    StepRecord& s = steps.emplace_back();
-    s.step = sqlite3_column_int(stmt.get(), 0);
-    s.loss = sqlite3_column_double(stmt.get(), 1);
-    s.step_seconds = sqlite3_column_double(stmt.get(), 2);
-    s.tokens_per_second = sqlite3_column_double(stmt.get(), 3);
-    s.bubble_ratio = sqlite3_column_double(stmt.get(), 4);
-    s.time_unix = sqlite3_column_double(stmt.get(), 5);
-  }
+  while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) steps.push_back(ReadStep(stmt.get()));
   if (rc != SQLITE_DONE) return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));
   return steps;
 }

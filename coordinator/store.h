@@ -1,7 +1,8 @@
 // Durable job store of ppcoord (internal): SQLite file <data_dir>/ppcoord.db.
 // Table jobs: one row per job (spec as proto3 JSON, state, reason, step, loss, restarts,
 // timestamps, and the whole pp.v1.Job as JSON for reloading). Table steps: per-step history
-// (loss, step seconds, tokens/s, measured bubble). Table meta: the next job sequence number, kept
+// (loss, step seconds, tokens/s, measured bubble, attempt, learning rate, eval loss, skipped),
+// bounded per job (kMaxStepRecords). Table meta: the next job sequence number, kept
 // apart from the rows so that a number handed out once is never handed out again, even when its
 // job's insert failed. Table quarantine: rows of jobs that could not be decoded, moved aside at
 // load so that one damaged row does not keep ppcoord from starting.
@@ -30,7 +31,20 @@ struct StepRecord {
   double tokens_per_second = 0;
   double bubble_ratio = 0;
   double time_unix = 0;
+  int attempt = 0;
+  double learning_rate = 0;
+  bool has_eval = false;  // evaluated after this step: eval_loss
+  double eval_loss = 0;
+  bool skipped = false;  // its update was not applied (non-finite values)
 };
+
+// The step records kept per job (docs/jobs.md "Step history"): past kMaxStepRecords, AddStep
+// drops every other record older than the newest kKeptNewestSteps, but never one of an evaluated
+// or a skipped step, so a job of any length keeps its recent steps at full resolution, its
+// history at halving resolution, and every eval and skip. At most kMaxStepRecords plus the
+// job's eval and skipped steps.
+inline constexpr int kMaxStepRecords = 4096;
+inline constexpr int kKeptNewestSteps = 1024;
 
 class JobStore {
  public:
@@ -47,6 +61,9 @@ class JobStore {
   // its row's) is moved to table quarantine with the parse error, and logged; it is not returned.
   absl::StatusOr<std::vector<pp::v1::Job>> LoadJobs();
   absl::StatusOr<std::vector<StepRecord>> Steps(const std::string& job_id) const;
+  // At most `limit` records of the job from step `from_step` on, in step order.
+  absl::StatusOr<std::vector<StepRecord>> StepsFrom(const std::string& job_id, int from_step,
+                                                    int limit) const;
   // Hands out the next submission number (job ids embed it) and records it as used before
   // returning, so no number repeats: not after a failed insert, a quarantined row or a restart.
   absl::StatusOr<int64_t> ReserveSequence();
@@ -54,6 +71,10 @@ class JobStore {
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}
   absl::Status Exec(const std::string& sql);
+  // Adds the step columns a store written before them lacks.
+  absl::Status UpgradeSteps();
+  // Halves the job's older records past kMaxStepRecords (see kMaxStepRecords).
+  absl::Status ThinSteps(const std::string& job_id);
   // Moves the row of table jobs with this rowid to table quarantine, noting `error`.
   absl::Status Quarantine(int64_t rowid, const std::string& error);
   class Statement;  // a prepared statement (store.cc)

@@ -116,12 +116,18 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   job.set_updated_unix(NowUnix());
   CheckPrediction(*rec, *summary);
   events_.AddTrace(job.id(), std::move(summary->trace));
+  const bool evaluated = job.eval_step() == summary->step;
   StepRecord record{.step = summary->step,
                     .loss = summary->loss,
                     .step_seconds = summary->step_seconds,
                     .tokens_per_second = job.tokens_per_second(),
                     .bubble_ratio = summary->bubble_ratio,
-                    .time_unix = job.updated_unix()};
+                    .time_unix = job.updated_unix(),
+                    .attempt = job.attempt(),
+                    .learning_rate = common::LearningRateAt(job.spec().train(), summary->step),
+                    .has_eval = evaluated,
+                    .eval_loss = evaluated ? job.eval_loss() : 0,
+                    .skipped = summary->skipped};
   committer_.AddStep(job.id(), record);
   Persist(*rec);
   metrics_->StepCompleted(job.id(), summary->loss,

@@ -277,6 +277,36 @@ TEST_F(JobCommandsTest, WatchFollowsTheJobToSuccessAndTraceDrawsAStep) {
   EXPECT_THAT(workers.out, HasSubstr("IDLE"));
 }
 
+TEST_F(JobCommandsTest, HistoryPrintsEveryRecordedStepAsATableCsvOrJson) {
+  const std::string id = Submitted();
+  RunJobOnFakeWorkers(2);
+  // The committer writes the steps in its next round.
+  Output table;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        table = Ppctl("history", {id});
+        return table.code == 0 && table.out.find("\n       2 ") != std::string::npos;
+      },
+      absl::Seconds(10)))
+      << table.out << table.err;
+  EXPECT_THAT(table.out, HasSubstr("STEP ATTEMPT"));
+  EXPECT_THAT(table.out, HasSubstr("       1       0    4.0000"));
+  absl::SetFlag(&FLAGS_format, "csv");
+  Output csv = Ppctl("history", {id});
+  EXPECT_EQ(csv.code, 0) << csv.err;
+  EXPECT_THAT(csv.out, ::testing::StartsWith("step,attempt,loss,learning_rate,"));
+  EXPECT_THAT(csv.out, HasSubstr("\n1,0,4,"));
+  EXPECT_THAT(csv.out, HasSubstr("\n2,0,3,"));
+  absl::SetFlag(&FLAGS_format, "json");
+  Output json = Ppctl("history", {id});
+  EXPECT_EQ(json.code, 0) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"step\":2"));
+  absl::SetFlag(&FLAGS_format, "svg");
+  EXPECT_EQ(Ppctl("history", {id}).code, 2);
+  absl::SetFlag(&FLAGS_format, "csv");
+  EXPECT_EQ(Ppctl("history", {"nope-9"}).code, 1);
+}
+
 TEST_F(JobCommandsTest, GetAndWatchShowTheEpochAndResumeSendsIt) {
   // 24 tokens of seq_len 16: K = 8 training windows; 1 x 4 x 1 = 4 sequences a step, so each
   // step is half a pass.
