@@ -25,13 +25,7 @@ class CheckpointIntervalServiceTest : public testing::CoordinatorServerTest {
     spec.mutable_checkpoint()->set_every_steps(4);
     spec.mutable_checkpoint()->set_auto_every_steps(auto_every_steps);
     spec.set_max_restarts(1);
-    std::string id;
-    EXPECT_TRUE(Submit(spec, &id).ok());
-    AddWorker("w1");
-    AddWorker("w0");
-    EXPECT_TRUE(workers_[0]->WaitForTask(absl::Seconds(10)));
-    EXPECT_TRUE(workers_[1]->WaitForTask(absl::Seconds(10)));
-    return id;
+    return RunOnTwoWorkers(spec);
   }
 
   // Both ranks of attempt 0 report steps 1..12: 2 s each, but 5 s for steps 5 and 9, the steps

@@ -147,6 +147,18 @@ class CoordinatorServerTest : public ::testing::Test {
         WaitUntil([&] { return GetJob(job).last_checkpoint_step() == step; }, absl::Seconds(5)));
   }
 
+  // Submits `spec`, brings up workers w1 and w0 (workers_[0] and [1]), and waits until both hold
+  // a task; the job's id.
+  std::string RunOnTwoWorkers(const pp::v1::JobSpec& spec) {
+    std::string id;
+    EXPECT_TRUE(Submit(spec, &id).ok());
+    AddWorker("w1");
+    AddWorker("w0");
+    EXPECT_TRUE(workers_[0]->WaitForTask(absl::Seconds(10)));
+    EXPECT_TRUE(workers_[1]->WaitForTask(absl::Seconds(10)));
+    return id;
+  }
+
   FakeWorker& AddWorker(const std::string& name, int64_t memory_bytes = 0) {
     return *workers_.emplace_back(
         std::make_unique<FakeWorker>(name, server_->grpc_address(), memory_bytes));

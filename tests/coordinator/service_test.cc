@@ -35,13 +35,7 @@ class ServiceTest : public testing::CoordinatorServerTest {
   std::string RunningJob(int max_restarts = 0) {
     pp::v1::JobSpec spec = ValidSpec();
     spec.set_max_restarts(max_restarts);
-    std::string id;
-    EXPECT_TRUE(Submit(spec, &id).ok());
-    AddWorker("w1");
-    AddWorker("w0");
-    EXPECT_TRUE(workers_[0]->WaitForTask(absl::Seconds(10)));
-    EXPECT_TRUE(workers_[1]->WaitForTask(absl::Seconds(10)));
-    return id;
+    return RunOnTwoWorkers(spec);
   }
 
   void ReportStep(const std::string& id, int rank, int step, double seconds, double busy,
