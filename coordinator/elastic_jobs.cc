@@ -65,11 +65,18 @@ std::optional<std::vector<pp::v1::RankPlacement>> JobManager::ShrinkToPlace(
   });
   if (releasing && waited < 2 * absl::ToDoubleSeconds(bounds.grace)) return std::nullopt;
   const std::vector<pp::v1::WorkerInfo> usable(idle.begin(), idle.begin() + available);
+  std::string names;
+  for (const pp::v1::WorkerInfo& w : usable) absl::StrAppend(&names, w.name(), ",");
+  if (names == rec.shrink_failed_on) return std::nullopt;
   std::vector<pp::v1::RankPlacement> placement;
   const std::string why =
       absl::StrCat("no spare worker within the grace of ", absl::FormatDuration(bounds.grace), "; ",
                    available, " idle");
-  if (!ResizeTo(rec, workers, why, &usable, &placement)) return std::nullopt;
+  if (!ResizeTo(rec, workers, why, &usable, &placement)) {
+    rec.shrink_failed_on = names;
+    return std::nullopt;
+  }
+  rec.shrink_failed_on.clear();
   return placement;
 }
 

@@ -153,6 +153,9 @@ class JobRecord {
   // Since when idle workers would let the RUNNING attempt grow (InfiniteFuture: not now); reset
   // by kPlace and whenever they would not.
   absl::Time grow_since = absl::InfiniteFuture();
+  // The idle workers (names, comma-separated) a shrink found no layout for (ShrinkToPlace): it
+  // plans again only once they change, not at every tick under the lock.
+  std::string shrink_failed_on;
   // >0: the attempt stops at stop_step to grow, and the next one is resized for this many
   // workers before it is placed. Outlives the requeue; cleared once applied.
   int grow_to = 0;
