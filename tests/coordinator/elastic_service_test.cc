@@ -4,16 +4,14 @@
 // restart log entries and metrics; bad elastic fields are refused naming the field.
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
+#include "tests/coordinator/event_watch.h"
 #include "tests/coordinator/server_fixture.h"
 #include "tests/coordinator/test_support.h"
 
@@ -77,49 +75,9 @@ class ElasticServiceTest : public testing::CoordinatorServerTest {
     return stop;
   }
 
-  // The EVENT_RESIZED events of one job, read by a watch on a thread of its own from its
-  // construction (once subscribed) until its destruction, which cancels the watch on every exit.
-  class ResizeWatch {
-   public:
-    ResizeWatch(pp::v1::Coordinator::Stub& client, const std::string& job_id)
-        : thread_([this, &client, job_id] { Run(client, job_id); }) {}
-    ~ResizeWatch() {
-      context_.TryCancel();
-      thread_.join();
-    }
-    bool WaitSubscribed() { return subscribed_.WaitForNotificationWithTimeout(absl::Seconds(5)); }
-    // Once `n` were read: them, in order; fewer after 5 s.
-    std::vector<pp::v1::JobEvent> Await(size_t n) {
-      absl::MutexLock lock(&mu_);
-      auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return resized_.size() >= n; };
-      mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(5));
-      return resized_;
-    }
-
-   private:
-    void Run(pp::v1::Coordinator::Stub& client, const std::string& job_id) {
-      pp::v1::WatchJobRequest request;
-      request.set_job_id(job_id);
-      auto reader = client.WatchJob(&context_, request);
-      pp::v1::JobEvent event;
-      while (reader->Read(&event)) {
-        if (!subscribed_.HasBeenNotified()) subscribed_.Notify();
-        if (event.kind() != pp::v1::EVENT_RESIZED) continue;
-        absl::MutexLock lock(&mu_);
-        resized_.push_back(event);
-      }
-      (void)reader->Finish();
-    }
-
-    grpc::ClientContext context_;
-    absl::Notification subscribed_;
-    absl::Mutex mu_;
-    std::vector<pp::v1::JobEvent> resized_ ABSL_GUARDED_BY(mu_);
-    std::thread thread_;  // last: it starts once the members it uses exist
-  };
   // Shrunk from 4 to 3 workers, then grown back: two events and their metrics.
-  void ExpectTwoResizesRecorded(const std::string& id, ResizeWatch& watch) {
-    const std::vector<pp::v1::JobEvent> resized = watch.Await(2);
+  void ExpectTwoResizesRecorded(const std::string& id, testing::EventWatch& watch) {
+    const std::vector<pp::v1::JobEvent> resized = watch.Await(2, absl::Seconds(5));
     ASSERT_EQ(resized.size(), 2u);
     EXPECT_EQ(resized[0].resized_from().pipeline(), 4);
     EXPECT_EQ(resized[0].resized_to().pipeline(), 3);
@@ -135,8 +93,8 @@ class ElasticServiceTest : public testing::CoordinatorServerTest {
 TEST_F(ElasticServiceTest, ALostWorkerShrinksTheJobAndANewOneGrowsItBack) {
   std::string id;
   ASSERT_TRUE(Submit(ElasticSpec(), &id).ok());
-  ResizeWatch watch(*client_, id);
-  ASSERT_TRUE(watch.WaitSubscribed());
+  testing::EventWatch watch(*client_, id, pp::v1::EVENT_RESIZED);
+  ASSERT_TRUE(watch.WaitSubscribed(absl::Seconds(5)));
   for (const char* name : {"w0", "w1", "w2", "w3"}) AddWorker(name);
   for (int w = 0; w < 4; ++w) ASSERT_TRUE(workers_[w]->WaitForTask(absl::Seconds(10)));
   Checkpoint(id, /*attempt=*/0, /*step=*/2, /*ranks=*/4);

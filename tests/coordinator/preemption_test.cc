@@ -30,7 +30,7 @@ TEST_F(SharedClusterServiceTest, AHigherPriorityJobPreemptsALowerOneAtACheckpoin
   Start("", 4);
   const std::string low = RunningLowJob();
   // A watcher of the low job, until it sees the preemption; cancelled and joined on every exit.
-  PreemptionWatch watch(*client_, low);
+  testing::EventWatch watch(*client_, low, pp::v1::EVENT_PREEMPTED, kAdmin);
   ASSERT_TRUE(watch.WaitSubscribed(absl::Seconds(10)));
   std::string high;
   ASSERT_TRUE(SubmitAs(kBob, Spec(2, "high"), &high).ok());

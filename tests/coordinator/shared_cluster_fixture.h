@@ -27,6 +27,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "pp/v1/coordinator.grpc.pb.h"
+#include "tests/coordinator/event_watch.h"
 #include "tests/coordinator/server_fixture.h"
 #include "tests/coordinator/test_support.h"
 
@@ -38,56 +39,6 @@ inline constexpr char kBob[] = "t-bob";      // role submit
 
 class SharedClusterServiceTest : public CoordinatorServerTest {
  protected:
-  // A watch of one job (WatchJob as the admin) on a thread of its own, until it reads
-  // EVENT_PREEMPTED. Destroying it cancels the watch and joins the thread, on every exit of a test.
-  class PreemptionWatch {
-   public:
-    PreemptionWatch(pp::v1::Coordinator::Stub& client, const std::string& job_id) {
-      As(context_, kAdmin);
-      thread_ = std::thread([this, &client, job_id] { Run(client, job_id); });
-    }
-    PreemptionWatch(const PreemptionWatch&) = delete;
-    PreemptionWatch& operator=(const PreemptionWatch&) = delete;
-    ~PreemptionWatch() {
-      context_.TryCancel();
-      thread_.join();
-    }
-
-    // True once the watch answered with the job's state: it is subscribed.
-    bool WaitSubscribed(absl::Duration timeout) {
-      return subscribed_.WaitForNotificationWithTimeout(timeout);
-    }
-    // True once it read EVENT_PREEMPTED; then preempted() is that event.
-    bool WaitPreempted(absl::Duration timeout) {
-      return seen_.WaitForNotificationWithTimeout(timeout);
-    }
-    const pp::v1::JobEvent& preempted() const { return preempted_; }
-
-   private:
-    void Run(pp::v1::Coordinator::Stub& client, const std::string& job_id) {
-      pp::v1::WatchJobRequest request;
-      request.set_job_id(job_id);
-      auto reader = client.WatchJob(&context_, request);
-      pp::v1::JobEvent event;
-      while (reader->Read(&event)) {
-        if (!subscribed_.HasBeenNotified()) subscribed_.Notify();
-        if (event.kind() == pp::v1::EVENT_PREEMPTED) {
-          preempted_ = event;
-          seen_.Notify();
-          break;
-        }
-      }
-      context_.TryCancel();
-      (void)reader->Finish();
-    }
-
-    grpc::ClientContext context_;
-    pp::v1::JobEvent preempted_;     // written before seen_ is notified
-    absl::Notification subscribed_;  // the watch answered with the job's state
-    absl::Notification seen_;        // it read EVENT_PREEMPTED into preempted_
-    std::thread thread_;
-  };
-
   // Not the base fixture's SetUp: each test starts ppcoord itself, with its policy (Start).
   void SetUp() override {
     dir_ = std::filesystem::path(::testing::TempDir()) /
@@ -244,10 +195,10 @@ class SharedClusterServiceTest : public CoordinatorServerTest {
 
   // The event `watch` read is the victim's EVENT_PREEMPTED for job `preempting` (at the default
   // policy's class high, 200), naming its stop step `stop`.
-  static void ExpectPreemptedEvent(PreemptionWatch& watch, const std::string& preempting,
-                                   int stop) {
-    ASSERT_TRUE(watch.WaitPreempted(absl::Seconds(10)));
-    const pp::v1::JobEvent& preempted = watch.preempted();
+  static void ExpectPreemptedEvent(EventWatch& watch, const std::string& preempting, int stop) {
+    const std::vector<pp::v1::JobEvent> seen = watch.Await(1, absl::Seconds(10));
+    ASSERT_FALSE(seen.empty());
+    const pp::v1::JobEvent& preempted = seen.front();
     EXPECT_EQ(preempted.kind(), pp::v1::EVENT_PREEMPTED);
     EXPECT_THAT(preempted.message(),
                 ::testing::HasSubstr(absl::StrCat("preempted by job ", preempting)));
