@@ -196,6 +196,7 @@ std::optional<StepSummary> StepAggregator::Add(const pp::v1::StepReport& report)
     }
     summary.step_seconds = std::max(summary.step_seconds, r.step_seconds());
     summary.skipped = summary.skipped || r.skipped();
+    summary.grad_norm = r.grad_norm();  // the same on every rank, from the same gather
     pp::v1::RankTrace* trace = summary.trace.add_ranks();
     *trace = r.trace();
     trace->set_rank(rank);

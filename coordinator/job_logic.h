@@ -85,6 +85,7 @@ struct StepSummary {
   double step_seconds = 0;  // slowest rank
   double bubble_ratio = 0;
   bool skipped = false;     // a rank says the update was not applied (non-finite values)
+  double grad_norm = 0;     // global gradient norm before clipping (every rank reports the same)
   pp::v1::StepTrace trace;  // ranks in rank order
 };
 

@@ -28,6 +28,7 @@ pp::v1::JobStepRecord ToProto(const StepRecord& r) {
   out.set_has_eval(r.has_eval);
   out.set_eval_loss(r.eval_loss);
   out.set_skipped(r.skipped);
+  out.set_grad_norm(r.grad_norm);
   out.set_time_unix(r.time_unix);
   return out;
 }

@@ -96,12 +96,12 @@ namespace {
 // The columns of table steps after the first seven, in order, and their SQL types.
 constexpr std::pair<const char*, const char*> kStepColumns[] = {
     {"attempt", "INTEGER"}, {"learning_rate", "REAL"}, {"has_eval", "INTEGER"},
-    {"eval_loss", "REAL"},  {"skipped", "INTEGER"},
+    {"eval_loss", "REAL"},  {"skipped", "INTEGER"},    {"grad_norm", "REAL"},
 };
 
 constexpr char kStepSelect[] =
     "SELECT step, loss, step_seconds, tokens_per_second, bubble_ratio, time_unix, attempt,"
-    " learning_rate, has_eval, eval_loss, skipped FROM steps";
+    " learning_rate, has_eval, eval_loss, skipped, grad_norm FROM steps";
 
 StepRecord ReadStep(sqlite3_stmt* stmt) {
   StepRecord s;
@@ -116,6 +116,7 @@ StepRecord ReadStep(sqlite3_stmt* stmt) {
   s.has_eval = sqlite3_column_int(stmt, 8) != 0;
   s.eval_loss = sqlite3_column_double(stmt, 9);
   s.skipped = sqlite3_column_int(stmt, 10) != 0;
+  s.grad_norm = sqlite3_column_double(stmt, 11);
   return s;
 }
 
@@ -180,10 +181,11 @@ absl::Status JobStore::Delete(const std::string& job_id) {
 
 absl::Status JobStore::AddStep(const std::string& job_id, const StepRecord& step) {
   {
-    Statement stmt(db_,
-                   "INSERT OR REPLACE INTO steps (job_id, step, loss, step_seconds,"
-                   " tokens_per_second, bubble_ratio, time_unix, attempt, learning_rate, has_eval,"
-                   " eval_loss, skipped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    Statement stmt(
+        db_,
+        "INSERT OR REPLACE INTO steps (job_id, step, loss, step_seconds,"
+        " tokens_per_second, bubble_ratio, time_unix, attempt, learning_rate, has_eval,"
+        " eval_loss, skipped, grad_norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     if (!stmt.status().ok()) return stmt.status();
     stmt.Bind(1, job_id);
     stmt.Bind(2, static_cast<int64_t>(step.step));
@@ -197,6 +199,7 @@ absl::Status JobStore::AddStep(const std::string& job_id, const StepRecord& step
     stmt.Bind(10, static_cast<int64_t>(step.has_eval));
     stmt.Bind(11, step.eval_loss);
     stmt.Bind(12, static_cast<int64_t>(step.skipped));
+    stmt.Bind(13, step.grad_norm);
     if (absl::Status s = stmt.Run(); !s.ok()) return s;
   }
   return ThinSteps(job_id);

@@ -36,6 +36,7 @@ struct StepRecord {
   bool has_eval = false;  // evaluated after this step: eval_loss
   double eval_loss = 0;
   bool skipped = false;  // its update was not applied (non-finite values)
+  double grad_norm = 0;  // global gradient norm before clipping
 };
 
 // The step records kept per job (docs/jobs.md "Step history"): past kMaxStepRecords, AddStep

@@ -127,7 +127,8 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
                     .learning_rate = common::LearningRateAt(job.spec().train(), summary->step),
                     .has_eval = evaluated,
                     .eval_loss = evaluated ? job.eval_loss() : 0,
-                    .skipped = summary->skipped};
+                    .skipped = summary->skipped,
+                    .grad_norm = summary->grad_norm};
   committer_.AddStep(job.id(), record);
   Persist(*rec);
   metrics_->StepCompleted(job.id(), summary->loss,

@@ -114,6 +114,7 @@ class JobCommandsTest : public ::testing::Test {
         report.set_busy_seconds(0.002);
         report.set_has_loss(plan.rank() == 1);
         report.set_loss(5.0 - step);
+        report.set_grad_norm(0.5 * step);
         for (int mb = 0; mb < 2; ++mb) {
           pp::v1::TimedAction* a = report.mutable_trace()->add_actions();
           a->mutable_action()->set_kind(pp::v1::FORWARD);
@@ -294,13 +295,15 @@ TEST_F(JobCommandsTest, HistoryPrintsEveryRecordedStepAsATableCsvOrJson) {
   absl::SetFlag(&FLAGS_format, "csv");
   Output csv = Ppctl("history", {id});
   EXPECT_EQ(csv.code, 0) << csv.err;
-  EXPECT_THAT(csv.out, ::testing::StartsWith("step,attempt,loss,learning_rate,"));
+  EXPECT_THAT(csv.out, ::testing::StartsWith("step,attempt,loss,learning_rate,grad_norm,"));
   EXPECT_THAT(csv.out, HasSubstr("\n1,0,4,"));
+  EXPECT_THAT(csv.out, ::testing::ContainsRegex("\n2,0,3,[^,]+,1,"));  // grad norm 0.5 x step
   EXPECT_THAT(csv.out, HasSubstr("\n2,0,3,"));
   absl::SetFlag(&FLAGS_format, "json");
   Output json = Ppctl("history", {id});
   EXPECT_EQ(json.code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"step\":2"));
+  EXPECT_THAT(json.out, HasSubstr("\"gradNorm\":0.5"));
   absl::SetFlag(&FLAGS_format, "svg");
   EXPECT_EQ(Ppctl("history", {id}).code, 2);
   absl::SetFlag(&FLAGS_format, "csv");

@@ -39,6 +39,7 @@ class StepHistoryTest : public testing::CoordinatorServerTest {
       report.set_has_loss(true);
       report.set_loss(10.0 / step);
       report.set_skipped(step == 77);
+      report.set_grad_norm(1.0 / step);
       report.set_has_eval(step % 2000 == 0);
       report.set_eval_loss(2.5);
       pp::v1::ReportResponse response;
@@ -111,6 +112,7 @@ TEST_F(StepHistoryTest, ATenThousandStepJobPagesInOrderWithinTheStorageBound) {
     EXPECT_EQ(steps[i].loss(), 10.0 / steps[i].step());  // bit for bit what was reported
     EXPECT_EQ(steps[i].has_eval(), steps[i].step() % 2000 == 0);
     EXPECT_EQ(steps[i].skipped(), steps[i].step() == 77);
+    EXPECT_EQ(steps[i].grad_norm(), 1.0 / steps[i].step());
     EXPECT_GT(steps[i].learning_rate(), 0);
   }
   for (int step = kLongJobSteps - kKeptNewestSteps + 1; step <= kLongJobSteps; ++step) {
@@ -178,7 +180,8 @@ TEST(StepStoreTest, AStoreWrittenBeforeTheHistoryColumnsIsUpgraded) {
                                             .learning_rate = 1e-3,
                                             .has_eval = true,
                                             .eval_loss = 3.0,
-                                            .skipped = true})
+                                            .skipped = true,
+                                            .grad_norm = 0.75})
                   .ok());
   absl::StatusOr<std::vector<StepRecord>> steps = (*store)->Steps("j");
   ASSERT_TRUE(steps.ok()) << steps.status();
@@ -191,6 +194,8 @@ TEST(StepStoreTest, AStoreWrittenBeforeTheHistoryColumnsIsUpgraded) {
   EXPECT_TRUE((*steps)[1].has_eval);
   EXPECT_EQ((*steps)[1].eval_loss, 3.0);
   EXPECT_TRUE((*steps)[1].skipped);
+  EXPECT_EQ((*steps)[0].grad_norm, 0);  // a column the old table lacked reads 0
+  EXPECT_EQ((*steps)[1].grad_norm, 0.75);
 }
 
 }  // namespace

@@ -73,7 +73,9 @@ class FakeCompute : public StageCompute {
   }
   absl::Status BackwardWeight(int stage, int mb) override { return absl::OkStatus(); }
   std::vector<TensorSumSq> GradSumSquares() override { return {{"w", 1.0}}; }
-  absl::StatusOr<float> ClipScale(const std::vector<TensorSumSq>& all) override { return 1.0f; }
+  absl::StatusOr<GradientClip> Clip(const std::vector<TensorSumSq>& all) override {
+    return GradientClip{1.0f, 1.0};
+  }
   absl::Status OptimizerStep(int step, float clip_scale) override { return absl::OkStatus(); }
   int64_t LiveActivationBytes() const override { return live_ * 4; }
 

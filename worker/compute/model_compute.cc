@@ -378,7 +378,7 @@ absl::Status ModelCompute::BackwardWeight(int stage, int mb) {
 }
 
 std::vector<executor::TensorSumSq> ModelCompute::GradSumSquares() {
-  // A failed collective surfaces in ClipScale, the step's next fallible call.
+  // A failed collective surfaces in Clip, the step's next fallible call.
   gradient_status_ = FinishGradients();
   optim::SumSquares held;
   std::set<std::string> sharded;
@@ -402,13 +402,15 @@ std::vector<executor::TensorSumSq> ModelCompute::GradSumSquares() {
   return sums;
 }
 
-absl::StatusOr<float> ModelCompute::ClipScale(const std::vector<executor::TensorSumSq>& all) {
+absl::StatusOr<executor::GradientClip> ModelCompute::Clip(
+    const std::vector<executor::TensorSumSq>& all) {
   if (!gradient_status_.ok()) return std::exchange(gradient_status_, absl::OkStatus());
   optim::SumSquares merged;
   for (const executor::TensorSumSq& t : all) {
     if (absl::Status s = optim::MergeSumSquares({{t.name, t.sum_sq}}, merged); !s.ok()) return s;
   }
-  return optim::ClipScale(optim::GlobalNorm(merged), train_.grad_clip());
+  const double norm = optim::GlobalNorm(merged);
+  return executor::GradientClip{optim::ClipScale(norm, train_.grad_clip()), norm};
 }
 
 absl::Status ModelCompute::OptimizerStep(int step, float clip_scale) {

@@ -92,7 +92,8 @@ class ModelCompute : public executor::StageCompute {
   absl::Status BackwardInput(int stage, int mb, const float* grad_out, float* grad_in) override;
   absl::Status BackwardWeight(int stage, int mb) override;
   std::vector<executor::TensorSumSq> GradSumSquares() override;
-  absl::StatusOr<float> ClipScale(const std::vector<executor::TensorSumSq>& all) override;
+  absl::StatusOr<executor::GradientClip> Clip(
+      const std::vector<executor::TensorSumSq>& all) override;
   absl::Status OptimizerStep(int step, float clip_scale) override;
   int64_t LiveActivationBytes() const override;
 

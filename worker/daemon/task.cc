@@ -466,6 +466,7 @@ pp::v1::StepReport Task::StepReportOf(int done, const executor::StepResult& resu
   report.set_dp_allreduce_seconds(model_compute.last_all_reduce_times().spent_seconds);
   report.set_dp_exposed_seconds(model_compute.last_all_reduce_times().exposed_seconds);
   report.set_skipped(result.non_finite.has_value());
+  report.set_grad_norm(result.grad_norm);
   *report.mutable_trace() = result.trace;
   report.mutable_trace()->set_peak_activation_bytes(result.peak_activation_bytes);
   return report;

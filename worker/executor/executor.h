@@ -54,6 +54,13 @@ namespace pp::executor {
 // The numeric side of the stages one rank holds. Buffers are backend memory of AllocBuffer. An
 // output (out, grad_in) is complete when the call returns: the executor hands it straight to the
 // transport, which may work on a stream of its own (NCCL).
+// What the optimizer step applies: the global gradient norm (sqrt of every tensor's sum of
+// squares, each counted once) and the scale that clips it.
+struct GradientClip {
+  float scale = 1.0f;
+  double norm = 0;
+};
+
 class StageCompute {
  public:
   virtual ~StageCompute() = default;
@@ -79,8 +86,9 @@ class StageCompute {
   virtual absl::Status BackwardWeight(int stage, int mb) = 0;
 
   virtual std::vector<TensorSumSq> GradSumSquares() = 0;
-  // The clip scale from every tensor of the model (any order in `all`); deterministic.
-  virtual absl::StatusOr<float> ClipScale(const std::vector<TensorSumSq>& all) = 0;
+  // The global norm and clip scale from every tensor of the model (any order in `all`);
+  // deterministic.
+  virtual absl::StatusOr<GradientClip> Clip(const std::vector<TensorSumSq>& all) = 0;
   virtual absl::Status OptimizerStep(int step, float clip_scale) = 0;
   // Activations saved for backward by in-flight microbatches.
   virtual int64_t LiveActivationBytes() const = 0;
@@ -119,6 +127,7 @@ struct StepResult {
   // Set when the step's loss or global gradient norm was not finite: the optimizer update was
   // skipped (weights and moments as before the step), on every rank alike.
   std::optional<NonFinite> non_finite;
+  double grad_norm = 0;  // global gradient norm before clipping, the same on every rank
 };
 
 class Executor {

@@ -14,13 +14,14 @@ absl::Status Executor::UpdateWeights(int step, Clock::time_point start, StepResu
   if (!gathered.ok()) return gathered.status();
   std::vector<TensorSumSq> all;
   for (const RankSums& part : *gathered) all.insert(all.end(), part.sums.begin(), part.sums.end());
-  absl::StatusOr<float> clip_scale = compute_->ClipScale(all);
-  if (!clip_scale.ok()) return clip_scale.status();
+  absl::StatusOr<GradientClip> clip = compute_->Clip(all);
+  if (!clip.ok()) return clip.status();
+  result.grad_norm = clip->norm;
   // Every rank decides on the same gather, so all of them skip the same steps and stay in step.
   result.non_finite = FindNonFinite(*gathered);
   if (!result.non_finite) {
     const double optimizer_start = SecondsSince(start);
-    if (absl::Status s = compute_->OptimizerStep(step, *clip_scale); !s.ok()) return s;
+    if (absl::Status s = compute_->OptimizerStep(step, clip->scale); !s.ok()) return s;
     result.busy_seconds[static_cast<int>(Phase::kOptimizer)] +=
         SecondsSince(start) - optimizer_start;
   }

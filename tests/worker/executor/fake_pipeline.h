@@ -142,13 +142,13 @@ class FakeCompute : public StageCompute {
     return sums;
   }
 
-  absl::StatusOr<float> ClipScale(const std::vector<TensorSumSq>& all) override {
+  absl::StatusOr<GradientClip> Clip(const std::vector<TensorSumSq>& all) override {
     std::map<std::string, double> by_name;
     for (const TensorSumSq& t : all) by_name[t.name] = t.sum_sq;
     double total = 0;
     for (auto& [name, sum] : by_name) total += sum;
     double norm = std::sqrt(total);
-    return norm > kClip ? static_cast<float>(kClip / norm) : 1.0f;
+    return GradientClip{norm > kClip ? static_cast<float>(kClip / norm) : 1.0f, norm};
   }
 
   absl::Status OptimizerStep(int step, float clip_scale) override {
@@ -370,7 +370,8 @@ inline std::vector<int> OnePerRank(int D) {
 }
 
 struct Run {
-  std::vector<double> losses;  // per step
+  std::vector<double> losses;      // per step
+  std::vector<double> grad_norms;  // per step
   std::vector<float> weights;  // every stage, stage order
 };
 
@@ -399,16 +400,17 @@ inline Run Sequential(int S, int M, int steps) {
         g = g_in;
       }
     }
-    float scale = *compute.ClipScale(compute.GradSumSquares());
-    EXPECT_TRUE(compute.OptimizerStep(step, scale).ok());
+    const GradientClip clip = *compute.Clip(compute.GradSumSquares());
+    EXPECT_TRUE(compute.OptimizerStep(step, clip.scale).ok());
     run.losses.push_back(sum / M);
+    run.grad_norms.push_back(clip.norm);
   }
   run.weights = compute.Weights();
   return run;
 }
 
-// The outcomes of a pipeline run equal Sequential's losses and weights, bitwise; only the rank
-// holding the last stage has losses.
+// The outcomes of a pipeline run equal Sequential's losses, weights and gradient norms, bitwise;
+// only the rank holding the last stage has losses, every rank has the norm.
 inline void ExpectBitwiseEqual(const std::vector<RankOutcome>& outcomes,
                                const std::vector<int>& where, int M, int steps) {
   bool failed = false;  // every rank's error is shown: the first is often only the echo of another
@@ -438,6 +440,12 @@ inline void ExpectBitwiseEqual(const std::vector<RankOutcome>& outcomes,
         << "step " << step << ": " << last.steps[step].loss << " vs " << reference.losses[step];
   }
   for (size_t r = 0; r < outcomes.size(); ++r) {
+    for (size_t step = 0; step < outcomes[r].steps.size(); ++step) {
+      const double norm = outcomes[r].steps[step].grad_norm;
+      EXPECT_EQ(std::memcmp(&norm, &reference.grad_norms[step], sizeof(double)), 0)
+          << "rank " << r << " step " << step << ": norm " << norm << " vs "
+          << reference.grad_norms[step];
+    }
     if (static_cast<int>(r) == where[S - 1]) continue;
     for (const StepResult& step : outcomes[r].steps) EXPECT_FALSE(step.has_loss);
   }
