@@ -48,7 +48,7 @@ class CommitQueue {
   int64_t MarkDirty(const std::string& job_id);
   bool IsDirty(const std::string& job_id) const { return dirty_.count(job_id) > 0; }
   void AddCommit(PendingCommit commit) { commits_.push_back(std::move(commit)); }
-  void AddStep(const std::string& job_id, const StepRecord& step) {
+  void AddStep(const std::string& job_id, const pp::v1::JobStepRecord& step) {
     steps_.emplace_back(job_id, step);
   }
 
@@ -57,7 +57,9 @@ class CommitQueue {
   std::deque<PendingCommit> TakeCommits() { return std::exchange(commits_, {}); }
   // The rows marked, each with its newest ticket.
   std::map<std::string, int64_t> TakeDirty() { return std::exchange(dirty_, {}); }
-  std::vector<std::pair<std::string, StepRecord>> TakeSteps() { return std::exchange(steps_, {}); }
+  std::vector<std::pair<std::string, pp::v1::JobStepRecord>> TakeSteps() {
+    return std::exchange(steps_, {});
+  }
 
   // ---- what was written ----
   void RecordStored(const std::string& job_id, const StoredRow& outcome) {
@@ -78,7 +80,7 @@ class CommitQueue {
   int64_t next_ticket_ = 1;
   std::map<std::string, int64_t> dirty_;  // job id -> newest ticket
   std::deque<PendingCommit> commits_;
-  std::vector<std::pair<std::string, StepRecord>> steps_;
+  std::vector<std::pair<std::string, pp::v1::JobStepRecord>> steps_;
   std::map<std::string, StoredRow> stored_;
   bool closing_ = false;
   bool done_ = false;

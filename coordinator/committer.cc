@@ -68,7 +68,7 @@ void Committer::QueueCommit(PendingCommit commit) {
   queue_.AddCommit(std::move(commit));
 }
 
-void Committer::AddStep(const std::string& job_id, const StepRecord& step) {
+void Committer::AddStep(const std::string& job_id, const pp::v1::JobStepRecord& step) {
   mu_->AssertHeld();
   queue_.AddStep(job_id, step);
 }
@@ -152,7 +152,7 @@ void Committer::CommitRound(std::deque<PendingCommit> commits) {
   }
   std::vector<pp::v1::Job> rows;
   std::map<std::string, StoredRow> stored;
-  std::vector<std::pair<std::string, StepRecord>> steps;
+  std::vector<std::pair<std::string, pp::v1::JobStepRecord>> steps;
   {
     absl::MutexLock lock(mu_);
     for (PendingCommit& commit : commits) host_->ApplyManifest(commit);
@@ -167,7 +167,7 @@ void Committer::CommitRound(std::deque<PendingCommit> commits) {
     for (const pp::v1::Job& row : rows) stored[row.id()].status = store_->Put(row);
     for (const auto& [id, step] : steps) {
       if (absl::Status saved = store_->AddStep(id, step); !saved.ok()) {
-        Log(absl::StrCat("step ", step.step, " of job ", id, " not saved: ", saved.message()));
+        Log(absl::StrCat("step ", step.step(), " of job ", id, " not saved: ", saved.message()));
       }
     }
   }

@@ -105,7 +105,7 @@ class Committer {
   bool IsDirty(const std::string& job_id) const;
   // Queues a complete checkpoint's commit, after those queued before it.
   void QueueCommit(PendingCommit commit);
-  void AddStep(const std::string& job_id, const StepRecord& step);
+  void AddStep(const std::string& job_id, const pp::v1::JobStepRecord& step);
   // A job deleted from the store (retention.h): nothing waits on its rows any more.
   void Forget(const std::string& job_id);
 

@@ -16,23 +16,6 @@ constexpr int kMaxStepsPage = 10000;
 // A page token names the step the next page starts at; opaque to clients (AIP-158).
 constexpr char kStepTokenPrefix[] = "step-";
 
-pp::v1::JobStepRecord ToProto(const StepRecord& r) {
-  pp::v1::JobStepRecord out;
-  out.set_step(r.step);
-  out.set_attempt(r.attempt);
-  out.set_loss(r.loss);
-  out.set_learning_rate(r.learning_rate);
-  out.set_step_seconds(r.step_seconds);
-  out.set_tokens_per_second(r.tokens_per_second);
-  out.set_bubble_ratio(r.bubble_ratio);
-  out.set_has_eval(r.has_eval);
-  out.set_eval_loss(r.eval_loss);
-  out.set_skipped(r.skipped);
-  out.set_grad_norm(r.grad_norm);
-  out.set_time_unix(r.time_unix);
-  return out;
-}
-
 // The step a request's first page or its token starts at; InvalidArgument naming the field.
 absl::StatusOr<int> FirstStep(const pp::v1::ListJobStepsRequest& request) {
   if (request.page_token().empty()) {
@@ -68,7 +51,7 @@ absl::StatusOr<pp::v1::ListJobStepsResponse> JobManager::ListSteps(
       return absl::NotFoundError(absl::StrCat("job \"", request.job_id(), "\" not found"));
     }
   }
-  absl::StatusOr<std::vector<StepRecord>> rows;
+  absl::StatusOr<std::vector<pp::v1::JobStepRecord>> rows;
   {
     absl::MutexLock store_lock(&store_mu_);
     rows = store_->StepsFrom(request.job_id(), *from, size + 1);  // one more: is there a next?
@@ -76,10 +59,10 @@ absl::StatusOr<pp::v1::ListJobStepsResponse> JobManager::ListSteps(
   if (!rows.ok()) return absl::UnavailableError(rows.status().message());
   pp::v1::ListJobStepsResponse page;
   for (int i = 0; i < static_cast<int>(rows->size()) && i < size; ++i) {
-    *page.add_steps() = ToProto((*rows)[i]);
+    *page.add_steps() = std::move((*rows)[i]);
   }
   if (static_cast<int>(rows->size()) > size) {
-    page.set_next_page_token(absl::StrCat(kStepTokenPrefix, (*rows)[size].step));
+    page.set_next_page_token(absl::StrCat(kStepTokenPrefix, (*rows)[size].step()));
   }
   return page;
 }

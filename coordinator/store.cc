@@ -103,20 +103,20 @@ constexpr char kStepSelect[] =
     "SELECT step, loss, step_seconds, tokens_per_second, bubble_ratio, time_unix, attempt,"
     " learning_rate, has_eval, eval_loss, skipped, grad_norm FROM steps";
 
-StepRecord ReadStep(sqlite3_stmt* stmt) {
-  StepRecord s;
-  s.step = sqlite3_column_int(stmt, 0);
-  s.loss = sqlite3_column_double(stmt, 1);
-  s.step_seconds = sqlite3_column_double(stmt, 2);
-  s.tokens_per_second = sqlite3_column_double(stmt, 3);
-  s.bubble_ratio = sqlite3_column_double(stmt, 4);
-  s.time_unix = sqlite3_column_double(stmt, 5);
-  s.attempt = sqlite3_column_int(stmt, 6);
-  s.learning_rate = sqlite3_column_double(stmt, 7);
-  s.has_eval = sqlite3_column_int(stmt, 8) != 0;
-  s.eval_loss = sqlite3_column_double(stmt, 9);
-  s.skipped = sqlite3_column_int(stmt, 10) != 0;
-  s.grad_norm = sqlite3_column_double(stmt, 11);
+pp::v1::JobStepRecord ReadStep(sqlite3_stmt* stmt) {
+  pp::v1::JobStepRecord s;
+  s.set_step(sqlite3_column_int(stmt, 0));
+  s.set_loss(sqlite3_column_double(stmt, 1));
+  s.set_step_seconds(sqlite3_column_double(stmt, 2));
+  s.set_tokens_per_second(sqlite3_column_double(stmt, 3));
+  s.set_bubble_ratio(sqlite3_column_double(stmt, 4));
+  s.set_time_unix(sqlite3_column_double(stmt, 5));
+  s.set_attempt(sqlite3_column_int(stmt, 6));
+  s.set_learning_rate(sqlite3_column_double(stmt, 7));
+  s.set_has_eval(sqlite3_column_int(stmt, 8) != 0);
+  s.set_eval_loss(sqlite3_column_double(stmt, 9));
+  s.set_skipped(sqlite3_column_int(stmt, 10) != 0);
+  s.set_grad_norm(sqlite3_column_double(stmt, 11));
   return s;
 }
 
@@ -179,7 +179,7 @@ absl::Status JobStore::Delete(const std::string& job_id) {
                        [&job_id](Statement& stmt) { stmt.Bind(1, job_id); });
 }
 
-absl::Status JobStore::AddStep(const std::string& job_id, const StepRecord& step) {
+absl::Status JobStore::AddStep(const std::string& job_id, const pp::v1::JobStepRecord& step) {
   {
     Statement stmt(
         db_,
@@ -188,18 +188,18 @@ absl::Status JobStore::AddStep(const std::string& job_id, const StepRecord& step
         " eval_loss, skipped, grad_norm) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     if (!stmt.status().ok()) return stmt.status();
     stmt.Bind(1, job_id);
-    stmt.Bind(2, static_cast<int64_t>(step.step));
-    stmt.Bind(3, step.loss);
-    stmt.Bind(4, step.step_seconds);
-    stmt.Bind(5, step.tokens_per_second);
-    stmt.Bind(6, step.bubble_ratio);
-    stmt.Bind(7, step.time_unix);
-    stmt.Bind(8, static_cast<int64_t>(step.attempt));
-    stmt.Bind(9, step.learning_rate);
-    stmt.Bind(10, static_cast<int64_t>(step.has_eval));
-    stmt.Bind(11, step.eval_loss);
-    stmt.Bind(12, static_cast<int64_t>(step.skipped));
-    stmt.Bind(13, step.grad_norm);
+    stmt.Bind(2, static_cast<int64_t>(step.step()));
+    stmt.Bind(3, step.loss());
+    stmt.Bind(4, step.step_seconds());
+    stmt.Bind(5, step.tokens_per_second());
+    stmt.Bind(6, step.bubble_ratio());
+    stmt.Bind(7, step.time_unix());
+    stmt.Bind(8, static_cast<int64_t>(step.attempt()));
+    stmt.Bind(9, step.learning_rate());
+    stmt.Bind(10, static_cast<int64_t>(step.has_eval()));
+    stmt.Bind(11, step.eval_loss());
+    stmt.Bind(12, static_cast<int64_t>(step.skipped()));
+    stmt.Bind(13, step.grad_norm());
     if (absl::Status s = stmt.Run(); !s.ok()) return s;
   }
   return ThinSteps(job_id);
@@ -300,12 +300,14 @@ absl::Status JobStore::InTransaction(std::initializer_list<const char*> statemen
   return Exec("COMMIT");
 }
 
-absl::StatusOr<std::vector<StepRecord>> JobStore::Steps(const std::string& job_id) const {
+absl::StatusOr<std::vector<pp::v1::JobStepRecord>> JobStore::Steps(
+    const std::string& job_id) const {
   return StepsFrom(job_id, 0, std::numeric_limits<int>::max());
 }
 
-absl::StatusOr<std::vector<StepRecord>> JobStore::StepsFrom(const std::string& job_id,
-                                                            int from_step, int limit) const {
+absl::StatusOr<std::vector<pp::v1::JobStepRecord>> JobStore::StepsFrom(const std::string& job_id,
+                                                                       int from_step,
+                                                                       int limit) const {
   const std::string sql =
       absl::StrCat(kStepSelect, " WHERE job_id = ? AND step >= ?", " ORDER BY step LIMIT ?");
   Statement stmt(db_, sql.c_str());
@@ -313,7 +315,7 @@ absl::StatusOr<std::vector<StepRecord>> JobStore::StepsFrom(const std::string& j
   stmt.Bind(1, job_id);
   stmt.Bind(2, static_cast<int64_t>(from_step));
   stmt.Bind(3, static_cast<int64_t>(limit));
-  std::vector<StepRecord> steps;
+  std::vector<pp::v1::JobStepRecord> steps;
   int rc;
   while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) steps.push_back(ReadStep(stmt.get()));
   if (rc != SQLITE_DONE) return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_)));

@@ -1,7 +1,7 @@
 // Durable job store of ppcoord (internal): SQLite file <data_dir>/ppcoord.db.
 // Table jobs: one row per job (spec as proto3 JSON, state, reason, step, loss, restarts,
 // timestamps, and the whole pp.v1.Job as JSON for reloading). Table steps: per-step history
-// (loss, step seconds, tokens/s, measured bubble, attempt, learning rate, eval loss, skipped),
+// (the fields of pp.v1.JobStepRecord, one column each),
 // bounded per job (kMaxStepRecords). Table meta: the next job sequence number, kept
 // apart from the rows so that a number handed out once is never handed out again, even when its
 // job's insert failed. Table quarantine: rows of jobs that could not be decoded, moved aside at
@@ -24,21 +24,6 @@ struct sqlite3;
 
 namespace pp::coordinator {
 
-struct StepRecord {
-  int step = 0;
-  double loss = 0;
-  double step_seconds = 0;
-  double tokens_per_second = 0;
-  double bubble_ratio = 0;
-  double time_unix = 0;
-  int attempt = 0;
-  double learning_rate = 0;
-  bool has_eval = false;  // evaluated after this step: eval_loss
-  double eval_loss = 0;
-  bool skipped = false;  // its update was not applied (non-finite values)
-  double grad_norm = 0;  // global gradient norm before clipping
-};
-
 // The step records kept per job (docs/jobs.md "Step history"): past kMaxStepRecords, AddStep
 // drops every other record older than the newest kKeptNewestSteps, but never one of an evaluated
 // or a skipped step, so a job of any length keeps its recent steps at full resolution, its
@@ -57,14 +42,14 @@ class JobStore {
   // Deletes the job's row and its step records, both or neither; OK when there are none. What an
   // expired job leaves (coordinator/retention.h): it is then unknown, also after a restart.
   absl::Status Delete(const std::string& job_id);
-  absl::Status AddStep(const std::string& job_id, const StepRecord& step);
+  absl::Status AddStep(const std::string& job_id, const pp::v1::JobStepRecord& step);
   // Every decodable job, in submission order. A row whose job does not parse (or whose id is not
   // its row's) is moved to table quarantine with the parse error, and logged; it is not returned.
   absl::StatusOr<std::vector<pp::v1::Job>> LoadJobs();
-  absl::StatusOr<std::vector<StepRecord>> Steps(const std::string& job_id) const;
+  absl::StatusOr<std::vector<pp::v1::JobStepRecord>> Steps(const std::string& job_id) const;
   // At most `limit` records of the job from step `from_step` on, in step order.
-  absl::StatusOr<std::vector<StepRecord>> StepsFrom(const std::string& job_id, int from_step,
-                                                    int limit) const;
+  absl::StatusOr<std::vector<pp::v1::JobStepRecord>> StepsFrom(const std::string& job_id,
+                                                               int from_step, int limit) const;
   // Hands out the next submission number (job ids embed it) and records it as used before
   // returning, so no number repeats: not after a failed insert, a quarantined row or a restart.
   absl::StatusOr<int64_t> ReserveSequence();

@@ -12,6 +12,29 @@
 #include "coordinator/log.h"
 
 namespace pp::coordinator {
+namespace {
+
+// The history row of a completed step (docs/jobs.md "Step history"), from the job as updated by it.
+pp::v1::JobStepRecord StepRecordOf(const pp::v1::Job& job, const StepSummary& summary) {
+  pp::v1::JobStepRecord record;
+  record.set_step(summary.step);
+  record.set_attempt(job.attempt());
+  record.set_loss(summary.loss);
+  record.set_learning_rate(common::LearningRateAt(job.spec().train(), summary.step));
+  record.set_grad_norm(summary.grad_norm);
+  record.set_step_seconds(summary.step_seconds);
+  record.set_tokens_per_second(job.tokens_per_second());
+  record.set_bubble_ratio(summary.bubble_ratio);
+  record.set_skipped(summary.skipped);
+  if (job.eval_step() == summary.step) {
+    record.set_has_eval(true);
+    record.set_eval_loss(job.eval_loss());
+  }
+  record.set_time_unix(job.updated_unix());
+  return record;
+}
+
+}  // namespace
 
 absl::StatusOr<pp::v1::RegisterWorkerResponse> JobManager::Register(
     const pp::v1::WorkerInfo& worker) {
@@ -116,20 +139,7 @@ pp::v1::ReportResponse JobManager::ReportStep(const pp::v1::StepReport& report) 
   job.set_updated_unix(NowUnix());
   CheckPrediction(*rec, *summary);
   events_.AddTrace(job.id(), std::move(summary->trace));
-  const bool evaluated = job.eval_step() == summary->step;
-  StepRecord record{.step = summary->step,
-                    .loss = summary->loss,
-                    .step_seconds = summary->step_seconds,
-                    .tokens_per_second = job.tokens_per_second(),
-                    .bubble_ratio = summary->bubble_ratio,
-                    .time_unix = job.updated_unix(),
-                    .attempt = job.attempt(),
-                    .learning_rate = common::LearningRateAt(job.spec().train(), summary->step),
-                    .has_eval = evaluated,
-                    .eval_loss = evaluated ? job.eval_loss() : 0,
-                    .skipped = summary->skipped,
-                    .grad_norm = summary->grad_norm};
-  committer_.AddStep(job.id(), record);
+  committer_.AddStep(job.id(), StepRecordOf(job, *summary));
   Persist(*rec);
   metrics_->StepCompleted(job.id(), summary->loss,
                           common::LearningRateAt(job.spec().train(), summary->step),

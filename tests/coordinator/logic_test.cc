@@ -18,6 +18,13 @@
 namespace pp::coordinator {
 namespace {
 
+pp::v1::JobStepRecord StepAt(int step, double loss) {
+  pp::v1::JobStepRecord record;
+  record.set_step(step);
+  record.set_loss(loss);
+  return record;
+}
+
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -456,8 +463,12 @@ TEST_F(StoreTest, JobsAndStepsSurviveReopening) {
     job.set_loss(4.5);
     job.add_placement()->set_worker("w0");
     ASSERT_TRUE((*store)->Put(job).ok());  // replaces, keeps its place in the order
-    ASSERT_TRUE((*store)->AddStep("tiny-1", {.step = 1, .loss = 5.0, .step_seconds = 0.5}).ok());
-    ASSERT_TRUE((*store)->AddStep("tiny-1", {.step = 2, .loss = 4.5, .bubble_ratio = 0.25}).ok());
+    pp::v1::JobStepRecord first = StepAt(1, 5.0);
+    first.set_step_seconds(0.5);
+    ASSERT_TRUE((*store)->AddStep("tiny-1", first).ok());
+    pp::v1::JobStepRecord second = StepAt(2, 4.5);
+    second.set_bubble_ratio(0.25);
+    ASSERT_TRUE((*store)->AddStep("tiny-1", second).ok());
   }
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db());
   ASSERT_TRUE(store.ok());
@@ -470,12 +481,12 @@ TEST_F(StoreTest, JobsAndStepsSurviveReopening) {
   EXPECT_EQ((*jobs)[0].placement(0).worker(), "w0");
   EXPECT_EQ((*jobs)[1].id(), "other-2");
   EXPECT_EQ(*(*store)->ReserveSequence(), 3);  // 2 went to other-2's row
-  absl::StatusOr<std::vector<StepRecord>> steps = (*store)->Steps("tiny-1");
+  absl::StatusOr<std::vector<pp::v1::JobStepRecord>> steps = (*store)->Steps("tiny-1");
   ASSERT_TRUE(steps.ok());
   ASSERT_EQ(steps->size(), 2u);
-  EXPECT_EQ((*steps)[0].loss, 5.0);
-  EXPECT_EQ((*steps)[0].step_seconds, 0.5);
-  EXPECT_EQ((*steps)[1].bubble_ratio, 0.25);
+  EXPECT_EQ((*steps)[0].loss(), 5.0);
+  EXPECT_EQ((*steps)[0].step_seconds(), 0.5);
+  EXPECT_EQ((*steps)[1].bubble_ratio(), 0.25);
   EXPECT_TRUE((*store)->Steps("other-2")->empty());
 }
 
@@ -490,7 +501,7 @@ TEST_F(StoreTest, DeleteRemovesTheRowAndItsStepsForGood) {
     for (const char* name : {"kept", "old"}) {  // numbered as SubmitJob numbers them
       job.set_id(absl::StrCat(name, "-", *(*store)->ReserveSequence()));
       ASSERT_TRUE((*store)->Put(job).ok());
-      ASSERT_TRUE((*store)->AddStep(job.id(), {.step = 1, .loss = 5.0}).ok());
+      ASSERT_TRUE((*store)->AddStep(job.id(), StepAt(1, 5.0)).ok());
     }
     ASSERT_TRUE((*store)->Delete("old-2").ok());
     EXPECT_TRUE((*store)->Delete("old-2").ok());

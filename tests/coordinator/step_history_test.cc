@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/store.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
 #include "tests/coordinator/server_fixture.h"
@@ -20,6 +21,24 @@
 
 namespace pp::coordinator {
 namespace {
+
+// A record with every field set, none to its default.
+pp::v1::JobStepRecord SecondStep() {
+  pp::v1::JobStepRecord record;
+  record.set_step(2);
+  record.set_attempt(1);
+  record.set_loss(3.25);
+  record.set_learning_rate(1e-3);
+  record.set_grad_norm(0.75);
+  record.set_step_seconds(0.5);
+  record.set_tokens_per_second(1234.5);
+  record.set_bubble_ratio(0.125);
+  record.set_has_eval(true);
+  record.set_eval_loss(3.0);
+  record.set_skipped(true);
+  record.set_time_unix(1.7e9);
+  return record;
+}
 
 using ::pp::coordinator::testing::WaitUntil;
 using ::testing::HasSubstr;
@@ -173,29 +192,17 @@ TEST(StepStoreTest, AStoreWrittenBeforeTheHistoryColumnsIsUpgraded) {
   }
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();
-  ASSERT_TRUE((*store)
-                  ->AddStep("j", StepRecord{.step = 2,
-                                            .loss = 3.25,
-                                            .attempt = 1,
-                                            .learning_rate = 1e-3,
-                                            .has_eval = true,
-                                            .eval_loss = 3.0,
-                                            .skipped = true,
-                                            .grad_norm = 0.75})
-                  .ok());
-  absl::StatusOr<std::vector<StepRecord>> steps = (*store)->Steps("j");
+  ASSERT_TRUE((*store)->AddStep("j", SecondStep()).ok());
+  absl::StatusOr<std::vector<pp::v1::JobStepRecord>> steps = (*store)->Steps("j");
   ASSERT_TRUE(steps.ok()) << steps.status();
   ASSERT_EQ(steps->size(), 2u);
-  EXPECT_EQ((*steps)[0].loss, 3.5);
-  EXPECT_EQ((*steps)[0].attempt, 0);
-  EXPECT_FALSE((*steps)[0].has_eval);
-  EXPECT_EQ((*steps)[1].attempt, 1);
-  EXPECT_EQ((*steps)[1].learning_rate, 1e-3);
-  EXPECT_TRUE((*steps)[1].has_eval);
-  EXPECT_EQ((*steps)[1].eval_loss, 3.0);
-  EXPECT_TRUE((*steps)[1].skipped);
-  EXPECT_EQ((*steps)[0].grad_norm, 0);  // a column the old table lacked reads 0
-  EXPECT_EQ((*steps)[1].grad_norm, 0.75);
+  EXPECT_EQ((*steps)[0].loss(), 3.5);
+  EXPECT_EQ((*steps)[0].attempt(), 0);
+  EXPECT_FALSE((*steps)[0].has_eval());
+  EXPECT_EQ((*steps)[0].grad_norm(), 0);  // a column the old table lacked reads 0
+  // Every field of a new record reads back as written.
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals((*steps)[1], SecondStep()))
+      << (*steps)[1].DebugString();
 }
 
 }  // namespace

@@ -38,15 +38,15 @@ absl::StatusOr<std::vector<double>> StoredLosses(const std::string& data_dir,
   absl::StatusOr<std::unique_ptr<coordinator::JobStore>> store =
       coordinator::JobStore::Open(data_dir + "/ppcoord.db");
   if (!store.ok()) return store.status();
-  absl::StatusOr<std::vector<coordinator::StepRecord>> steps = (*store)->Steps(job);
+  absl::StatusOr<std::vector<pp::v1::JobStepRecord>> steps = (*store)->Steps(job);
   if (!steps.ok()) return steps.status();
   std::vector<double> losses;
-  for (const coordinator::StepRecord& s : *steps) {
-    if (s.step != static_cast<int>(losses.size()) + 1) {
-      return absl::DataLossError(
-          absl::StrCat("job ", job, ": step ", s.step, " stored after ", losses.size(), " steps"));
+  for (const pp::v1::JobStepRecord& s : *steps) {
+    if (s.step() != static_cast<int>(losses.size()) + 1) {
+      return absl::DataLossError(absl::StrCat("job ", job, ": step ", s.step(), " stored after ",
+                                              losses.size(), " steps"));
     }
-    losses.push_back(s.loss);
+    losses.push_back(s.loss());
   }
   return losses;
 }
