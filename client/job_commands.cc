@@ -18,7 +18,9 @@
 #include "client/clock_text.h"
 #include "client/credentials.h"
 #include "client/history_table.h"
+#include "client/logs_command.h"
 #include "client/queue_table.h"
+#include "client/report_command.h"
 #include "common/data_spec.h"
 #include "common/epoch.h"
 #include "common/exit_code.h"
@@ -323,6 +325,13 @@ const std::map<std::string, Command>& Commands() {
         "position)",
         1, Get}},
       {"list", {"list: every job, one line each", 0, List}},
+      {"logs",
+       {"logs JOB [--rank=R] [--follow]: the lines each worker wrote for the job's tasks (start, "
+        "steps, checkpoints, the end or the error in full), fetched through ppcoord",
+        1,
+        [](pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
+          return RunLogsCommand(stub, args, {Context, Describe});
+        }}},
       {"history",
        {"history JOB [--format=table|csv|json]: every recorded step (loss, learning rate, "
         "step seconds, tokens/s, bubble, eval loss, skipped), oldest first",
@@ -344,6 +353,14 @@ const std::map<std::string, Command>& Commands() {
        {"trace JOB [--step=N] [--format=ascii|chrome|json]: the measured timeline of a "
         "step",
         1, Trace}},
+      {"report",
+       {"report JOB [--out=FILE.html]: one self-contained HTML page of the job: loss, eval, "
+        "learning-rate, tokens/s and bubble curves with restarts and resizes marked, its layout, "
+        "and its last traced step beside that step simulated",
+        1,
+        [](pp::v1::Coordinator::Stub& stub, const std::vector<std::string>& args) {
+          return RunReport(stub, args[0], {Context, Describe});
+        }}},
   };
   return *commands;
 }
@@ -351,8 +368,8 @@ const std::map<std::string, Command>& Commands() {
 }  // namespace
 
 std::vector<std::string> JobCommandNames() {
-  return {"submit", "get",    "list",   "history", "queue",
-          "watch",  "cancel", "resume", "workers", "trace"};
+  return {"submit", "get",    "list",   "history", "logs",  "queue",
+          "watch",  "cancel", "resume", "workers", "trace", "report"};
 }
 
 std::string JobCommandUsage(const std::string& command) {
@@ -363,6 +380,8 @@ std::string JobCommandUsage(const std::string& command) {
 std::vector<std::string> JobCommandFlags(const std::string& command) {
   if (command == "trace") return {"step", "format"};
   if (command == "history") return {"format"};
+  if (command == "logs") return {"rank", "follow"};
+  if (command == "report") return {"out"};
   if (command == "resume") return {"step", "epoch", "steps", "parallel"};
   return {};
 }

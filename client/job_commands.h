@@ -1,4 +1,5 @@
-// ppctl's server commands: submit, get, list, queue, watch, cancel, resume, workers, trace.
+// ppctl's server commands: submit, get, list, queue, watch, cancel, resume, workers, trace,
+// report (client/report_command.h), logs (client/logs_command.h).
 // Contract: RunJobCommand(command, args) talks to ppcoord at --coordinator (Abseil flags, parsed by
 // ppctl's main before the call; `args` are the positional arguments after the command) and returns
 // the process exit code: 0 on success (for watch: the job SUCCEEDED), 1 when the server refuses or

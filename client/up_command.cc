@@ -3,8 +3,9 @@
 // address files), waits until every worker registered, submits a job (--job, or a small GPT on a
 // text every Debian machine has), shows its progress, then prints a summary (loss, tokens/s,
 // measured and simulated bubble, the measured timeline of the last step) and writes that step's
-// Chrome trace. Every process it starts is stopped and reaped before it returns: at the end, on
-// SIGINT/SIGTERM/SIGHUP (exit 128 + signal), and through PR_SET_PDEATHSIG if ppctl itself dies.
+// Chrome trace and the job's HTML report (report_command.h; also when the job failed). Every
+// process it starts is stopped and reaped before it returns: at the end, on SIGINT/SIGTERM/SIGHUP
+// (exit 128 + signal), and through PR_SET_PDEATHSIG if ppctl itself dies.
 // Exit codes (common/exit_code.h): 2 for a usage error (a bad flag or argument), 1 for any other
 // failure.
 //
@@ -38,6 +39,7 @@
 #include "absl/time/time.h"
 #include "client/command.h"
 #include "client/local_cluster.h"
+#include "client/report_command.h"
 #include "client/up_progress.h"
 #include "client/up_secrets.h"
 #include "client/up_spec.h"
@@ -61,11 +63,14 @@ ABSL_FLAG(std::string, job, "",
           "must fit on N workers");
 ABSL_FLAG(std::string, data_dir, "",
           "keep the job store, checkpoints (<DIR>/checkpoints/<job>/step-<N>/), the daemons' logs "
-          "and address files (<DIR>/ppctl-up/) and the Chrome trace here; default: a temporary "
-          "folder removed at exit");
+          "and address files (<DIR>/ppctl-up/), the Chrome trace and the HTML report "
+          "(<DIR>/<job>.report.html) here; default: a temporary folder removed at exit");
 ABSL_FLAG(std::string, chrome_trace, "",
           "where to write the Chrome trace of the last step; default <DIR>/<job>.trace.json, or "
           "$TMPDIR/ppctl-up-<job>.trace.json without --data_dir");
+ABSL_FLAG(bool, view_token, false,
+          "also make a read-only token (role view, user viewer) in <DIR>/ppctl-up/tls/view-token "
+          "and print its path on a line \"view token: FILE\" after \"reach it:\"");
 ABSL_FLAG(absl::Duration, startup_timeout, absl::Seconds(30),
           "how long the daemons may take to serve and the workers to register");
 ABSL_DECLARE_FLAG(std::string, device);  // defined by `ppctl train` (client/train_command.cc)
@@ -153,6 +158,8 @@ class Up {
     if (status.ok()) {
       status = PrintSummary(*stub_, run_, *dir, absl::GetFlag(FLAGS_chrome_trace));
     }
+    // A failed job gets its report too: that is when its curves and restarts matter most.
+    if (!run_.job_id.empty() && stop_signal_ == 0) WriteJobReport(*dir, &status);
     watch_context_.TryCancel();
     if (watcher_.joinable()) watcher_.join();
     const int stopped = cluster_.size();
@@ -229,7 +236,8 @@ class Up {
     for (const std::string& name : files.names) {  // left by an earlier run in the same folder
       std::filesystem::remove(files.AddressFile(name));
     }
-    absl::StatusOr<UpSecrets> secrets = MakeUpSecrets(files.dir + "/tls", files.names, {"ppctl"});
+    absl::StatusOr<UpSecrets> secrets =
+        MakeUpSecrets(files.dir + "/tls", files.names, {"ppctl"}, absl::GetFlag(FLAGS_view_token));
     if (!secrets.ok()) return secrets.status();
     std::vector<std::string> coordinator_args = {
         "--grpc=127.0.0.1:0", "--metrics=127.0.0.1:0", "--data_dir=" + data_dir,
@@ -262,8 +270,11 @@ class Up {
     }
     PrintAddresses(files, worker_names);
     std::cout << "reach it: ppctl --coordinator=" << coordinator << " --ca=" << secrets->ca
-              << " --token_file=" << secrets->token_file << " list\n"
-              << std::flush;
+              << " --token_file=" << secrets->token_file << " list\n";
+    if (!secrets->view_token_file.empty()) {
+      std::cout << "view token: " << secrets->view_token_file << "\n";
+    }
+    std::cout << std::flush;
     // ppctl up itself is an admin by its own certificate (OU=pipeline-admin); the daemons' are not.
     absl::StatusOr<pp::common::TlsConfig> tls =
         pp::common::LoadTls({secrets->Cert("ppctl"), secrets->Key("ppctl"), secrets->ca}, true, "");
@@ -381,6 +392,26 @@ class Up {
     return absl::OkStatus();
   }
 
+  // The job's HTML report (report_command.h) beside the Chrome trace; prints "report: PATH". A
+  // report that cannot be written fails the run unless it failed already.
+  void WriteJobReport(const WorkDir& dir, absl::Status* status) {
+    const std::string path =
+        dir.temporary() ? absl::StrCat(TempRoot(), "/ppctl-up-", run_.job_id, ".report.html")
+                        : absl::StrCat(dir.path(), "/", run_.job_id, ".report.html");
+    const ReportRpc rpc{[] {
+                          auto context = std::make_unique<grpc::ClientContext>();
+                          context->set_deadline(In(std::chrono::seconds(10)));
+                          return context;
+                        },
+                        [](const grpc::Status& s) { return s.error_message(); }};
+    if (absl::Status written = WriteReport(*stub_, run_.job_id, path, rpc); !written.ok()) {
+      std::cerr << "ppctl up: report: " << written.message() << "\n";
+      if (status->ok()) *status = written;
+      return;
+    }
+    std::cout << "report: " << path << "\n" << std::flush;
+  }
+
   void CancelJob() {
     if (run_.job_id.empty()) return;
     grpc::ClientContext context;
@@ -425,7 +456,7 @@ Command UpCommand() {
           "",
           "run a local cluster (ppcoord + N ppworker on loopback), train a job on it with live "
           "progress, print a summary and the measured timeline, then stop every process",
-          {"workers", "device", "job", "data_dir", "chrome_trace", "startup_timeout"},
+          {"workers", "device", "job", "data_dir", "chrome_trace", "startup_timeout", "view_token"},
           RunUp,
           {{"device", kDeviceHelp}}};
 }

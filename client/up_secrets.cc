@@ -137,7 +137,7 @@ std::vector<std::string> UpSecrets::DaemonFlags(const std::string& name) const {
 
 absl::StatusOr<UpSecrets> MakeUpSecrets(const std::string& dir,
                                         const std::vector<std::string>& names,
-                                        const std::vector<std::string>& admins) {
+                                        const std::vector<std::string>& admins, bool view_token) {
   UpSecrets secrets{dir, dir + "/ca.crt", dir + "/tokens", dir + "/token"};
   if (absl::Status made = PrivateDir(dir); !made.ok()) return made;
   Key ca_key(nullptr, &EVP_PKEY_free);
@@ -156,12 +156,27 @@ absl::StatusOr<UpSecrets> MakeUpSecrets(const std::string& dir,
       if (absl::Status s = WritePem(secrets, name, cert.get(), key.get()); !s.ok()) return s;
     }
   }
-  unsigned char random[32];
-  if (RAND_bytes(random, sizeof(random)) != 1) return OpensslError("RAND_bytes");
-  const std::string token =
-      absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(random), sizeof(random)));
-  if (absl::Status s = Write(secrets.tokens_file, token + " admin you\n", true); !s.ok()) return s;
+  auto new_token = [](std::string* token) {
+    unsigned char random[32];
+    if (RAND_bytes(random, sizeof(random)) != 1) return OpensslError("RAND_bytes");
+    *token =
+        absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(random), sizeof(random)));
+    return absl::OkStatus();
+  };
+  std::string token;
+  if (absl::Status s = new_token(&token); !s.ok()) return s;
+  std::string lines = token + " admin you\n";
+  std::string viewer;
+  if (view_token) {
+    if (absl::Status s = new_token(&viewer); !s.ok()) return s;
+    lines += viewer + " view viewer\n";
+    secrets.view_token_file = dir + "/view-token";
+  }
+  if (absl::Status s = Write(secrets.tokens_file, lines, true); !s.ok()) return s;
   if (absl::Status s = Write(secrets.token_file, token + "\n", true); !s.ok()) return s;
+  if (view_token) {
+    if (absl::Status s = Write(secrets.view_token_file, viewer + "\n", true); !s.ok()) return s;
+  }
   return secrets;
 }
 

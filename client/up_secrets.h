@@ -5,7 +5,9 @@
 // each of `names` and `admins` (CN=NAME; subject alternative names NAME, localhost and 127.0.0.1:
 // every daemon of ppctl up listens on loopback; an admin's subject also has OU=pipeline-admin, the
 // mark of an admin client certificate, coordinator/auth.h), dir/tokens (ppcoord's --auth_tokens:
-// one admin line) and dir/token (the token alone, for ppctl --token_file). Keys and token files are
+// one admin line) and dir/token (the token alone, for ppctl --token_file); with `view_token` also
+// a second line of role view (read only, NAME viewer) and dir/view-token (that token alone: what
+// `ppctl up --view_token` offers for dashboards and tests of the roles). Keys and token files are
 // created 0600, in `dir` made 0700; a `dir` another user owns is refused (FailedPrecondition).
 // Earlier files there are replaced. The CA's key is not kept: nothing more can be signed once the
 // run is over.
@@ -25,6 +27,7 @@ struct UpSecrets {
   std::string ca;           // dir/ca.crt
   std::string tokens_file;  // dir/tokens
   std::string token_file;   // dir/token
+  std::string view_token_file;  // dir/view-token with `view_token`; empty otherwise
   std::string Cert(const std::string& name) const { return dir + "/" + name + ".crt"; }
   std::string Key(const std::string& name) const { return dir + "/" + name + ".key"; }
   // --tls_cert, --tls_key and --tls_ca for a daemon holding `name`'s certificate.
@@ -33,7 +36,8 @@ struct UpSecrets {
 
 absl::StatusOr<UpSecrets> MakeUpSecrets(const std::string& dir,
                                         const std::vector<std::string>& names,
-                                        const std::vector<std::string>& admins = {});
+                                        const std::vector<std::string>& admins = {},
+                                        bool view_token = false);
 
 }  // namespace pp::client
 

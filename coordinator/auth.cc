@@ -25,7 +25,7 @@ constexpr MethodRole kMethodRoles[] = {
     {"SubmitJob", Role::kSubmit}, {"CancelJob", Role::kSubmit}, {"ResumeJob", Role::kSubmit},
     {"GetJob", Role::kView},      {"ListJobs", Role::kView},    {"ListJobSteps", Role::kView},
     {"WatchJob", Role::kView},    {"ListWorkers", Role::kView}, {"GetTrace", Role::kView},
-    {"PlanJob", Role::kView},
+    {"PlanJob", Role::kView},     {"GetJobLogs", Role::kView},
 };
 
 // A token file over this is no token file.

@@ -1,16 +1,19 @@
-// gRPC adapters of the Coordinator and WorkerRegistry services over JobManager, and the server.
+// The gRPC adapter of the Coordinator service over JobManager, and the server that serves it with
+// WorkerRegistry (registry_service.h).
 #include <algorithm>
 #include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/host_port.h"
-#include "common/mesh.h"
 #include "common/job_spec.h"
+#include "common/mesh.h"
 #include "common/spec_bounds.h"
 #include "common/tls.h"
 #include "coordinator/auth.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/grpc_status.h"
+#include "coordinator/job_logs.h"
 #include "coordinator/jobs.h"
 #include "coordinator/kv_access.h"
 #include "coordinator/metrics.h"
@@ -18,6 +21,7 @@
 #include "coordinator/placement.h"
 #include "coordinator/plan/render.h"
 #include "coordinator/planning.h"
+#include "coordinator/registry_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
@@ -38,18 +42,17 @@ constexpr int kMaxWatchesPerClient = 16;
 // limits allow) to wait in KvGet at once, with as many again for watches, reports and heartbeats.
 constexpr int kMaxServerThreads = 8192;
 
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  // absl and gRPC share the canonical code numbers.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
-
 class CoordinatorService final : public pp::v1::Coordinator::Service {
  public:
+  // `worker_credentials`: how GetJobLogs dials the workers (null: plaintext).
   CoordinatorService(JobManager* jobs, CoordinatorMetrics* metrics, const Authorizer* auth,
-                     std::vector<std::string> data_roots)
-      : jobs_(jobs), metrics_(metrics), auth_(auth), data_roots_(std::move(data_roots)) {}
+                     std::vector<std::string> data_roots,
+                     std::shared_ptr<grpc::ChannelCredentials> worker_credentials)
+      : jobs_(jobs),
+        metrics_(metrics),
+        auth_(auth),
+        data_roots_(std::move(data_roots)),
+        logs_(std::move(worker_credentials)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const pp::v1::SubmitJobRequest* request,
                          pp::v1::SubmitJobResponse* response) override {
@@ -91,6 +94,15 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
     absl::StatusOr<pp::v1::ListJobStepsResponse> page = jobs_->ListSteps(*request);
     if (page.ok()) *response = *std::move(page);
     return Answer("ListJobSteps", page.status());
+  }
+
+  grpc::Status GetJobLogs(grpc::ServerContext* context, const pp::v1::GetJobLogsRequest* request,
+                          pp::v1::GetJobLogsResponse* response) override {
+    absl::StatusOr<Caller> caller = auth_->Authorize(*context, "GetJobLogs");
+    if (!caller.ok()) return Answer("GetJobLogs", caller.status());
+    absl::StatusOr<pp::v1::GetJobLogsResponse> page = logs_.Read(*jobs_, *request);
+    if (page.ok()) *response = *std::move(page);
+    return Answer("GetJobLogs", page.status());
   }
 
   grpc::Status WatchJob(grpc::ServerContext* context, const pp::v1::WatchJobRequest* request,
@@ -208,139 +220,7 @@ class CoordinatorService final : public pp::v1::Coordinator::Service {
   const Authorizer* auth_;
   const std::vector<std::string> data_roots_;
   PeerLimit watches_{kMaxWatchesPerClient, "WatchJob streams"};
-};
-
-class RegistryService final : public pp::v1::WorkerRegistry::Service {
- public:
-  RegistryService(JobManager* jobs, CoordinatorMetrics* metrics, const Authorizer* auth)
-      : jobs_(jobs), metrics_(metrics), auth_(auth) {}
-
-  grpc::Status RegisterWorker(grpc::ServerContext* context,
-                              const pp::v1::RegisterWorkerRequest* request,
-                              pp::v1::RegisterWorkerResponse* response) override {
-    if (absl::Status s = auth_->AuthorizeWorker(*context, "RegisterWorker",
-                                                &request->worker().name());
-        !s.ok()) {
-      return Answer("RegisterWorker", s);
-    }
-    absl::StatusOr<pp::v1::RegisterWorkerResponse> r = jobs_->Register(request->worker());
-    if (r.ok()) *response = *std::move(r);
-    return Answer("RegisterWorker", r.status());
-  }
-
-  grpc::Status Heartbeat(grpc::ServerContext* context, const pp::v1::HeartbeatRequest* request,
-                         pp::v1::HeartbeatResponse* response) override {
-    if (absl::Status s = auth_->AuthorizeWorker(*context, "Heartbeat", &request->name()); !s.ok())
-      return Answer("Heartbeat", s);
-    *response = jobs_->Heartbeat(*request);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ReportStep(grpc::ServerContext* context, const pp::v1::StepReport* request,
-                          pp::v1::ReportResponse* response) override {
-    if (absl::Status s = auth_->AuthorizeWorker(*context, "ReportStep", nullptr); !s.ok()) {
-      return Answer("ReportStep", s);
-    }
-    if (absl::Status s = CheckReporter(*context, *request); !s.ok()) {
-      return Answer("ReportStep", s);
-    }
-    *response = jobs_->ReportStep(*request);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ReportTask(grpc::ServerContext* context, const pp::v1::TaskReport* request,
-                          pp::v1::ReportResponse* response) override {
-    if (absl::Status s = auth_->AuthorizeWorker(*context, "ReportTask", &request->worker());
-        !s.ok()) {
-      return Answer("ReportTask", s);
-    }
-    if (absl::Status s = CheckReporter(*context, *request); !s.ok()) {
-      return Answer("ReportTask", s);
-    }
-    *response = jobs_->ReportTask(*request);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ReportCheckpoint(grpc::ServerContext* context,
-                                const pp::v1::CheckpointReport* request,
-                                pp::v1::ReportResponse* response) override {
-    if (absl::Status s = auth_->AuthorizeWorker(*context, "ReportCheckpoint", nullptr); !s.ok())
-      return Answer("ReportCheckpoint", s);
-    if (absl::Status s = CheckReporter(*context, *request); !s.ok()) {
-      return Answer("ReportCheckpoint", s);
-    }
-    *response = jobs_->ReportCheckpoint(*request);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status KvSet(grpc::ServerContext* context, const pp::v1::KvSetRequest* request,
-                     pp::v1::KvSetResponse*) override {
-    if (absl::Status s = auth_->AuthorizeWorker(*context, "KvSet", nullptr); !s.ok()) {
-      return Answer("KvSet", s);
-    }
-    if (request->key().empty()) {
-      return Answer("KvSet", absl::InvalidArgumentError("key: must not be empty"));
-    }
-    if (absl::Status s = CheckKeys(*context, {request->key()}); !s.ok()) return Answer("KvSet", s);
-    return Answer("KvSet", jobs_->rendezvous().Set(request->key(), request->value()));
-  }
-
-  grpc::Status KvGet(grpc::ServerContext* context, const pp::v1::KvGetRequest* request,
-                     pp::v1::KvGetResponse* response) override {
-    if (absl::Status s = auth_->AuthorizeWorker(*context, "KvGet", nullptr); !s.ok()) {
-      return Answer("KvGet", s);
-    }
-    if (!(request->timeout_seconds() >= 0)) {
-      return Answer("KvGet",
-                    absl::InvalidArgumentError(absl::StrCat("timeout_seconds: must be >= 0, got ",
-                                                            request->timeout_seconds())));
-    }
-    const std::vector<std::string> keys(request->keys().begin(), request->keys().end());
-    if (absl::Status s = CheckKeys(*context, keys); !s.ok()) return Answer("KvGet", s);
-    // The store caps the wait (kMaxRendezvousWait); absl::Seconds saturates a huge request.
-    absl::StatusOr<std::vector<std::string>> values = jobs_->rendezvous().Get(
-        keys, absl::Seconds(request->timeout_seconds()),
-        [context] { return context->IsCancelled(); });
-    if (values.ok()) {
-      for (std::string& v : *values) response->add_values(std::move(v));
-    }
-    return Answer("KvGet", values.status());
-  }
-
- private:
-  grpc::Status Answer(const char* method, const absl::Status& status) {
-    if (!status.ok()) metrics_->RpcError(absl::StrCat("pp.v1.WorkerRegistry/", method));
-    return ToGrpc(status);
-  }
-
-  // With TLS, a rendezvous key is only for the workers of its job's live attempt (kv_access.h).
-  // Checked once, before a KvGet waits: an attempt that ends meanwhile drops its keys anyway.
-  absl::Status CheckKeys(const grpc::ServerContext& context,
-                         const std::vector<std::string>& keys) const {
-    if (!auth_->tls()) return absl::OkStatus();
-    const std::string caller = common::PeerName(context);
-    for (const std::string& key : keys) {
-      const std::optional<KeyScope> scope = ScopeOfKey(key);
-      const std::optional<LiveAttempt> live =
-          scope.has_value() ? jobs_->LiveAttemptOf(scope->job_id) : std::nullopt;
-      if (absl::Status s = CheckKvAccess(key, live, caller); !s.ok()) return s;
-    }
-    return absl::OkStatus();
-  }
-
-  // With TLS, a report on a rank of the live attempt comes from the worker placed on that rank
-  // (kv_access.h CheckReportAccess): another certificate of the CA cannot fail, finish or drain
-  // someone else's job.
-  template <typename Report>
-  absl::Status CheckReporter(const grpc::ServerContext& context, const Report& report) const {
-    if (!auth_->tls()) return absl::OkStatus();
-    return CheckReportAccess(report.job_id(), report.attempt(), report.rank(),
-                             jobs_->LiveAttemptOf(report.job_id()), common::PeerName(context));
-  }
-
-  JobManager* jobs_;
-  CoordinatorMetrics* metrics_;
-  const Authorizer* auth_;  // AuthorizeWorker; tls()
+  JobLogReader logs_;  // locks itself
 };
 
 // Applies the listen rule (plaintext only on loopback, unless --insecure), then reads the TLS
@@ -375,7 +255,7 @@ struct CoordinatorServer::Impl {
   std::unique_ptr<CoordinatorMetrics> metrics;
   std::unique_ptr<JobManager> jobs;
   std::unique_ptr<CoordinatorService> coordinator;
-  std::unique_ptr<RegistryService> registry;
+  std::unique_ptr<pp::v1::WorkerRegistry::Service> registry;
   std::unique_ptr<grpc::Server> server;
   std::string grpc_address;
   std::string metrics_address;
@@ -442,10 +322,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       JobManager::Create(*manager, impl->metrics.get());
   if (!jobs.ok()) return jobs.status();
   impl->jobs = *std::move(jobs);
-  impl->coordinator = std::make_unique<CoordinatorService>(impl->jobs.get(), impl->metrics.get(),
-                                                           &impl->auth, options.data_roots);
-  impl->registry =
-      std::make_unique<RegistryService>(impl->jobs.get(), impl->metrics.get(), &impl->auth);
+  impl->coordinator =
+      std::make_unique<CoordinatorService>(impl->jobs.get(), impl->metrics.get(), &impl->auth,
+                                           options.data_roots, manager->worker_credentials);
+  impl->registry = NewRegistryService(impl->jobs.get(), impl->metrics.get(), &impl->auth);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -11,6 +11,8 @@ PACKAGES=(
   libgloo-dev libopenblas-dev libdnnl-dev ocl-icd-opencl-dev libsqlite3-dev
   libssl-dev openssl prometheus python3-venv iproute2
   clang libclang-rt-14-dev
+  # `ppctl report`'s test renders the page in headless Chromium (tests/client/report_chromium_test.py).
+  chromium fonts-dejavu-core
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

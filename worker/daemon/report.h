@@ -5,6 +5,8 @@
 //   best effort: one try within kRpcDeadline; a failure counts in the metrics (rpc_errors) and a
 //   lost step answer is an empty one, because heartbeats decide whether ppcoord is gone.
 // - EndReport: the TaskReport of `task` that ended with `status` on worker `worker`.
+// - EndLine: the task's last log line: "task ended: ok after step N" (", drained" when it stopped
+//   at the coordinator's stop step), or "task failed: " and the status message in full.
 // - SendEndReport: the end of a task matters to ppcoord: up to 3 tries of 2 s, 200 ms apart
 //   (each failure counted); true when one was delivered.
 // Thread-safe: `stub` and `metrics` are; RegistryReporter keeps no state of its own.
@@ -44,6 +46,8 @@ class RegistryReporter : public TaskReporter {
 
 pp::v1::TaskReport EndReport(const Task& task, const absl::Status& status,
                              const std::string& worker);
+
+std::string EndLine(const Task& task, const absl::Status& status);
 
 bool SendEndReport(pp::v1::WorkerRegistry::Stub* stub, WorkerMetrics* metrics,
                    const pp::v1::TaskReport& report);

@@ -1,7 +1,6 @@
 #include "worker/daemon/task.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <set>
 #include <thread>
@@ -11,11 +10,15 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/checkpoint.h"
 #include "common/hf_gpt2.h"
 #include "common/job_spec.h"
 #include "common/step_math.h"
 #include "worker/compute/model_compute.h"
+#include "worker/daemon/shard_writer.h"
+#include "worker/executor/sum_squares.h"
 
 namespace pp::daemon {
 
@@ -91,78 +94,6 @@ absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(int rank, int size,
 
 }  // namespace
 
-// Writes this rank's checkpoint shards, inline or on a background thread with one write in flight,
-// and reports each to the coordinator.
-class ShardWriter {
- public:
-  ShardWriter(const pp::v1::TaskPlan& plan, const TaskEnv& env, TaskReporter& reporter)
-      : plan_(plan), env_(env), reporter_(reporter) {}
-  ~ShardWriter() { (void)Wait(); }
-
-  // Writes (async: starts writing) the shard of `step` after the previous write ended; returns
-  // the previous write's error, or this one's when inline.
-  absl::Status Save(int step, compute::ModelCompute::ShardContents shard) {
-    if (absl::Status previous = Wait(); !previous.ok()) return previous;
-    if (!env_.async_checkpoints) return Write(step, shard);
-    thread_ = std::thread([this, step, shard = std::move(shard)] {
-      status_ = Write(step, shard);
-    });
-    return absl::OkStatus();
-  }
-
-  // Waits for the write in flight; its outcome.
-  absl::Status Wait() {
-    if (thread_.joinable()) thread_.join();
-    return std::exchange(status_, absl::OkStatus());
-  }
-
- private:
-  absl::Status Write(int step, const compute::ModelCompute::ShardContents& contents) {
-    const auto start = std::chrono::steady_clock::now();
-    if (step == env_.pause_shard_step) absl::SleepFor(env_.pause_shard_for);
-    const pp::v1::TrainSpec& train = plan_.spec().train();
-    // Where the next step starts: the state a resume must reproduce.
-    std::map<std::string, std::string> metadata = {
-        {"job", plan_.job_id()},
-        {"rank", absl::StrCat(plan_.rank())},
-        {"step", absl::StrCat(step)},
-        {"data_position",
-         absl::StrCat(common::DataPositionAtStep(step, common::GlobalMicrobatches(plan_.spec()),
-                                                 train.microbatch_size()))},
-        {"rng_seed", absl::StrCat(train.seed())},
-        {"rng_counter", "0"},  // randomness is only drawn at initialisation
-    };
-    metadata.insert(contents.metadata.begin(), contents.metadata.end());
-    pp::v1::CheckpointReport report;
-    report.set_job_id(plan_.job_id());
-    report.set_attempt(plan_.attempt());
-    report.set_rank(plan_.rank());
-    report.set_step(step);
-    report.set_shard(common::ShardFileName(plan_.rank()));
-    absl::StatusOr<pp::v1::CheckpointShard> shard =
-        common::WriteShard(common::StepDir(plan_.checkpoint_dir(), plan_.job_id(), step),
-                           report.shard(), contents.tensors, metadata);
-    report.set_ok(shard.ok());
-    if (shard.ok()) {
-      report.set_bytes(shard->bytes());
-      report.set_sha256(shard->sha256());
-      *report.mutable_slices() = shard->slices();
-      *report.mutable_tensors() = shard->tensors();
-    } else {
-      report.set_error(std::string(shard.status().message()));
-    }
-    reporter_.ReportCheckpoint(
-        report, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    return shard.status();
-  }
-
-  const pp::v1::TaskPlan& plan_;
-  const TaskEnv& env_;
-  TaskReporter& reporter_;
-  std::thread thread_;
-  absl::Status status_;  // of the last write; read after joining its thread
-};
-
 namespace {
 
 // The step loss over every replica: the replicas' microbatch losses gathered in replica order
@@ -227,8 +158,10 @@ struct Task::Running {
 };
 
 absl::Status Task::Run(TaskReporter& reporter) {
+  NoteStart();
   Running running;
   if (absl::Status s = SetUp(running); !s.ok()) return Failed(s);
+  log_.Line("set up: stages built, peers connected");
   struct Unregister {
     Task* task;
     ~Unregister() {
@@ -238,7 +171,7 @@ absl::Status Task::Run(TaskReporter& reporter) {
       task->groups_.clear();
     }
   } unregister{this};
-  ShardWriter writer(plan_, env_, reporter);
+  ShardWriter writer(plan_, env_, reporter, log_);
   if (absl::Status s = RunSteps(running, reporter, writer); !s.ok()) return Failed(s);
   if (absl::Status s = Report(running, writer); !s.ok()) return Failed(s);
   return absl::OkStatus();
@@ -250,6 +183,42 @@ absl::Status Task::Failed(const absl::Status& status) {
   const std::string where = absl::StrCat("job ", plan_.job_id(), " rank ", plan_.rank());
   if (absl::StrContains(status.message(), where)) return status;
   return absl::Status(status.code(), absl::StrCat(where, ": ", status.message()));
+}
+
+void Task::NoteStart() const {
+  std::vector<std::string> stages;
+  for (const pp::v1::StageLayers& s : plan_.stages()) {
+    stages.push_back(absl::StrCat(s.stage(), " (units ", s.first_unit(), "-", s.last_unit(), ")"));
+  }
+  const pp::v1::JobSpec& spec = plan_.spec();
+  std::string line = absl::StrCat(
+      "task started: attempt ", plan_.attempt(), ", rank ", plan_.rank(), " of ",
+      plan_.world_size(), " (pp ", plan_.pp_rank(), ", dp ", plan_.dp_rank(), ", tp ",
+      plan_.tp_rank(), "), stages ", stages.empty() ? "none" : absl::StrJoin(stages, ", "),
+      ", schedule ", common::ScheduleLabel(spec.parallel()), ", steps ", plan_.start_step() + 1,
+      " to ", spec.train().steps(), " on ", env_.device);
+  if (!plan_.resume_from().empty()) absl::StrAppend(&line, ", resume_from ", plan_.resume_from());
+  if (plan_.resume_from().empty() && !spec.model().init_from().empty()) {
+    absl::StrAppend(&line, ", init_from ", spec.model().init_from());
+  }
+  log_.Line(line);
+}
+
+// Step 1, every 10th, the attempt's first and the last, and every skipped one: a bounded cadence
+// that still shows where a run stood and every step that went wrong.
+void Task::NoteStep(int done, const executor::StepResult& result) const {
+  const int steps = plan_.spec().train().steps();
+  if (!result.non_finite && done != 1 && done % 10 != 0 && done != steps &&
+      done != plan_.start_step() + 1) {
+    return;
+  }
+  std::string line = absl::StrFormat("step %d/%d:", done, steps);
+  if (result.has_loss) absl::StrAppendFormat(&line, " loss %.6g,", result.loss);
+  absl::StrAppendFormat(&line, " grad norm %.4g, %.3f s", result.grad_norm, result.step_seconds);
+  if (result.non_finite) {
+    absl::StrAppend(&line, "; skipped: ", executor::DescribeNonFinite(done, *result.non_finite));
+  }
+  log_.Line(line);
 }
 
 // Setup: the checked plan, the groups, the compute (resumed), the executor, registered for Abort.
@@ -390,6 +359,7 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
       if (absl::Status s = ReplicaLoss(*running.data_group, *result); !s.ok()) return s;
     }
     const int done = step + 1;
+    NoteStep(done, *result);
     if (result->non_finite && ++bad_steps > spec.train().max_bad_steps()) {
       // Every rank fails at this step. Each first finishes and reports its earlier shards, and
       // waits for the others, so those checkpoints are committed before a failure ends the job.
@@ -403,11 +373,13 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
     if (common::EvalDue(spec, done)) {
       absl::StatusOr<std::optional<double>> eval = Evaluate(running);
       if (!eval.ok()) return eval.status();
+      if (eval->has_value()) log_.Line(absl::StrFormat("step %d: eval loss %.6g", done, **eval));
       report.set_has_eval(eval->has_value());
       report.set_eval_loss(eval->value_or(0));
     }
     const pp::v1::ReportResponse answer = reporter.ReportStep(report, *result);
     if (answer.abort()) {
+      log_.Line(absl::StrCat("step ", done, ": the coordinator asked to stop"));
       Abort("the coordinator asked to stop");
       return CheckAborted();
     }
@@ -420,6 +392,8 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
       }
     }
     if (stop) {
+      log_.Line(absl::StrCat("stopping after step ", done,
+                             " at the coordinator's stop step (drain, preemption or resize)"));
       drained_ = true;
       break;
     }

@@ -26,10 +26,16 @@
 // - A plan with resume_from loads its tensors and moments from that committed step folder
 //   (verified: manifest and every shard's sha256) first; its step must equal start_step, from
 //   which the AdamW step count and the data position continue.
+// - Log lines (task_log.h, TaskEnv::log; each also on stderr): the start (attempt, rank, stages,
+//   schedule, steps, resume_from), the set-up done, step 1, every 10th, the attempt's first and
+//   the last step, every skipped step (with the loss where the rank has it), each eval loss,
+//   each checkpoint shard written or failed, a stop at the coordinator's stop step or abort.
+//   Note adds a line of the caller's (the daemon's drain and the task's end, report.h EndLine).
 #ifndef PP_WORKER_DAEMON_TASK_H_
 #define PP_WORKER_DAEMON_TASK_H_
 
 #include <atomic>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +47,7 @@
 #include "pp/v1/coordinator.pb.h"
 #include "pp/v1/worker.pb.h"
 #include "worker/comm/transport.h"
+#include "worker/daemon/task_log.h"
 #include "worker/executor/executor.h"
 
 namespace pp::compute {
@@ -86,17 +93,24 @@ struct TaskEnv {
   // --data_root: the spec's files (data, model.init_from's config and weights) are opened under
   // these (common/path_roots.h OpenUnderRoots); empty: anywhere.
   std::vector<std::string> data_roots;
+  // Where the task's log lines are kept for ReadTaskLog; null: stderr only. Outlives the task.
+  TaskLog* log = nullptr;
 };
 
 class Task {
  public:
-  Task(pp::v1::TaskPlan plan, TaskEnv env) : plan_(std::move(plan)), env_(std::move(env)) {}
+  Task(pp::v1::TaskPlan plan, TaskEnv env)
+      : plan_(std::move(plan)),
+        env_(std::move(env)),
+        log_(env_.log, plan_.job_id(), plan_.attempt(), plan_.rank(), &std::cerr) {}
 
   absl::Status Run(TaskReporter& reporter);
   // Any thread, any time: Run returns Aborted with `reason` within a bounded time.
   void Abort(const std::string& reason);
   // Any thread: ask the coordinator for a common stop step (the worker is being drained).
   void Drain() { draining_ = true; }
+  // Any thread: one line of this task's log (task_log.h).
+  void Note(absl::string_view text) const { log_.Line(text); }
 
   const pp::v1::TaskPlan& plan() const { return plan_; }
   int completed_steps() const { return completed_steps_; }
@@ -112,6 +126,9 @@ class Task {
   absl::Status SetUp(Running& running);
   absl::Status RunSteps(Running& running, TaskReporter& reporter, ShardWriter& writer);
   absl::Status Report(Running& running, ShardWriter& writer);
+  // The log lines of the task's start and of a step worth a line (see the contract).
+  void NoteStart() const;
+  void NoteStep(int done, const executor::StepResult& result) const;
   // Steps of SetUp and RunSteps.
   absl::Status ConnectGroups(Running& running);
   absl::Status Resume(compute::ModelCompute& model_compute);
@@ -123,6 +140,7 @@ class Task {
 
   pp::v1::TaskPlan plan_;
   TaskEnv env_;
+  TaskLogWriter log_;
   std::atomic<int> completed_steps_{0};
   std::atomic<bool> draining_{false};
   std::atomic<bool> drained_{false};

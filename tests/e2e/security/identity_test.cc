@@ -2,8 +2,9 @@
 // loopback with mutual TLS and certificates made by openssl in the test. A worker's certificate
 // is no admin on the job API (only an admin certificate, OU=pipeline-admin, is); a certificate
 // names its holder by its CN alone (every certificate here also carries localhost and 127.0.0.1);
-// a worker's status is for the coordinator only; and a certificate written to a --deny_certs file
-// is refused by a daemon once it got SIGHUP, while everyone else goes on.
+// a worker's status and its tasks' log lines are for the coordinator only; and a certificate
+// written to a --deny_certs file is refused by a daemon once it got SIGHUP, while everyone else
+// goes on.
 #include <signal.h>
 
 #include <filesystem>
@@ -175,6 +176,57 @@ TEST_F(IdentityTest, AWorkersStatusIsForTheCoordinatorOnly) {
   const grpc::Status probed = GetStatus(*Worker("w0", "ppcoord"), &status);
   EXPECT_TRUE(probed.ok()) << probed.error_message();
   EXPECT_EQ(status.name(), "w0");
+}
+
+// A worker's log lines reach users only through ppcoord's GetJobLogs: ReadTaskLog on the worker
+// takes the coordinator's certificate alone.
+TEST_F(IdentityTest, AWorkersTaskLogIsForTheCoordinatorOnlyAndUsersReadItThroughIt) {
+  ASSERT_NO_FATAL_FAILURE(StartSecureCluster(2));
+  absl::StatusOr<std::string> id =
+      testing_support::SubmitJob(cluster_->stub(), SpecFrom(R"pb(
+                                   name: "logged"
+                                   model { n_layers: 2 seq_len: 32 d_model: 32 n_heads: 4 }
+                                   parallel { pipeline: 2 }
+                                   train { steps: 3 microbatches: 4 microbatch_size: 2 }
+                                 )pb"));
+  ASSERT_TRUE(id.ok()) << id.status() << cluster_->Logs();
+  absl::StatusOr<pp::v1::Job> done =
+      testing_support::WaitSucceeded(cluster_->stub(), *id, absl::Seconds(120));
+  ASSERT_TRUE(done.ok()) << done.status() << cluster_->Logs();
+  auto read = [&](const std::string& caller, pp::v1::ReadTaskLogResponse* lines) {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    pp::v1::ReadTaskLogRequest request;
+    request.set_job_id(*id);
+    return Worker("w0", caller)->ReadTaskLog(&context, request, lines);
+  };
+  for (const char* caller : {"w1", "ops"}) {
+    pp::v1::ReadTaskLogResponse lines;
+    const grpc::Status refused = read(caller, &lines);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED) << caller;
+    EXPECT_THAT(refused.error_message(),
+                AllOf(HasSubstr("pp.v1.Worker/ReadTaskLog"), HasSubstr("only the coordinator")));
+    EXPECT_EQ(lines.lines_size(), 0) << caller;
+  }
+  pp::v1::ReadTaskLogResponse lines;
+  const grpc::Status read_by_coordinator = read("ppcoord", &lines);
+  EXPECT_TRUE(read_by_coordinator.ok()) << read_by_coordinator.error_message();
+  EXPECT_GT(lines.lines_size(), 0);
+
+  // ppcoord reads both workers over its mutual TLS.
+  grpc::ClientContext context;
+  SetDeadline(context);
+  pp::v1::GetJobLogsRequest request;
+  request.set_job_id(*id);
+  pp::v1::GetJobLogsResponse page;
+  const grpc::Status logs = cluster_->stub().GetJobLogs(&context, request, &page);
+  ASSERT_TRUE(logs.ok()) << logs.error_message();
+  EXPECT_TRUE(page.unreachable().empty());
+  int ended = 0;
+  for (const pp::v1::JobLogLine& line : page.lines()) {
+    ended += absl::StartsWith(line.text(), "task ended: ok after step 3");
+  }
+  EXPECT_EQ(ended, 2) << "one end line per rank";
 }
 
 TEST_F(IdentityTest, ADeniedCertificateIsRefusedOnceCoordinatorGetsSighup) {
