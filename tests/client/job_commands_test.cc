@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/client/local_coordinator.h"
 #include "tests/coordinator/test_support.h"
 
 // ppctl's plan command defines --format; this binary does not link it.
@@ -53,40 +54,23 @@ Output Ppctl(const std::string& command, const std::vector<std::string>& args) {
 class JobCommandsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("ppctl_", ::getpid(), "_",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    std::ofstream(dir_ / "corpus.txt") << std::string(4096, 'x');
-    coordinator::CoordinatorOptions options;
-    options.data_dir = (dir_ / "data").string();
-    options.worker_timeout = absl::Milliseconds(600);
-    options.heartbeat_interval = absl::Milliseconds(50);
-    absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
-        coordinator::CoordinatorServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    absl::SetFlag(&FLAGS_coordinator, server_->grpc_address());
+    ASSERT_NO_FATAL_FAILURE(coordinator_.Start("ppctl_"));
+    absl::SetFlag(&FLAGS_coordinator, coordinator_.address());
     absl::SetFlag(&FLAGS_rpc_timeout, absl::Seconds(5));
     absl::SetFlag(&FLAGS_step, 0);
     absl::SetFlag(&FLAGS_epoch, 0);
     absl::SetFlag(&FLAGS_format, "ascii");
   }
-  void TearDown() override {
-    workers_.clear();
-    server_.reset();
-    std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { coordinator_.Stop(); }
 
   // A job spec file in the JSON shape of docs/jobs.md; `extra` is spliced into "train".
   std::string SpecFile(const std::string& schedule, const std::string& n_heads = "4") {
-    const std::string path = (dir_ / "job.json").string();
+    const std::string path = (coordinator_.dir / "job.json").string();
     std::ofstream(path) << absl::StrCat(
         R"({"name": "tiny", "model": {"vocabSize": 256, "seqLen": 16, "dModel": 32, "nHeads": )",
         n_heads, R"(, "nLayers": 2}, "parallel": {"pipeline": 2, "schedule": ")", schedule,
         R"("}, "train": {"steps": 2, "microbatches": 4, "microbatchSize": 1, "lr": 0.001},)",
-        R"( "data": {"path": ")", (dir_ / "corpus.txt").string(), R"("}})");
+        R"( "data": {"path": ")", coordinator_.corpus, R"("}})");
     return path;
   }
 
@@ -98,42 +82,7 @@ class JobCommandsTest : public ::testing::Test {
     return id;
   }
 
-  // Two fake workers take the job; each rank reports `steps` steps, then the task's end.
-  void RunJobOnFakeWorkers(int steps) {
-    workers_.push_back(std::make_unique<FakeWorker>("w0", server_->grpc_address()));
-    workers_.push_back(std::make_unique<FakeWorker>("w1", server_->grpc_address()));
-    for (auto& w : workers_) ASSERT_TRUE(w->WaitForTask(absl::Seconds(10)));
-    for (int step = 1; step <= steps; ++step) {
-      for (auto& w : workers_) {
-        const pp::v1::TaskPlan plan = w->tasks().back();
-        pp::v1::StepReport report;
-        report.set_job_id(plan.job_id());
-        report.set_rank(plan.rank());
-        report.set_step(step);
-        report.set_step_seconds(0.004);
-        report.set_busy_seconds(0.002);
-        report.set_has_loss(plan.rank() == 1);
-        report.set_loss(5.0 - step);
-        report.set_grad_norm(0.5 * step);
-        for (int mb = 0; mb < 2; ++mb) {
-          pp::v1::TimedAction* a = report.mutable_trace()->add_actions();
-          a->mutable_action()->set_kind(pp::v1::FORWARD);
-          a->mutable_action()->set_stage(plan.rank());
-          a->mutable_action()->set_microbatch(mb);
-          a->set_start(0.001 * (mb + plan.rank()));
-          a->set_end(a->start() + 0.001);
-        }
-        pp::v1::ReportResponse response;
-        grpc::ClientContext context;
-        ASSERT_TRUE(w->registry().ReportStep(&context, report, &response).ok());
-      }
-    }
-    for (auto& w : workers_) w->FinishTask(true, "");
-  }
-
-  std::filesystem::path dir_;
-  std::unique_ptr<coordinator::CoordinatorServer> server_;
-  std::vector<std::unique_ptr<FakeWorker>> workers_;
+  testing::LocalCoordinator coordinator_;
 };
 
 TEST_F(JobCommandsTest, SubmitGetListCancel) {
@@ -189,7 +138,7 @@ TEST_F(JobCommandsTest, BadInputGivesOneLineAndNonZeroExit) {
   EXPECT_EQ(invalid.code, 1);
   EXPECT_THAT(invalid.err, HasSubstr("model.n_heads"));
   EXPECT_EQ(std::count(invalid.err.begin(), invalid.err.end(), '\n'), 1);
-  Output missing = Ppctl("submit", {(dir_ / "nope.json").string()});
+  Output missing = Ppctl("submit", {(coordinator_.dir / "nope.json").string()});
   EXPECT_EQ(missing.code, 1);
   EXPECT_THAT(missing.err, HasSubstr("nope.json"));
   EXPECT_EQ(Ppctl("get", {}).code, 2);
@@ -249,7 +198,7 @@ TEST_F(JobCommandsTest, UnreachableCoordinatorFailsWithinTheTimeout) {
 
 TEST_F(JobCommandsTest, WatchFollowsTheJobToSuccessAndTraceDrawsAStep) {
   const std::string id = Submitted();
-  std::thread cluster([this] { RunJobOnFakeWorkers(2); });
+  std::thread cluster([this] { coordinator_.RunJobOnFakeWorkers(2); });
   Output watch = Ppctl("watch", {id});
   cluster.join();
   EXPECT_EQ(watch.code, 0) << watch.err;
@@ -280,7 +229,7 @@ TEST_F(JobCommandsTest, WatchFollowsTheJobToSuccessAndTraceDrawsAStep) {
 
 TEST_F(JobCommandsTest, HistoryPrintsEveryRecordedStepAsATableCsvOrJson) {
   const std::string id = Submitted();
-  RunJobOnFakeWorkers(2);
+  coordinator_.RunJobOnFakeWorkers(2);
   // The committer writes the steps in its next round.
   Output table;
   ASSERT_TRUE(WaitUntil(
@@ -313,9 +262,9 @@ TEST_F(JobCommandsTest, HistoryPrintsEveryRecordedStepAsATableCsvOrJson) {
 TEST_F(JobCommandsTest, GetAndWatchShowTheEpochAndResumeSendsIt) {
   // 24 tokens of seq_len 16: K = 8 training windows; 1 x 4 x 1 = 4 sequences a step, so each
   // step is half a pass.
-  std::ofstream(dir_ / "corpus.txt", std::ios::trunc) << std::string(24, 'x');
+  std::ofstream(coordinator_.dir / "corpus.txt", std::ios::trunc) << std::string(24, 'x');
   const std::string id = Submitted();
-  std::thread cluster([this] { RunJobOnFakeWorkers(2); });
+  std::thread cluster([this] { coordinator_.RunJobOnFakeWorkers(2); });
   Output watch = Ppctl("watch", {id});
   cluster.join();
   EXPECT_EQ(watch.code, 0) << watch.err;

@@ -20,6 +20,7 @@
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "pp/v1/coordinator.grpc.pb.h"
+#include "tests/client/local_coordinator.h"
 #include "tests/coordinator/test_support.h"
 #include "worker/daemon/daemon.h"
 
@@ -60,24 +61,8 @@ void IgnoreSigintUntilHandled() {
 class LogsCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("ppctl_logs_", ::getpid(), "_",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-    corpus_ = (dir_ / "corpus.txt").string();
-    std::ofstream(corpus_) << std::string(4096, 'x');
-    coordinator::CoordinatorOptions options;
-    options.data_dir = (dir_ / "data").string();
-    options.worker_timeout = absl::Milliseconds(600);
-    options.heartbeat_interval = absl::Milliseconds(50);
-    absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
-        coordinator::CoordinatorServer::Start(options);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    stub_ = pp::v1::Coordinator::NewStub(
-        grpc::CreateChannel(server_->grpc_address(), grpc::InsecureChannelCredentials()));
-    absl::SetFlag(&FLAGS_coordinator, server_->grpc_address());
+    ASSERT_NO_FATAL_FAILURE(coordinator_.Start("ppctl_logs_"));
+    absl::SetFlag(&FLAGS_coordinator, coordinator_.address());
     absl::SetFlag(&FLAGS_rpc_timeout, absl::Seconds(5));
     absl::SetFlag(&FLAGS_rank, -1);
     absl::SetFlag(&FLAGS_follow, false);
@@ -85,8 +70,7 @@ class LogsCommandTest : public ::testing::Test {
   void TearDown() override {
     for (auto& worker : workers_) worker->Shutdown();
     workers_.clear();
-    server_.reset();
-    std::filesystem::remove_all(dir_);
+    coordinator_.Stop();
   }
 
   // A two-rank job that waits QUEUED until workers come (no restarts).
@@ -106,20 +90,20 @@ class LogsCommandTest : public ::testing::Test {
     spec.mutable_train()->set_microbatches(4);
     spec.mutable_train()->set_microbatch_size(1);
     spec.mutable_train()->set_lr(1e-3);
-    spec.mutable_data()->set_path(corpus_);
+    spec.mutable_data()->set_path(coordinator_.corpus);
     pp::v1::SubmitJobResponse response;
     grpc::ClientContext context;
-    const grpc::Status status = stub_->SubmitJob(&context, request, &response);
+    const grpc::Status status = coordinator_.stub->SubmitJob(&context, request, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
     return response.job_id();
   }
 
   // Removes the job's data file, then starts workers w0 and w1: each task fails in its set-up.
   void StartFailingWorkers() {
-    std::filesystem::remove(corpus_);
+    std::filesystem::remove(coordinator_.corpus);
     for (const char* name : {"w0", "w1"}) {
       daemon::DaemonOptions options;
-      options.coordinator = server_->grpc_address();
+      options.coordinator = coordinator_.address();
       options.name = name;
       options.comm_timeout = absl::Seconds(5);
       absl::StatusOr<std::unique_ptr<daemon::WorkerDaemon>> worker =
@@ -134,7 +118,7 @@ class LogsCommandTest : public ::testing::Test {
     request.set_job_id(id);
     pp::v1::Job job;
     grpc::ClientContext context;
-    EXPECT_TRUE(stub_->GetJob(&context, request, &job).ok());
+    EXPECT_TRUE(coordinator_.stub->GetJob(&context, request, &job).ok());
     return job.state();
   }
 
@@ -142,7 +126,7 @@ class LogsCommandTest : public ::testing::Test {
   bool Ended(const std::string& id) {
     pp::v1::ListWorkersResponse response;
     grpc::ClientContext context;
-    if (!stub_->ListWorkers(&context, {}, &response).ok()) return false;
+    if (!coordinator_.stub->ListWorkers(&context, {}, &response).ok()) return false;
     int idle = 0;
     for (const pp::v1::WorkerInfo& w : response.workers()) idle += w.state() == pp::v1::IDLE;
     return idle == 2 && State(id) == pp::v1::FAILED;
@@ -165,10 +149,7 @@ class LogsCommandTest : public ::testing::Test {
     return run.get();
   }
 
-  std::filesystem::path dir_;
-  std::string corpus_;
-  std::unique_ptr<coordinator::CoordinatorServer> server_;
-  std::unique_ptr<pp::v1::Coordinator::Stub> stub_;
+  testing::LocalCoordinator coordinator_;
   std::vector<std::unique_ptr<daemon::WorkerDaemon>> workers_;
 };
 
@@ -194,7 +175,7 @@ TEST_F(LogsCommandTest, PrintsEachWorkersLinesAndOneRankWithRank) {
   for (absl::string_view line : absl::StrSplit(all.out, '\n', absl::SkipEmpty())) {
     if (!absl::StrContains(line, "rank 1 attempt 0 | task failed: ")) continue;
     ++failed_lines_of_rank_1;
-    EXPECT_THAT(std::string(line), HasSubstr("spec.data.path: cannot open " + corpus_));
+    EXPECT_THAT(std::string(line), HasSubstr("spec.data.path: cannot open " + coordinator_.corpus));
   }
   EXPECT_EQ(failed_lines_of_rank_1, 1) << all.out;
 

@@ -30,34 +30,7 @@ import sys
 import tempfile
 import time
 
-# deploylib.py's conventions, without its imports (this runs in the client's venv, no PyYAML).
-SKIP = 77
-
-
-class Problems:
-    """Collects failures so one run reports all of them (as deploylib.Problems)."""
-
-    def __init__(self, check):
-        self.check = check
-        self.items = []
-
-    def add(self, where, message):
-        self.items.append(f"{where}: {message}")
-
-    def finish(self, what):
-        for item in self.items:
-            print(f"{self.check}: FAIL {item}")
-        if self.items:
-            print(f"{self.check}: {len(self.items)} problems")
-            sys.exit(1)
-        print(f"{self.check}: ok ({what})")
-        sys.exit(0)
-
-
-def flag_name(arg):
-    """'--data_dir=/x' -> 'data_dir'; None for anything that is not a long flag."""
-    m = re.match(r"--([A-Za-z0-9_]+)(=|$)", arg)
-    return m.group(1) if m else None
+from deploylib import SKIP, Problems, flag_name
 
 STARTUP_TIMEOUT_S = 90
 QUICKSTART_TIMEOUT_S = 200

@@ -11,22 +11,7 @@ See client/python/README.md.
 from . import errors
 from ._pb import coordinator_pb2, job_pb2, schedule_pb2
 from .client import TERMINAL_STATES, Client, LogLines, load_spec, state_name
-from .errors import (
-    AlreadyExists,
-    Cancelled,
-    DeadlineExceeded,
-    FailedPrecondition,
-    InternalError,
-    InvalidSpec,
-    NotFound,
-    PermissionDenied,
-    PipelineError,
-    ResourceExhausted,
-    Unauthenticated,
-    Unavailable,
-    Unimplemented,
-    WaitTimeout,
-)
+from .errors import *  # noqa: F401,F403 (the typed errors, errors.__all__)
 from .history import History, StepRow
 
 JobSpec = job_pb2.JobSpec
@@ -50,18 +35,4 @@ __all__ = [
     "job_pb2",
     "schedule_pb2",
     "errors",
-    "PipelineError",
-    "InvalidSpec",
-    "NotFound",
-    "AlreadyExists",
-    "FailedPrecondition",
-    "PermissionDenied",
-    "Unauthenticated",
-    "ResourceExhausted",
-    "Unavailable",
-    "DeadlineExceeded",
-    "Unimplemented",
-    "Cancelled",
-    "InternalError",
-    "WaitTimeout",
-]
+] + errors.__all__
