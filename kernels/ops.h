@@ -99,13 +99,21 @@ class Ops {
 
   // ---- causal self-attention ------------------------------------------------------------------
   // qkv (B,T,3C) with q, k, v in that order and heads as contiguous slices of C
-  // -> out (B,T,C), att (B,NH,T,T) the softmax probabilities (kept for backward; entries above
-  // the diagonal are zero)
-  virtual void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                int NH) = 0;
-  // dout (B,T,C) -> dqkv (B,T,3C) +=
-  virtual void AttentionBackward(float* dqkv, const float* dout, const float* qkv,
-                                 const float* att, int B, int T, int C, int NH) = 0;
+  // -> out (B,T,C), att (B,NH,T,T) the softmax probabilities (kept for backward)
+  // doc_start (B,T) or null: packed documents (issue 33), several documents in one row of T
+  // tokens that must not see each other. doc_start[b,t] is the position in row b where the
+  // document of token (b,t) starts: doc_start[b,0] == 0, and doc_start[b,t] is doc_start[b,t-1]
+  // (same document) or t (a new one). Query t attends keys doc_start[b,t]..t (block-causal);
+  // att entries outside that range are exactly zero. null means plain causal attention (every
+  // start 0), and all zeros gives the same bits as null. The CPU computes no masked work (up to
+  // the vector tile around the diagonal and the document's start) and aborts on a doc_start
+  // that breaks the rule; CUDA multiplies the whole T x T blocks and masks in the softmax.
+  virtual void AttentionForward(float* out, float* att, const float* qkv, const int32_t* doc_start,
+                                int B, int T, int C, int NH) = 0;
+  // dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) and doc_start (B,T) or null as given to the
+  // forward -> dqkv (B,T,3C) +=
+  virtual void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                 const int32_t* doc_start, int B, int T, int C, int NH) = 0;
 
   // ---- GELU (tanh approximation) --------------------------------------------------------------
   virtual void GeluForward(float* out, const float* inp, size_t n) = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -38,6 +39,26 @@ constexpr int64_t kRowsPerTask = 64;
 // a full-width tile of the same shape, so a GEMM split over threads gives the bits of one call.
 constexpr int64_t kVecAlign = 16;
 constexpr int64_t kGemmAlign = 48;
+
+// Batch row b of doc_start (B,T), or null without documents.
+const int32_t* RowStarts(const int32_t* doc_start, int64_t b, int T) {
+  return doc_start == nullptr ? nullptr : doc_start + b * T;
+}
+
+// The attention kernels index with doc_start unchecked: a malformed one (ops.h's rule broken)
+// aborts here, naming the entry, instead of reading out of bounds. O(B T), beside O(B T^2 C).
+void CheckDocStarts(const int32_t* doc_start, int B, int T, const char* op) {
+  if (doc_start == nullptr) return;
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* s = doc_start + b * T;
+    for (int t = 0; t < T; ++t) {
+      if (s[t] == t || (t > 0 && s[t] == s[t - 1])) continue;
+      std::fprintf(stderr, "pp::kernels cpu: %s: doc_start[%lld,%d] = %d breaks ops.h's rule\n", op,
+                   static_cast<long long>(b), t, s[t]);
+      std::abort();
+    }
+  }
+}
 
 // [begin, end) of part i of `parts` parts of [0, total), cut at multiples of align.
 inline void Part(int64_t total, int64_t parts, int64_t i, int64_t align, int64_t* begin,
@@ -192,25 +213,27 @@ class CpuOps final : public Ops {
   }
 
   // One task per (batch, head); every head writes its own slices of out, att and dqkv.
-  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
-                        int NH) override {
+  void AttentionForward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
+                        int T, int C, int NH) override {
     const int hs = C / NH;
+    CheckDocStarts(doc_start, B, T, "AttentionForward");
     EnsureAttentionScratch(T, hs);
     pool_.Run(int64_t(B) * NH, [&](int64_t i, int worker) {
       const int64_t b = i / NH, h = i % NH;
-      const HeadView head{qkv + b * T * 3 * C + h * hs, T, C, hs};
+      const HeadView head{qkv + b * T * 3 * C + h * hs, T, C, hs, RowStarts(doc_start, b, T)};
       k_.attention_forward(out + b * T * C + h * hs, att + i * T * T, head,
                            scratch_[worker].data());
     });
   }
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                         int T, int C, int NH) override {
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                         const int32_t* doc_start, int B, int T, int C, int NH) override {
     const int hs = C / NH;
+    CheckDocStarts(doc_start, B, T, "AttentionBackward");
     EnsureAttentionScratch(T, hs);
     pool_.Run(int64_t(B) * NH, [&](int64_t i, int worker) {
       const int64_t b = i / NH, h = i % NH;
       const int64_t qoff = b * T * 3 * C + h * hs;
-      const HeadView head{qkv + qoff, T, C, hs};
+      const HeadView head{qkv + qoff, T, C, hs, RowStarts(doc_start, b, T)};
       k_.attention_backward(dqkv + qoff, dout + b * T * C + h * hs, att + i * T * T, head,
                             scratch_[worker].data());
     });

@@ -27,10 +27,13 @@ struct AdamWScalars {
 
 // One (batch, head) of causal attention. q points at the head's first query (qkv + b*T*3C +
 // h*hs); rows are 3C apart, k and v rows are q + C and q + 2C. out points at the head's slice
-// of (B,T,C) (rows C apart), att at its (T,T) probabilities.
+// of (B,T,C) (rows C apart), att at its (T,T) probabilities. doc_start points at the batch
+// row's (T) document starts (ops.h: query t sees keys doc_start[t]..t), or is null for plain
+// causal attention (the same bits as all zeros).
 struct HeadView {
   const float* q;
   int T, C, hs;
+  const int32_t* doc_start = nullptr;
 };
 
 // Floats of attention scratch one thread needs for T and hs (AttentionScratchFloats).

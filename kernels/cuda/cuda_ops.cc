@@ -197,10 +197,10 @@ class CudaOps final : public Ops {
   // Attention products per batch row b, each one strided-batched call over the NH heads. Head h
   // of q, k, v is the row-major (T,hs) slice at qkv + b*T*3C + {0,C,2C} + h*hs (row stride 3C);
   // its (T,T) att block sits at att + (b*NH + h)*T*T; its out slice at out + b*T*C + h*hs (row
-  // stride C). Like the CPU backend, the full T x T scores are multiplied and the causal softmax
-  // zeroes the future.
-  void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C,
-                        int NH) override {
+  // stride C). Unlike the CPU backend, the full T x T scores are multiplied, and the softmax
+  // zeroes the future and, with doc_start (ops.h), the keys before each query's document.
+  void AttentionForward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
+                        int T, int C, int NH) override {
     Use();
     const Heads hd(T, C, NH);
     for (int b = 0; b < B; ++b) {
@@ -209,7 +209,7 @@ class CudaOps final : public Ops {
                   hd.hs, hd.Qkv(qkv, b, 0), hd.c3, hd.hs, 0.0f, hd.Att(att, b), T, hd.tt, NH,
                   "AttentionForward scores");
     }
-    cuda::CausalSoftmax(stream_, att, static_cast<size_t>(B) * NH * T, T);
+    cuda::CausalSoftmax(stream_, att, doc_start, static_cast<size_t>(B) * NH * T, T, NH);
     Launched("AttentionForward softmax");
     for (int b = 0; b < B; ++b) {
       // out = P V  <=>  out^T (hs,T) = V^T P^T
@@ -220,8 +220,8 @@ class CudaOps final : public Ops {
   }
   // dP = dout V^T, dV += P^T dout, dS = P (dP - rowsum(P dP)), dQ += scale dS K,
   // dK += scale dS^T Q; dS lives in a (B,NH,T,T) scratch from the stream's pool.
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                         int T, int C, int NH) override {
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                         const int32_t* doc_start, int B, int T, int C, int NH) override {
     Use();
     const Heads hd(T, C, NH);
     const size_t rows = static_cast<size_t>(B) * NH * T;
@@ -237,7 +237,7 @@ class CudaOps final : public Ops {
       GemmBatched(CUBLAS_OP_N, CUBLAS_OP_T, hd.hs, T, T, 1.0f, dy, C, hd.hs, hd.Att(att, b), T,
                   hd.tt, 1.0f, hd.Qkv(dqkv, b, 2), hd.c3, hd.hs, NH, "AttentionBackward dV");
     }
-    cuda::CausalSoftmaxBackward(stream_, ds, att, rows, T);
+    cuda::CausalSoftmaxBackward(stream_, ds, att, doc_start, rows, T, NH);
     Launched("AttentionBackward softmax");
     for (int b = 0; b < B; ++b) {
       // dQ^T (hs,T) += scale K^T dS^T

@@ -269,41 +269,52 @@ __global__ void AddBiasKernel(float* out, const float* bias, int OC, size_t n) {
 
 // ---- attention softmax ------------------------------------------------------------------------
 // The attention products run through cuBLAS (cuda_ops.cc); these kernels do the row-wise part.
-// Row r of (rows, T) is query position t = r % T: its causal columns are 0..t. One warp per row.
+// Row r of (rows, T) is query position t = r % T of batch row b = r / (NH T): its columns are
+// s..t, s = doc_start[b,t] (ops.h: packed documents), or 0 without doc_start. One warp per row.
+// Lane l takes columns s + l, s + l + 32, ...: with s = 0 the plain causal order, same bits.
 
-// att (rows,T) scores -> softmax over columns 0..t, zeros above the diagonal
-__global__ void CausalSoftmaxKernel(float* att, size_t rows, int T) {
+// The first column of row r, clamped to [0, t] so a malformed doc_start never indexes outside.
+__device__ int RowStart(const int32_t* doc_start, size_t r, int t, int T, int NH) {
+  if (doc_start == nullptr) return 0;
+  const int s = doc_start[r / (static_cast<size_t>(NH) * T) * T + t];
+  return s < 0 ? 0 : (s > t ? t : s);
+}
+
+// att (rows,T) scores -> softmax over columns s..t, zeros outside
+__global__ void CausalSoftmaxKernel(float* att, const int32_t* doc_start, size_t rows, int T,
+                                    int NH) {
   const size_t r = static_cast<size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (r >= rows) return;
-  const int t = static_cast<int>(r % T);
+  const int t = static_cast<int>(r % T), s = RowStart(doc_start, r, t, T, NH);
   float* p = att + r * T;
-  // each lane reads and writes only its own columns lane, lane+32, ...
+  // each lane reads and writes only its own columns
   float max_score = -INFINITY;
-  for (int j = lane; j <= t; j += kWarp) max_score = fmaxf(max_score, p[j]);
+  for (int j = s + lane; j <= t; j += kWarp) max_score = fmaxf(max_score, p[j]);
   max_score = WarpMax(max_score);
   float sum = 0.0f;
-  for (int j = lane; j <= t; j += kWarp) {
+  for (int j = s + lane; j <= t; j += kWarp) {
     p[j] = expf(p[j] - max_score);
     sum += p[j];
   }
   const float inv_sum = 1.0f / WarpSum(sum);
-  for (int j = lane; j < T; j += kWarp) p[j] = j <= t ? p[j] * inv_sum : 0.0f;
+  for (int j = lane; j < T; j += kWarp) p[j] = j >= s && j <= t ? p[j] * inv_sum : 0.0f;
 }
 
-// dp (rows,T) holds dP = dout V^T on entry; on exit dS = P (dP - sum_j P dP) on columns 0..t,
-// zeros above the diagonal
-__global__ void CausalSoftmaxBackwardKernel(float* dp, const float* att, size_t rows, int T) {
+// dp (rows,T) holds dP = dout V^T on entry; on exit dS = P (dP - sum_j P dP) on columns s..t,
+// zeros outside
+__global__ void CausalSoftmaxBackwardKernel(float* dp, const float* att, const int32_t* doc_start,
+                                            size_t rows, int T, int NH) {
   const size_t r = static_cast<size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (r >= rows) return;
-  const int t = static_cast<int>(r % T);
+  const int t = static_cast<int>(r % T), s = RowStart(doc_start, r, t, T, NH);
   const float* p = att + r * T;
   float* d = dp + r * T;
   float dot = 0.0f;
-  for (int j = lane; j <= t; j += kWarp) dot += p[j] * d[j];
+  for (int j = s + lane; j <= t; j += kWarp) dot += p[j] * d[j];
   dot = WarpSum(dot);
-  for (int j = lane; j < T; j += kWarp) d[j] = j <= t ? p[j] * (d[j] - dot) : 0.0f;
+  for (int j = lane; j < T; j += kWarp) d[j] = j >= s && j <= t ? p[j] * (d[j] - dot) : 0.0f;
 }
 
 // ---- GELU (tanh approximation) ----------------------------------------------------------------
@@ -498,14 +509,17 @@ void BiasBackward(cudaStream_t stream, float* dbias, const float* dout, int N, i
       nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC);
 }
 
-void CausalSoftmax(cudaStream_t stream, float* att, size_t rows, int T) {
+void CausalSoftmax(cudaStream_t stream, float* att, const int32_t* doc_start, size_t rows, int T,
+                   int NH) {
   if (rows == 0) return;
-  CausalSoftmaxKernel<<<WarpRowGrid(rows), kBlock, 0, stream>>>(att, rows, T);
+  CausalSoftmaxKernel<<<WarpRowGrid(rows), kBlock, 0, stream>>>(att, doc_start, rows, T, NH);
 }
 
-void CausalSoftmaxBackward(cudaStream_t stream, float* dp, const float* att, size_t rows, int T) {
+void CausalSoftmaxBackward(cudaStream_t stream, float* dp, const float* att,
+                           const int32_t* doc_start, size_t rows, int T, int NH) {
   if (rows == 0) return;
-  CausalSoftmaxBackwardKernel<<<WarpRowGrid(rows), kBlock, 0, stream>>>(dp, att, rows, T);
+  CausalSoftmaxBackwardKernel<<<WarpRowGrid(rows), kBlock, 0, stream>>>(dp, att, doc_start, rows, T,
+                                                                        NH);
 }
 
 void GeluForward(cudaStream_t stream, float* out, const float* inp, size_t n) {

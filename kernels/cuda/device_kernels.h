@@ -45,11 +45,14 @@ void AddBias(cudaStream_t stream, float* out, const float* bias, int N, int OC);
 // dout (N,OC) -> dbias (OC) += column sums
 void BiasBackward(cudaStream_t stream, float* dbias, const float* dout, int N, int OC);
 
-// Row r of att (rows,T) is query position r % T (rows = B*NH*T).
-// att: scores -> causal softmax probabilities, zeros above the diagonal
-void CausalSoftmax(cudaStream_t stream, float* att, size_t rows, int T);
-// dp: dP -> dS = P (dP - rowsum(P dP)), zeros above the diagonal
-void CausalSoftmaxBackward(cudaStream_t stream, float* dp, const float* att, size_t rows, int T);
+// Row r of att (rows,T) is query position t = r % T of batch row b = r / (NH T) (rows = B*NH*T);
+// its columns are doc_start[b,t]..t, doc_start (B,T) as in ops.h, or 0..t when it is null.
+// att: scores -> softmax probabilities over those columns, zeros outside them
+void CausalSoftmax(cudaStream_t stream, float* att, const int32_t* doc_start, size_t rows, int T,
+                   int NH);
+// dp: dP -> dS = P (dP - rowsum(P dP)) over those columns, zeros outside them
+void CausalSoftmaxBackward(cudaStream_t stream, float* dp, const float* att,
+                           const int32_t* doc_start, size_t rows, int T, int NH);
 
 void GeluForward(cudaStream_t stream, float* out, const float* inp, size_t n);
 void GeluBackward(cudaStream_t stream, float* dinp, const float* inp, const float* dout, size_t n);

@@ -300,13 +300,35 @@ void CheckMatmul(const Backends& be, Random& rng, Report& report, const std::str
   report.Compare(tag + "MatmulBackwardWeight", "dweight, no dbias", dweight);
 }
 
-// hs below and above the warp width, T below and above it.
-void CheckAttention(const Backends& be, Random& rng, Report& report, int B, int T, int C, int NH) {
-  const std::string op = absl::StrCat("Attention B", B, " T", T, " C", C, " NH", NH);
+// (B,T) document starts (ops.h doc_start): row b has a one-token document at 0, then documents
+// of 5 + 3b tokens, and a last one-token document at T - 1.
+std::vector<int32_t> PackedDocStarts(int B, int T) {
+  std::vector<int32_t> starts(static_cast<size_t>(B) * T);
+  for (int b = 0; b < B; ++b) {
+    int cur = 0;
+    for (int t = 0; t < T; ++t) {
+      if (t == 1 || t == T - 1 || (t > 0 && t % (5 + 3 * b) == 0)) cur = t;
+      starts[static_cast<size_t>(b) * T + t] = cur;
+    }
+  }
+  return starts;
+}
+
+// hs below and above the warp width, T below and above it; docs: (B,T) document starts, or
+// empty for plain causal attention (a null doc_start).
+void CheckAttention(const Backends& be, Random& rng, Report& report, int B, int T, int C, int NH,
+                    const std::vector<int32_t>& docs = {}) {
+  const std::string op = absl::StrCat("Attention", docs.empty() ? "" : " packed", " B", B, " T", T,
+                                      " C", C, " NH", NH);
+  std::unique_ptr<IntTwin> starts;
+  if (!docs.empty()) starts = std::make_unique<IntTwin>(be, docs);
+  auto doc = [&](Side s) { return starts ? (*starts)[s] : nullptr; };
   Twin qkv(be, B * T * 3 * C), out(be, B * T * C), att(be, B * NH * T * T);
   qkv.Uniform(rng, -1.5f, 1.5f);
-  att.Uniform(rng, -1, 1);  // the op must also write the zeros above the diagonal
-  OnBoth(be, [&](Ops& ops, Side s) { ops.AttentionForward(out[s], att[s], qkv[s], B, T, C, NH); });
+  att.Uniform(rng, -1, 1);  // the op must also write the zeros outside each row's keys
+  OnBoth(be, [&](Ops& ops, Side s) {
+    ops.AttentionForward(out[s], att[s], qkv[s], doc(s), B, T, C, NH);
+  });
   report.Compare(op + " fwd", "out", out);
   report.Compare(op + " fwd", "att", att);
   att.ShareCpuValues();
@@ -314,7 +336,7 @@ void CheckAttention(const Backends& be, Random& rng, Report& report, int B, int 
   dout.Uniform(rng, -1, 1);
   dqkv.Uniform(rng, -1, 1);
   OnBoth(be, [&](Ops& ops, Side s) {
-    ops.AttentionBackward(dqkv[s], dout[s], qkv[s], att[s], B, T, C, NH);
+    ops.AttentionBackward(dqkv[s], dout[s], qkv[s], att[s], doc(s), B, T, C, NH);
   });
   report.Compare(op + " bwd", "dqkv", dqkv);
 }
@@ -476,7 +498,7 @@ class MiniGpt {
       Acts& a = acts_[l];
       ops_.LayerNormForward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(w.ln1w), P(w.ln1b), N, C);
       ops_.MatmulForward(a.qkv, a.ln1, P(w.qkvw), P(w.qkvb), N, C, 3 * C);
-      ops_.AttentionForward(a.atty, a.att, a.qkv, B, T, C, NH);
+      ops_.AttentionForward(a.atty, a.att, a.qkv, nullptr, B, T, C, NH);
       ops_.MatmulForward(a.attproj, a.atty, P(w.projw), P(w.projb), N, C, C);
       ops_.ResidualForward(a.res1, x, a.attproj, bt_ * C);
       ops_.LayerNormForward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, P(w.ln2w), P(w.ln2b), N, C);
@@ -528,7 +550,7 @@ class MiniGpt {
       ops_.MatmulBackwardInput(datty_, dres_, P(w.projw), N, C, C);
       ops_.MatmulBackwardWeight(G(w.projw), G(w.projb), dres_, a.atty, N, C, C);
       ops_.Zero(dqkv_, 3 * nc);
-      ops_.AttentionBackward(dqkv_, datty_, a.qkv, a.att, B, T, C, NH);
+      ops_.AttentionBackward(dqkv_, datty_, a.qkv, a.att, nullptr, B, T, C, NH);
       ops_.Zero(dln_, nc);
       ops_.MatmulBackwardInput(dln_, dqkv_, P(w.qkvw), N, C, 3 * C);
       ops_.MatmulBackwardWeight(G(w.qkvw), G(w.qkvb), dqkv_, a.ln1, N, C, 3 * C);
@@ -681,6 +703,8 @@ int Main() {
   CheckMatmul(be, rng, report);
   CheckAttention(be, rng, report, 2, 19, 48, 4);   // hs 12
   CheckAttention(be, rng, report, 2, 75, 256, 4);  // hs 64, T over two warps
+  CheckAttention(be, rng, report, 2, 19, 48, 4, PackedDocStarts(2, 19));
+  CheckAttention(be, rng, report, 2, 75, 256, 4, PackedDocStarts(2, 75));
   CheckCrossEntropy(be, rng, report);
   CheckAdamW(be, rng, report);
   CheckModel(be, rng, report);

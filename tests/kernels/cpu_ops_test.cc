@@ -226,7 +226,7 @@ TEST_F(CpuOpsTest, AttentionForwardAndBackward) {
   float *out = ops_->Alloc(B * T * C), *att = ops_->Alloc(B * NH * T * T);
   owned_.insert(owned_.end(), {out, att});
   float* dq = Dev(qkv);
-  ops_->AttentionForward(out, att, dq, B, T, C, NH);
+  ops_->AttentionForward(out, att, dq, nullptr, B, T, C, NH);
   ExpectForward(Host(out, B * T * C), RefAttention(Q, B, T, C, NH), "attention");
   auto probs = Host(att, B * NH * T * T);
   for (int row = 0; row < B * NH * T; ++row) {
@@ -242,7 +242,7 @@ TEST_F(CpuOpsTest, AttentionForwardAndBackward) {
   }
   auto pre = Random(B * T * 3 * C, 32);
   float* g = Dev(pre);
-  ops_->AttentionBackward(g, Dev(r), dq, att, B, T, C, NH);
+  ops_->AttentionBackward(g, Dev(r), dq, att, nullptr, B, T, C, NH);
   ExpectGradient([&](const Vec& v) { return Dot(R, RefAttention(v, B, T, C, NH)); }, Q,
                  Added(g, pre), "attention dqkv");
 }
@@ -383,8 +383,8 @@ TEST_F(CpuOpsTest, AttentionAndMatmulAreDeterministic) {
     float* g = ops_->Alloc(B * T * 3 * C);
     float* w = ops_->Alloc(3 * C * C);
     owned_.insert(owned_.end(), {out, att, g, w});
-    ops_->AttentionForward(out, att, dq, B, T, C, NH);
-    ops_->AttentionBackward(g, dr, dq, att, B, T, C, NH);
+    ops_->AttentionForward(out, att, dq, nullptr, B, T, C, NH);
+    ops_->AttentionBackward(g, dr, dq, att, nullptr, B, T, C, NH);
     ops_->MatmulBackwardWeight(w, nullptr, g, dr, B * T, C, 3 * C);
     std::vector<float> all = Host(out, B * T * C);
     auto gh = Host(g, B * T * 3 * C), wh = Host(w, 3 * C * C);

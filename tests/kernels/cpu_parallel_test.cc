@@ -200,10 +200,10 @@ std::vector<float> RunEveryOp(int threads) {
   float *qkv = ops.Alloc(N * 3 * C), *out = ops.Alloc(N * C), *att = ops.Alloc(B * NH * T * T);
   ops.LayerNormForward(ln, mean, rstd, x, lw, lb, N, C);
   ops.MatmulForward(qkv, ln, w, bias, N, C, 3 * C);
-  ops.AttentionForward(out, att, qkv, B, T, C, NH);
+  ops.AttentionForward(out, att, qkv, nullptr, B, T, C, NH);
   float *dqkv = ops.Alloc(N * 3 * C), *dln = ops.Alloc(N * C), *dx = ops.Alloc(N * C);
   float *dw = ops.Alloc(3 * C * C), *db = ops.Alloc(3 * C), *dlw = ops.Alloc(C), *dlb = ops.Alloc(C);
-  ops.AttentionBackward(dqkv, x, qkv, att, B, T, C, NH);
+  ops.AttentionBackward(dqkv, x, qkv, att, nullptr, B, T, C, NH);
   ops.MatmulBackwardInput(dln, dqkv, w, N, C, 3 * C);
   ops.MatmulBackwardWeight(dw, db, dqkv, ln, N, C, 3 * C);
   ops.LayerNormBackwardInput(dx, dln, x, lw, mean, rstd, N, C);

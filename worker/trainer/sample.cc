@@ -193,7 +193,7 @@ absl::StatusOr<std::vector<float>> Decoder::Logits(const std::vector<int32_t>& t
   float* probs = buf.Get(size_t(NH) * N * N);
   for (int l = 0; l < m.cfg.n_layers; ++l) {
     m.Block(l, x, N, buf, [&](const float* qkv, float* out) {
-      m.ops->AttentionForward(out, probs, qkv, 1, N, C, NH);
+      m.ops->AttentionForward(out, probs, qkv, nullptr, 1, N, C, NH);
     });
   }
   return m.Head(x, N, buf);
