@@ -138,7 +138,7 @@ std::vector<std::string> UpSecrets::DaemonFlags(const std::string& name) const {
 absl::StatusOr<UpSecrets> MakeUpSecrets(const std::string& dir,
                                         const std::vector<std::string>& names,
                                         const std::vector<std::string>& admins, bool view_token) {
-  UpSecrets secrets{dir, dir + "/ca.crt", dir + "/tokens", dir + "/token"};
+  UpSecrets secrets{dir, dir + "/ca.crt", dir + "/tokens", dir + "/token", ""};
   if (absl::Status made = PrivateDir(dir); !made.ok()) return made;
   Key ca_key(nullptr, &EVP_PKEY_free);
   Cert ca(nullptr, &X509_free);

@@ -102,7 +102,9 @@ TEST_F(JobLogsServiceTest, AFailedRanksErrorLineComesBackWithTheRankFilter) {
     if (i > 0 && page.lines(i).worker() == page.lines(i - 1).worker()) {
       EXPECT_GT(page.lines(i).seq(), page.lines(i - 1).seq());
     }
-    if (i > 0) EXPECT_GE(page.lines(i).worker(), page.lines(i - 1).worker());
+    if (i > 0) {
+      EXPECT_GE(page.lines(i).worker(), page.lines(i - 1).worker());
+    }
   }
   EXPECT_GE(ranks_seen[0], 2);
   EXPECT_GE(ranks_seen[1], 2);

@@ -245,6 +245,13 @@ TEST_F(UpTest, ADaemonDyingMidwayFailsPromptlyAndLeavesNoProcess) {
       std::regex_search(ppctl->Output(), std::regex("w1 was killed by signal 9|did not succeed")))
       << ppctl->Output();
   ExpectNothingLeft(*ppctl, 3);
+  // Without --data_dir the failed job's report goes to $TMPDIR, for the user to open: not a test's
+  // to leave there.
+  std::smatch report;
+  const std::string out = ppctl->Output();
+  if (std::regex_search(out, report, std::regex("report: ([^\n]+)"))) {
+    std::filesystem::remove(report[1].str());
+  }
 }
 
 TEST_F(UpTest, BadInputIsOneLineAndStartsNothing) {
