@@ -178,21 +178,6 @@ std::string Markers(const LineChart& chart, const Frame& f) {
   return out;
 }
 
-const char* KindLetter(prog::Kind kind) {
-  switch (kind) {
-    case prog::Kind::kForward:
-      return "F";
-    case prog::Kind::kBackward:
-      return "B";
-    case prog::Kind::kBackwardInput:
-      return "I";
-    case prog::Kind::kBackwardWeight:
-      return "W";
-    default:
-      return "";
-  }
-}
-
 const char* KindColor(prog::Kind kind) {
   switch (kind) {
     case prog::Kind::kForward:
@@ -208,16 +193,8 @@ const char* KindColor(prog::Kind kind) {
   }
 }
 
-// "F3" (microbatch 2), with the chunk as a letter when ranks hold several ("F3b"), as
-// `ppctl plan` and `ppctl trace` label cells (plan.h RenderAscii).
-std::string CellLabel(const prog::Action& a, int D, int V) {
-  std::string label = absl::StrCat(KindLetter(a.kind), a.microbatch + 1);
-  if (V > 1) label.push_back(static_cast<char>('a' + a.stage / D));
-  return label;
-}
-
 // One action's bar in the row starting at `top`; `scale` is pixels a second. D and V: as
-// CellLabel.
+// plan::ActionLabel.
 std::string Bar(const pp::plan::TimedAction& t, double top, double left, double scale, int D,
                 int V) {
   const bool comm = prog::IsComm(t.action.kind);
@@ -232,7 +209,7 @@ std::string Bar(const pp::plan::TimedAction& t, double top, double left, double 
     absl::StrAppendFormat(&out,
                           "<text class=\"cell\" x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%s"
                           "</text>",
-                          x + width / 2, top + 14, CellLabel(t.action, D, V));
+                          x + width / 2, top + 14, pp::plan::ActionLabel(t.action, D, V));
   }
   return absl::StrCat(out, "\n");
 }

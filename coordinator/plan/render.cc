@@ -30,13 +30,6 @@ char Letter(prog::Kind kind) {
   }
 }
 
-// "F3" (microbatch 2), with the chunk as a letter when ranks hold several: "F3b".
-std::string Label(const prog::Action& a, int D, int V) {
-  std::string label = absl::StrCat(std::string(1, Letter(a.kind)), a.microbatch + 1);
-  if (V > 1) label.push_back(static_cast<char>('a' + a.stage / D));
-  return label;
-}
-
 std::string Cell(const std::string& text, int cells, int width) {
   std::string cell = "[" + text;
   cell.resize(cells * width - 2, ' ');
@@ -78,6 +71,12 @@ std::string QuantumText(double quantum, TimeUnit unit) {
 
 }  // namespace
 
+std::string ActionLabel(const prog::Action& a, int D, int V) {
+  std::string label = absl::StrCat(std::string(1, Letter(a.kind)), a.microbatch + 1);
+  if (V > 1) label.push_back(static_cast<char>('a' + a.stage / D));
+  return label;
+}
+
 std::string RenderAscii(const Timeline& timeline, TimeUnit unit) {
   const int D = static_cast<int>(timeline.ranks.size());
   if (D == 0) return "(empty timeline)\n";
@@ -105,7 +104,7 @@ std::string RenderAscii(const Timeline& timeline, TimeUnit unit) {
       const long first = std::max(cursor, std::lround(t.start / quantum));
       const long last = std::max(first + 1, std::lround(t.end / quantum));
       for (; cursor < first; ++cursor) out += Cell("", 1, width);
-      out += Cell(Label(t.action, D, V), static_cast<int>(last - first), width);
+      out += Cell(ActionLabel(t.action, D, V), static_cast<int>(last - first), width);
       cursor = last;
     }
     while (!out.empty() && out.back() == ' ') out.pop_back();

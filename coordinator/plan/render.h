@@ -26,6 +26,9 @@ namespace pp::plan {
 enum class TimeUnit { kCostUnits, kSeconds };
 
 std::string RenderAscii(const Timeline& timeline, TimeUnit unit = TimeUnit::kCostUnits);
+// A compute action's cell label: kind letter and microbatch from 1, "F3", with its chunk as a
+// letter when ranks hold V > 1 chunks of D ranks: "F3b". (Other kinds get '?'.)
+std::string ActionLabel(const prog::Action& a, int D, int V);
 // `microseconds_per_unit` converts the timeline's unit: 1e6 for seconds (measured traces); the
 // planner's abstract units are drawn as milliseconds (1000).
 std::string RenderChrome(const Timeline& timeline, double microseconds_per_unit);
