@@ -1,6 +1,7 @@
 // libFuzzer harness: worker/executor/executor.h Executor::Create with a random rank program and
 // layout and, when Create accepts it, one RunStep against an in-process fake compute and
-// transport (receives complete at once with zeros, sends at once), so that the executor's buffer
+// transport (receives complete at once: a boundary header states the shape the fake compute gives
+// the message's edge, a payload is zeros; sends complete at once), so that the executor's buffer
 // bookkeeping runs on programs no planner would emit. The fake compute reads every input and
 // writes every output in full: a freed or short buffer is an ASan report.
 //
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "worker/executor/boundary_message.h"
 #include "worker/executor/executor.h"
 
 namespace {
@@ -107,10 +109,17 @@ class FakeTransport : public pp::comm::Transport {
     for (size_t i = 0; i < n; ++i) sink = sink + data[i];
     return Open();
   }
-  absl::StatusOr<pp::comm::Handle> Irecv(int peer, int /*channel*/, uint64_t /*tag*/, float* data,
+  absl::StatusOr<pp::comm::Handle> Irecv(int peer, int /*channel*/, uint64_t tag, float* data,
                                          size_t n) override {
     if (peer < 0 || peer >= size_) return absl::InvalidArgumentError("bad peer");
     std::memset(data, 0, n * sizeof(float));
+    if (n == kHeaderFloats) {
+      // Edge lo -> lo+1 (program/message.cc's tag layout: lo in bits 27..53) carries
+      // FakeCompute::InputSize(lo + 1) floats.
+      const int lo = static_cast<int>((tag >> 27) & ((uint64_t{1} << 27) - 1));
+      const int64_t width = static_cast<int64_t>(kFloats) + (lo + 1) % 3;
+      EncodeHeader({tag, {1, 1, width}}, data);
+    }
     return Open();
   }
   absl::Status Wait(pp::comm::Handle handle) override {

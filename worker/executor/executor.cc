@@ -1,5 +1,6 @@
 #include "worker/executor/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -12,6 +13,7 @@
 #include "program/message.h"
 #include "program/proto.h"
 #include "program/rules.h"
+#include "worker/executor/boundary_transfers.h"
 
 namespace pp::executor {
 namespace {
@@ -61,6 +63,22 @@ std::vector<int> CommPeers(const std::vector<const pp::v1::RankProgram*>& progra
   return std::vector<int>(peers.begin(), peers.end());
 }
 
+BoundaryShape StageCompute::InputShape(int stage, int mb) const {
+  return {1, 1, static_cast<int64_t>(InputSize(stage))};
+}
+
+BoundaryShape StageCompute::OutputShape(int stage, int mb) const {
+  return {1, 1, static_cast<int64_t>(OutputSize(stage))};
+}
+
+void StageCompute::CopyToHost(float* host, const float* buffer, size_t n) {
+  std::copy(buffer, buffer + n, host);
+}
+
+void StageCompute::CopyFromHost(float* buffer, const float* host, size_t n) {
+  std::copy(host, host + n, buffer);
+}
+
 const char* PhaseName(Phase phase) {
   static const char* const kNames[kNumPhases] = {
       "forward", "backward", "backward_input", "backward_weight", "optimizer", "send", "recv"};
@@ -77,19 +95,15 @@ struct Executor::Op {
   uint64_t tag = 0;
 };
 
-// Boundary tensors of one step, keyed by (stage, microbatch).
+// Boundary tensors of one step, keyed by (stage, microbatch), and the messages in flight.
 struct Executor::Buffers {
   using Key = BufferKey;
-  struct Posted {
-    comm::Handle handle;
-    float* data;
-  };
+  Buffers(comm::Transport* transport, StageCompute* compute) : transfers(transport, compute) {}
   std::map<Key, float*> act_in;     // input activation of a stage
   std::map<Key, float*> act_out;    // output activation of a stage, waiting for its send
   std::map<Key, float*> grad_out;   // gradient of a stage's output
   std::map<Key, float*> grad_in;    // gradient of a stage's input, waiting for its send
-  std::map<size_t, Posted> receives;  // by op index
-  std::vector<Posted> sends;
+  BoundaryTransfers transfers;      // receives posted by op index, sends until drained
   size_t next_receive = 0;          // op index from which receives are not posted yet
   int64_t bytes = 0;
 };
@@ -171,23 +185,15 @@ absl::Status Executor::PostReceivesUpTo(size_t index, Buffers& buffers) {
     const Op& op = ops_[buffers.next_receive];
     const Kind kind = op.action.kind;
     if (kind != Kind::kRecvActivation && kind != Kind::kRecvGrad) continue;
-    // An activation arrives into stage lo+1's input, a gradient into stage lo's output gradient.
-    const size_t n = kind == Kind::kRecvActivation ? compute_->InputSize(op.lo + 1)
-                                                   : compute_->OutputSize(op.lo);
-    float* data = compute_->AllocBuffer(n);
-    if (data == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          Describe(options_.rank, buffers.next_receive, op.action), ": cannot allocate ", n,
-          " floats"));
+    // An activation arrives as stage lo+1's input, a gradient as stage lo's output gradient.
+    const int mb = op.action.microbatch;
+    const BoundaryShape shape = kind == Kind::kRecvActivation ? compute_->InputShape(op.lo + 1, mb)
+                                                              : compute_->OutputShape(op.lo, mb);
+    if (absl::Status s =
+            buffers.transfers.Post(buffers.next_receive, op.action.peer, op.channel, op.tag, shape);
+        !s.ok()) {
+      return Annotate(s, options_.rank, buffers.next_receive, op.action);
     }
-    buffers.bytes += static_cast<int64_t>(n * sizeof(float));
-    absl::StatusOr<comm::Handle> handle =
-        transport_->Irecv(op.action.peer, op.channel, op.tag, data, n);
-    if (!handle.ok()) {
-      compute_->FreeBuffer(data);
-      return Annotate(handle.status(), options_.rank, buffers.next_receive, op.action);
-    }
-    buffers.receives[buffers.next_receive] = {*handle, data};
   }
   return absl::OkStatus();
 }
@@ -329,7 +335,7 @@ absl::Status Executor::ExecuteSendActivation(size_t index, Buffers& buffers) {
   if (data == nullptr) {
     return Missing(index, absl::StrCat("the output activation of stage ", op.lo));
   }
-  return Send(index, buffers, data, compute_->OutputSize(op.lo));
+  return Send(index, buffers, data, compute_->OutputShape(op.lo, op.action.microbatch));
 }
 
 absl::Status Executor::ExecuteSendGrad(size_t index, Buffers& buffers) {
@@ -338,53 +344,49 @@ absl::Status Executor::ExecuteSendGrad(size_t index, Buffers& buffers) {
   if (data == nullptr) {
     return Missing(index, absl::StrCat("the input gradient of stage ", op.lo + 1));
   }
-  return Send(index, buffers, data, compute_->InputSize(op.lo + 1));
+  return Send(index, buffers, data, compute_->InputShape(op.lo + 1, op.action.microbatch));
 }
 
-// Starts sending `data` (n floats) to the op's peer; it is freed once the send completed.
-absl::Status Executor::Send(size_t index, Buffers& buffers, float* data, size_t n) {
+// Starts sending `data` (a tensor of `shape`) to the op's peer; it is freed once the send
+// completed. Its bytes stay counted until the step ends: the transfer may still read it.
+absl::Status Executor::Send(size_t index, Buffers& buffers, float* data,
+                            const BoundaryShape& shape) {
   const Op& op = ops_[index];
-  absl::StatusOr<comm::Handle> handle =
-      transport_->Isend(op.action.peer, op.channel, op.tag, data, n);
-  if (!handle.ok()) {
-    Release(buffers, data, n);
-    return Annotate(handle.status(), options_.rank, index, op.action);
+  absl::Status status = buffers.transfers.Send(op.action.peer, op.channel, op.tag, shape, data);
+  if (!status.ok()) {
+    // The transfers freed `data`.
+    buffers.bytes -= static_cast<int64_t>(BoundaryFloats(shape).value_or(0) * sizeof(float));
+    return Annotate(status, options_.rank, index, op.action);
   }
-  buffers.sends.push_back({*handle, data});
   return absl::OkStatus();
 }
 
 // The activation of edge lo -> lo+1 arrives as stage lo+1's input.
 absl::Status Executor::ExecuteRecvActivation(size_t index, Buffers& buffers) {
   const Op& op = ops_[index];
-  return Receive(index, buffers, compute_->InputSize(op.lo + 1), buffers.act_in,
-                 {op.lo + 1, op.action.microbatch});
+  return Receive(index, buffers, buffers.act_in, {op.lo + 1, op.action.microbatch});
 }
 
 // The gradient of edge lo -> lo+1 arrives as stage lo's output gradient.
 absl::Status Executor::ExecuteRecvGrad(size_t index, Buffers& buffers) {
   const Op& op = ops_[index];
-  return Receive(index, buffers, compute_->OutputSize(op.lo), buffers.grad_out,
-                 {op.lo, op.action.microbatch});
+  return Receive(index, buffers, buffers.grad_out, {op.lo, op.action.microbatch});
 }
 
-// Waits for the op's posted receive (n floats) and files the tensor under `into`[at].
-absl::Status Executor::Receive(size_t index, Buffers& buffers, size_t n,
-                               std::map<BufferKey, float*>& into, BufferKey at) {
+// Receives the op's message and files the tensor under `into`[at].
+absl::Status Executor::Receive(size_t index, Buffers& buffers, std::map<BufferKey, float*>& into,
+                               BufferKey at) {
   const prog::Action& action = ops_[index].action;
   if (absl::Status s = PostReceivesUpTo(index, buffers); !s.ok()) return s;
-  Buffers::Posted posted = buffers.receives.at(index);
-  buffers.receives.erase(index);
-  if (absl::Status status = transport_->Wait(posted.handle); !status.ok()) {
-    // posted.data is not freed: the transport may still write it.
-    return Annotate(status, options_.rank, index, action);
-  }
+  absl::StatusOr<BoundaryTransfers::Received> got = buffers.transfers.Receive(index);
+  if (!got.ok()) return Annotate(got.status(), options_.rank, index, action);
+  buffers.bytes += static_cast<int64_t>(got->n * sizeof(float));
   if (into.count(at) > 0) {
-    Release(buffers, posted.data, n);
+    Release(buffers, got->data, got->n);
     return absl::InvalidArgumentError(absl::StrCat(Describe(options_.rank, index, action),
                                                    ": received the same tensor twice"));
   }
-  into[at] = posted.data;
+  into[at] = got->data;
   return absl::OkStatus();
 }
 
@@ -402,7 +404,7 @@ absl::StatusOr<StepResult> Executor::RunStep(int step) {
       !s.ok()) {
     return s;
   }
-  Buffers buffers;
+  Buffers buffers(transport_, compute_);
   absl::Status status = RunProgram(step, start, buffers, result);
   if (status.ok()) status = DrainSends(start, buffers, result);
   if (status.ok()) status = CheckAllConsumed(buffers);
@@ -471,12 +473,7 @@ void Executor::RecordAction(const prog::Action& action, double t0, double t1, St
 absl::Status Executor::DrainSends(Clock::time_point start, Buffers& buffers,
                                   StepResult& result) {
   const double drain_start = SecondsSince(start);
-  while (!buffers.sends.empty()) {
-    Buffers::Posted posted = buffers.sends.back();
-    if (absl::Status s = transport_->Wait(posted.handle); !s.ok()) return s;
-    buffers.sends.pop_back();
-    compute_->FreeBuffer(posted.data);
-  }
+  if (absl::Status s = buffers.transfers.DrainSends(); !s.ok()) return s;
   const double drained = SecondsSince(start) - drain_start;
   result.wait_seconds += drained;
   result.busy_seconds[static_cast<int>(Phase::kSend)] += drained;
@@ -486,7 +483,7 @@ absl::Status Executor::DrainSends(Clock::time_point start, Buffers& buffers,
 absl::Status Executor::CheckAllConsumed(const Buffers& buffers) const {
   const size_t leftovers = buffers.act_in.size() + buffers.act_out.size() +
                            buffers.grad_out.size() + buffers.grad_in.size() +
-                           buffers.receives.size();
+                           buffers.transfers.unreceived();
   if (leftovers == 0) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "rank ", options_.rank, ": the program left ", leftovers,

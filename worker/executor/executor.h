@@ -12,9 +12,14 @@
 //   rule): between two ranks, the program must send and receive each kind in one order. The
 //   planner's validator refuses programs that do not (coordinator/plan/validate.h); the fifo
 //   transport fails the step naming both messages if one gets here.
-// - Receives are posted `recv_lookahead` actions ahead of their RECV (all at step start when
-//   negative); sends complete in the background and are awaited at the end of the step. Boundary
-//   buffers are freed as soon as their consumer ran (or their send completed).
+// - Every tensor travels as a header stating its tag and shape, then its payload
+//   (boundary_message.h; StageCompute::InputShape/OutputShape give the shapes): the receiver
+//   posts both receives together, sized from the shape it expects (the same pure function of the
+//   step's data the sender wrote its header from), and fails the step, naming both, when the
+//   header is not that tensor (boundary_transfers.h). Receives are posted `recv_lookahead` actions
+//   ahead of their RECV (all at step start when negative); sends complete in the background and
+//   are awaited at the end of the step. Boundary buffers are freed as soon as
+//   their consumer ran (or their send completed).
 // - After the program: every rank's per-tensor gradient sums of squares (and the step loss of a
 //   rank holding the last stage) are all-gathered, the compute turns them into one clip scale
 //   (the same on every rank), then OptimizerStep, unless the gather holds a non-finite loss or
@@ -46,6 +51,7 @@
 #include "pp/v1/schedule.pb.h"
 #include "program/ir.h"
 #include "worker/comm/transport.h"
+#include "worker/executor/boundary_message.h"
 #include "worker/executor/slowdown.h"
 #include "worker/executor/sum_squares.h"
 
@@ -69,6 +75,15 @@ class StageCompute {
   virtual size_t OutputSize(int stage) const = 0;  // unused for the last stage
   virtual float* AllocBuffer(size_t n) = 0;
   virtual void FreeBuffer(float* buffer) = 0;
+  // The shape of the activation (= its gradient) entering / leaving a held stage for microbatch
+  // mb: what a boundary message's header states (boundary_message.h), and the receiver expects.
+  // BoundaryFloats of it must be InputSize / OutputSize. Defaults: (1, 1, size).
+  virtual BoundaryShape InputShape(int stage, int mb) const;
+  virtual BoundaryShape OutputShape(int stage, int mb) const;
+  // Between host memory and AllocBuffer's (a header's words); complete when they return.
+  // Defaults: memcpy, for a compute whose buffers are host memory.
+  virtual void CopyToHost(float* host, const float* buffer, size_t n);
+  virtual void CopyFromHost(float* buffer, const float* host, size_t n);
 
   // Zeroes gradients and prepares the step's data.
   virtual absl::Status BeginStep(int step) = 0;
@@ -181,9 +196,9 @@ class Executor {
   absl::Status ExecuteRecvGrad(size_t index, Buffers& buffers);
   // What the kinds share.
   absl::Status RunInputGradient(size_t index, Buffers& buffers, const InputGradient& backward);
-  absl::Status Send(size_t index, Buffers& buffers, float* data, size_t n);
-  absl::Status Receive(size_t index, Buffers& buffers, size_t n,
-                       std::map<BufferKey, float*>& into, BufferKey at);
+  absl::Status Send(size_t index, Buffers& buffers, float* data, const BoundaryShape& shape);
+  absl::Status Receive(size_t index, Buffers& buffers, std::map<BufferKey, float*>& into,
+                       BufferKey at);
   absl::Status PostReceivesUpTo(size_t index, Buffers& buffers);
 
   // Boundary buffers: moved out of a map (null when absent), allocated, released.

@@ -23,7 +23,7 @@
 
 namespace pp::executor {
 
-constexpr int kN = 33;
+constexpr int kN = 33;  // a multiple of 3: fifo_schedules_test factors it into a shape
 constexpr float kLr = 0.05f;
 constexpr float kClip = 0.02f;  // small enough that clipping happens
 
@@ -44,6 +44,10 @@ class FakeCompute : public StageCompute {
 
   size_t InputSize(int stage) const override { return kN; }
   size_t OutputSize(int stage) const override { return kN; }
+  // The boundary headers' shape: (1, 1, kN) unless a test states another one of kN floats.
+  BoundaryShape InputShape(int stage, int mb) const override { return shape_; }
+  BoundaryShape OutputShape(int stage, int mb) const override { return shape_; }
+  void set_shape(const BoundaryShape& shape) { shape_ = shape; }
   float* AllocBuffer(size_t n) override { return new float[n](); }
   void FreeBuffer(float* buffer) override { delete[] buffer; }
 
@@ -203,6 +207,7 @@ class FakeCompute : public StageCompute {
   int evaluations_ = 0;
   std::map<int, Params> params_;
   Poison poison_;
+  BoundaryShape shape_{1, 1, kN};
 };
 
 inline pp::v1::Action Act(pp::v1::ActionKind kind, int stage, int mb, int peer = -1) {
@@ -315,7 +320,8 @@ inline std::vector<RankOutcome> RunPipeline(const std::vector<pp::v1::RankProgra
                                             const std::vector<int>& where, int M, int steps,
                                             int recv_lookahead = -1,
                                             const FakeCompute::Poison& poison = {},
-                                            Connector connect = comm::ConnectGloo) {
+                                            Connector connect = comm::ConnectGloo,
+                                            const std::map<int, BoundaryShape>& shapes = {}) {
   const int D = static_cast<int>(programs.size());
   const int S = static_cast<int>(where.size());
   std::unique_ptr<comm::KvStore> store = comm::NewMemoryKvStore();
@@ -341,6 +347,7 @@ inline std::vector<RankOutcome> RunPipeline(const std::vector<pp::v1::RankProgra
       }
       FakeCompute compute(mine, S, M);
       compute.set_poison(poison);
+      if (auto it = shapes.find(r); it != shapes.end()) compute.set_shape(it->second);
       ExecutorOptions options{r, M, where, recv_lookahead};
       absl::StatusOr<std::unique_ptr<Executor>> executor =
           Executor::Create(options, programs[r], &compute, transport->get());

@@ -83,6 +83,30 @@ TEST(FifoExecutorTest, MismatchedOrderFailsTheStepNamingBothMessages) {
   EXPECT_FALSE(outcomes[0].status.ok()) << "rank 0 must not finish a step its peer failed";
 }
 
+// Rank 1 expects the activations as (3, kN/3, 1) where rank 0 sends (1, 1, kN): the same floats,
+// so the transports see nothing wrong; the boundary header does, before the payload is used.
+TEST(FifoExecutorTest, AShapeTheReceiverDoesNotExpectFailsTheStepNamingBoth) {
+  const std::vector<int> where = {0, 1};
+  const std::vector<pp::v1::RankProgram> programs =
+      Lower({{Act(pp::v1::FORWARD, 0, 0), Act(pp::v1::BACKWARD, 0, 0)},
+             {Act(pp::v1::FORWARD, 1, 0), Act(pp::v1::BACKWARD, 1, 0)}},
+            {where});
+  for (const Connector connect : {comm::ConnectFifo, comm::ConnectGloo}) {
+    std::vector<RankOutcome> outcomes = RunPipeline(programs, where, /*M=*/1, /*steps=*/1, -1, {},
+                                                    connect, {{1, BoundaryShape{3, kN / 3, 1}}});
+    const absl::Status& receiver = outcomes[1].status;
+    EXPECT_EQ(receiver.code(), absl::StatusCode::kInvalidArgument) << receiver;
+    EXPECT_NE(receiver.message().find("RECV_ACTIVATION"), std::string::npos) << receiver;
+    EXPECT_NE(receiver.message().find(absl::StrCat("of shape (1,1,", kN,
+                                                   ") where this rank "
+                                                   "expects activation 0->1 mb 0 of shape (3,",
+                                                   kN / 3, ",1)")),
+              std::string::npos)
+        << receiver;
+    EXPECT_FALSE(outcomes[0].status.ok()) << "rank 0 must not finish a step its peer failed";
+  }
+}
+
 TEST(FifoExecutorTest, TheSameProgramTrainsUnderGloosTagMatching) {
   const std::vector<int> where = {0, 1};
   std::vector<RankOutcome> outcomes = RunPipeline(SwappedOrder(), where, /*M=*/2, /*steps=*/2);
