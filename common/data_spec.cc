@@ -20,9 +20,22 @@ namespace {
 
 constexpr const char* kFormats[] = {"bytes", "uint16", "llmc", "generated"};
 constexpr int64_t kDefaultGeneratedTokens = int64_t{1} << 20;
+// "" means the first of each.
+constexpr const char* kDocumentModes[] = {"none", "mask"};
+constexpr const char* kPositionModes[] = {"absolute", "document"};
 
 absl::Status Field(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// `value` one of `names`, else "FIELD: unknown value "x" (one of a, b)".
+template <typename Names>
+absl::Status Choice(absl::string_view field, const std::string& value, const Names& names) {
+  for (const auto& name : names) {
+    if (value == name) return absl::OkStatus();
+  }
+  return Field(field, absl::StrCat("unknown value \"", value, "\" (one of ",
+                                   absl::StrJoin(names, ", "), ")"));
 }
 
 bool IsMix(const pp::v1::DataSpec& data) { return data.mix_size() > 0; }
@@ -273,7 +286,94 @@ absl::Status CheckTokenizer(const pp::v1::DataSpec& data, const pp::v1::ModelSpe
                             VocabField(model), " ", RealVocabSize(model)));
 }
 
+// A stream of byte-valued tokens, whose end of text defaults to 0 (the byte \0).
+bool ByteLevel(const pp::v1::DataSpec& data) {
+  return data.format() == "bytes" || data.format() == "generated";
+}
+
+// Whether the end-of-text id needs data.end_of_text or data.tokenizer: some stream the job reads
+// (data, a mix source, eval.data) holds uint16 or llmc ids.
+bool NeedsEndOfText(const pp::v1::JobSpec& spec) {
+  const pp::v1::DataSpec& data = spec.data();
+  bool wide = !IsMix(data) && !ByteLevel(data);
+  for (const pp::v1::WeightedData& source : data.mix()) wide |= !ByteLevel(source.data());
+  if (spec.eval().has_data()) wide |= !ByteLevel(spec.eval().data());
+  return wide;
+}
+
+// A stream other than the top-level data (`field`: "data.mix[0].data", "eval.data") may not say
+// how windows split into documents: one rule for every window trained and evaluated.
+absl::Status NoOwnDocuments(absl::string_view field, const pp::v1::DataSpec& data) {
+  if (!data.documents().empty()) {
+    return Field(absl::StrCat(field, ".documents"), "set data.documents (top level) instead");
+  }
+  if (data.has_end_of_text()) {
+    return Field(absl::StrCat(field, ".end_of_text"), "set data.end_of_text (top level) instead");
+  }
+  return absl::OkStatus();
+}
+
+// data.documents, data.end_of_text and model.positions (data_spec.h "Documents").
+absl::Status ValidateDocuments(const pp::v1::JobSpec& spec) {
+  const pp::v1::DataSpec& data = spec.data();
+  if (!data.documents().empty()) {
+    if (absl::Status s = Choice("data.documents", data.documents(), kDocumentModes); !s.ok()) {
+      return s;
+    }
+  }
+  const std::string& positions = spec.model().positions();
+  if (!positions.empty()) {
+    if (absl::Status s = Choice("model.positions", positions, kPositionModes); !s.ok()) return s;
+  }
+  if (positions == "document" && !MasksDocuments(spec)) {
+    return Field("model.positions", "\"document\" requires data.documents \"mask\"");
+  }
+  for (int i = 0; i < data.mix_size(); ++i) {
+    absl::Status s = NoOwnDocuments(absl::StrCat("data.mix[", i, "].data"), data.mix(i).data());
+    if (!s.ok()) return s;
+  }
+  if (spec.eval().has_data()) {
+    if (absl::Status s = NoOwnDocuments("eval.data", spec.eval().data()); !s.ok()) return s;
+  }
+  const int32_t vocab = RealVocabSize(spec.model());
+  if (data.has_end_of_text() && (data.end_of_text() < 0 || data.end_of_text() >= vocab)) {
+    return Field("data.end_of_text", absl::StrCat("must be in [0, ", VocabField(spec.model()), " ",
+                                                  vocab, "), got ", data.end_of_text()));
+  }
+  if (MasksDocuments(spec) && !data.has_end_of_text() && data.tokenizer().empty() &&
+      NeedsEndOfText(spec)) {
+    return Field("data.end_of_text",
+                 "required with documents \"mask\" for format uint16/llmc "
+                 "without data.tokenizer");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool MasksDocuments(const pp::v1::JobSpec& spec) { return spec.data().documents() == "mask"; }
+
+int32_t EndOfTextId(const pp::v1::JobSpec& spec) {
+  return spec.data().has_end_of_text() ? spec.data().end_of_text() : 0;
+}
+
+absl::StatusOr<pp::v1::JobSpec> ResolveEndOfText(pp::v1::JobSpec spec) {
+  pp::v1::DataSpec& data = *spec.mutable_data();
+  if (!MasksDocuments(spec) || data.has_end_of_text()) return spec;
+  if (data.tokenizer().empty()) {
+    data.set_end_of_text(0);  // byte data (ValidateDocuments refused the rest)
+    return spec;
+  }
+  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Load(data.tokenizer());
+  if (!tokenizer.ok()) return Field("data.tokenizer", tokenizer.status().message());
+  if (!tokenizer->end_of_text().has_value()) {
+    return Field("data.end_of_text",
+                 absl::StrCat("required with documents \"mask\": ", "data.tokenizer ",
+                              data.tokenizer(), " has no <|endoftext|>"));
+  }
+  data.set_end_of_text(*tokenizer->end_of_text());
+  return spec;
+}
 
 void ApplyDataDefaults(pp::v1::JobSpec* spec) {
   DefaultData(spec->mutable_data());
@@ -294,11 +394,14 @@ absl::Status ValidateDataFields(const pp::v1::JobSpec& spec) {
   if (!data.tokenizer().empty()) {
     if (absl::Status s = CheckPathBytes("data.tokenizer", data.tokenizer()); !s.ok()) return s;
   }
-  if (!spec.eval().has_data()) return absl::OkStatus();
-  if (!spec.eval().data().tokenizer().empty()) {
-    return Field("eval.data.tokenizer", "eval data shares data.tokenizer: set it there");
+  if (spec.eval().has_data()) {
+    if (!spec.eval().data().tokenizer().empty()) {
+      return Field("eval.data.tokenizer", "eval data shares data.tokenizer: set it there");
+    }
+    absl::Status s = ValidateShape("eval.data", spec.eval().data(), spec.model(), false);
+    if (!s.ok()) return s;
   }
-  return ValidateShape("eval.data", spec.eval().data(), spec.model(), false);
+  return ValidateDocuments(spec);
 }
 
 absl::StatusOr<int64_t> CheckDataFiles(const pp::v1::JobSpec& spec,

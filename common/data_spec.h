@@ -30,6 +30,12 @@
 // - Every error is InvalidArgument, one line, starting with the field ("data.paths[1]",
 //   "data.mix[0].data.path", "eval.data.path"), then the file and what is wrong, never the
 //   files' bytes: "data.paths[1]: /d/b.bin: not an llm.c token shard: magic 7, expected 20240520".
+// Documents (data.documents "mask", model.positions "document"; worker/data/data.h "Documents"):
+// only the top-level data says how a window splits into documents (a mix source or eval.data
+// that sets documents or end_of_text is refused: evaluation must see the mask training sees).
+// The end-of-text id is data.end_of_text when set, else 0 (the byte \0) for bytes and generated
+// data; with data.tokenizer ResolveEndOfText (ppcoord at submit, ppctl train) stores the
+// tokenizer's <|endoftext|>; uint16 or llmc data with neither is refused.
 // Thread-safe: no state.
 #ifndef PP_COMMON_DATA_SPEC_H_
 #define PP_COMMON_DATA_SPEC_H_
@@ -51,9 +57,22 @@ void ApplyDataDefaults(pp::v1::JobSpec* spec);
 
 // The field rules above for data and, when set, eval.data (a stream), the bounds of its paths and
 // weights (common/spec_bounds.h), data.tokenizer's value (not its folder), and no
-// eval.holdout_fraction beside a mix (a mix has no one stream whose tail could be held out).
-// REQUIRES ApplyDataDefaults ran.
+// eval.holdout_fraction beside a mix (a mix has no one stream whose tail could be held out), and
+// the documents fields (above, with model.positions). REQUIRES ApplyDataDefaults ran.
 absl::Status ValidateDataFields(const pp::v1::JobSpec& spec);
+
+// Whether `spec` packs documents (data.documents "mask"): attention is block-causal per document.
+bool MasksDocuments(const pp::v1::JobSpec& spec);
+// The end-of-text id: data.end_of_text when set, else 0, the default of bytes and generated data.
+// A validated spec whose data is uint16 or llmc with documents "mask" has it set (by the user, or
+// by ResolveEndOfText from data.tokenizer), so workers need only this pure function.
+int32_t EndOfTextId(const pp::v1::JobSpec& spec);
+// `spec` with data.end_of_text set when it packs documents and leaves the id unset:
+// data.tokenizer's
+// <|endoftext|> (loaded from its folder: call after CheckDataFiles checked it under the roots), or
+// 0 for byte data; unchanged otherwise, so resolving twice gives what resolving once gave.
+// InvalidArgument "data.end_of_text: ..." when the tokenizer has no <|endoftext|>.
+absl::StatusOr<pp::v1::JobSpec> ResolveEndOfText(pp::v1::JobSpec spec);
 
 // One file of a stream, with the field that named it (in errors: "data.paths[2]").
 struct DataFile {

@@ -104,8 +104,12 @@ absl::StatusOr<PlannedJob> PlanClientSpec(const pp::v1::JobSpec& spec,
   if (!listed.ok()) return listed.status();
   absl::StatusOr<int64_t> windows = pp::common::CheckSpecFiles(*listed, data_roots);
   if (!windows.ok()) return absl::InvalidArgumentError(windows.status().message());
+  // The end-of-text id stored with the files (data.tokenizer's, checked under the roots above):
+  // workers read data.end_of_text and never the tokenizer.
+  absl::StatusOr<pp::v1::JobSpec> documents = pp::common::ResolveEndOfText(*std::move(listed));
+  if (!documents.ok()) return documents.status();
   absl::StatusOr<pp::v1::JobSpec> resolved =
-      pp::common::ResolveEpochs(*std::move(listed), *windows);
+      pp::common::ResolveEpochs(*std::move(documents), *windows);
   if (!resolved.ok()) return resolved.status();
   absl::StatusOr<PlannedJob> planned = PlanJobSpec(*std::move(resolved), fits);
   if (planned.ok()) planned->train_windows = *windows;

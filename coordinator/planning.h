@@ -45,9 +45,11 @@ absl::StatusOr<PlannedJob> PlanJobSpec(pp::v1::JobSpec spec,
 // fields; then its data globs become the explicit list of their matches (common/data_spec.h
 // ResolveDataGlobs: the returned spec, which ppcoord stores, names every file the job reads in
 // data.paths, so the job's stream never changes); then its files (ValidateSpecFiles under
-// `data_roots`), counting K; then train.epochs becomes train.steps (common/epoch.h
-// ResolveEpochs); then PlanJobSpec. Reads every data file through: call it without JobManager's
-// lock. Empty `data_roots`: files may lie anywhere.
+// `data_roots`), counting K; then data.end_of_text is resolved with documents "mask"
+// (common/data_spec.h ResolveEndOfText: stored, so workers never read the tokenizer); then
+// train.epochs becomes train.steps (common/epoch.h ResolveEpochs); then PlanJobSpec. Reads every
+// data file through: call it without JobManager's lock. Empty `data_roots`: files may lie
+// anywhere.
 absl::StatusOr<PlannedJob> PlanClientSpec(const pp::v1::JobSpec& spec,
                                           const std::vector<std::string>& data_roots,
                                           const pp::plan::MemoryFits& fits);

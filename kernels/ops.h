@@ -66,12 +66,19 @@ class Ops {
   virtual void ResidualForward(float* out, const float* a, const float* b, size_t n) = 0;
 
   // ---- embedding ------------------------------------------------------------------------------
-  // tokens (B,T), wte (V,C), wpe (T,C) -> out (B,T,C)
-  virtual void EncoderForward(float* out, const int32_t* tokens, const float* wte,
-                              const float* wpe, int B, int T, int C) = 0;
-  // dout (B,T,C) -> dwte (V,C) +=, dwpe (T,C) +=
+  // tokens (B,T), wte (V,C), wpe (T,C), positions (B,T) or null -> out (B,T,C):
+  // out[b,t] = wte[tokens[b,t]] + wpe[positions[b,t]], with position t for token t when
+  // positions is null. positions (issue 33, model.positions "document") restart at each packed
+  // document; every entry must be in [0, T) (the CPU aborts naming the entry otherwise).
+  virtual void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                              const int32_t* positions, int B, int T, int C) = 0;
+  // dout (B,T,C), tokens (B,T), positions (B,T) or null as given to the forward
+  // -> dwte (V,C) +=, dwpe (T,C) +=.
+  // Order, the same on every backend: row p of dwpe (and row v of dwte) adds the dout rows of
+  // every (b,t) with positions[b,t] == p (tokens[b,t] == v) one after the other, in ascending
+  // b*T + t, onto the value it had. So positions == t gives exactly the bits of null.
   virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                               int B, int T, int C) = 0;
+                               const int32_t* positions, int B, int T, int C) = 0;
 
   // ---- LayerNorm (eps 1e-5) -------------------------------------------------------------------
   // inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N)

@@ -60,6 +60,23 @@ void CheckDocStarts(const int32_t* doc_start, int B, int T, const char* op) {
   }
 }
 
+// The position of token bt = b*T + t: positions[bt], or t without positions.
+inline int32_t Position(const int32_t* positions, int64_t bt, int T) {
+  return positions == nullptr ? static_cast<int32_t>(bt % T) : positions[bt];
+}
+
+// The encoder indexes wpe with positions unchecked: one outside [0, T) aborts here, naming the
+// entry, instead of reading out of bounds. O(B T), beside the O(B T C) copy.
+void CheckPositions(const int32_t* positions, int B, int T, const char* op) {
+  if (positions == nullptr) return;
+  for (int64_t i = 0; i < int64_t{B} * T; ++i) {
+    if (positions[i] >= 0 && positions[i] < T) continue;
+    std::fprintf(stderr, "pp::kernels cpu: %s: positions[%lld,%lld] = %d is outside [0, %d)\n", op,
+                 static_cast<long long>(i / T), static_cast<long long>(i % T), positions[i], T);
+    std::abort();
+  }
+}
+
 // [begin, end) of part i of `parts` parts of [0, total), cut at multiples of align.
 inline void Part(int64_t total, int64_t parts, int64_t i, int64_t align, int64_t* begin,
                  int64_t* end) {
@@ -137,27 +154,27 @@ class CpuOps final : public Ops {
     Split(n, [&](int64_t lo, int64_t hi) { k_.residual(out + lo, a + lo, b + lo, hi - lo); });
   }
 
-  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                      int T, int C) override {
-    for (int b = 0; b < B; ++b) {
-      for (int t = 0; t < T; ++t) {
-        float* o = out + (static_cast<size_t>(b) * T + t) * C;
-        const float* e = wte + static_cast<size_t>(tokens[b * T + t]) * C;
-        const float* p = wpe + static_cast<size_t>(t) * C;
-        for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
-      }
+  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                      const int32_t* positions, int B, int T, int C) override {
+    CheckPositions(positions, B, T, "EncoderForward");
+    for (int64_t bt = 0; bt < int64_t{B} * T; ++bt) {
+      float* o = out + bt * C;
+      const float* e = wte + static_cast<size_t>(tokens[bt]) * C;
+      const float* p = wpe + static_cast<size_t>(Position(positions, bt, T)) * C;
+      for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
     }
   }
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                       int T, int C) override {
-    for (int b = 0; b < B; ++b) {
-      for (int t = 0; t < T; ++t) {
-        const float* d = dout + (static_cast<size_t>(b) * T + t) * C;
-        float* e = dwte + static_cast<size_t>(tokens[b * T + t]) * C;
-        float* p = dwpe + static_cast<size_t>(t) * C;
-        for (int c = 0; c < C; ++c) e[c] += d[c];
-        for (int c = 0; c < C; ++c) p[c] += d[c];
-      }
+  // One pass in ascending b*T + t, each dout row added to its token's and its position's row:
+  // the order ops.h promises.
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                       const int32_t* positions, int B, int T, int C) override {
+    CheckPositions(positions, B, T, "EncoderBackward");
+    for (int64_t bt = 0; bt < int64_t{B} * T; ++bt) {
+      const float* d = dout + bt * C;
+      float* e = dwte + static_cast<size_t>(tokens[bt]) * C;
+      float* p = dwpe + static_cast<size_t>(Position(positions, bt, T)) * C;
+      for (int c = 0; c < C; ++c) e[c] += d[c];
+      for (int c = 0; c < C; ++c) p[c] += d[c];
     }
   }
 

@@ -131,16 +131,17 @@ class CudaOps final : public Ops {
     Launched("ResidualForward");
   }
 
-  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                      int T, int C) override {
+  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                      const int32_t* positions, int B, int T, int C) override {
     Use();
-    cuda::EncoderForward(stream_, out, tokens, wte, wpe, B, T, C);
+    cuda::EncoderForward(stream_, out, tokens, wte, wpe, positions, B, T, C);
     Launched("EncoderForward");
   }
-  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                       int T, int C) override {
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                       const int32_t* positions, int B, int T, int C) override {
     Use();
-    Check(cuda::EncoderBackward(stream_, dwte, dwpe, dout, tokens, B, T, C), "EncoderBackward");
+    Check(cuda::EncoderBackward(stream_, dwte, dwpe, dout, tokens, positions, B, T, C),
+          "EncoderBackward");
     Launched("EncoderBackward");
   }
 

@@ -1,4 +1,4 @@
-// The own kernels of the CUDA backend. Conventions:
+// The own kernels of the CUDA backend (the embedding's: embed_kernels.cu). Conventions:
 // - Elementwise kernels use grid-stride loops over size_t indices (coalesced).
 // - Row reductions (LayerNorm, attention softmax) give one warp per row; cross-entropy gives one
 //   block per row, since vocabularies can be large.
@@ -9,30 +9,18 @@
 #include <cmath>
 
 #include "kernels/cuda/device_kernels.h"
+#include "kernels/cuda/device_util.cuh"
 
 namespace pp::kernels::cuda {
 namespace {
 
-constexpr int kWarp = 32;
-constexpr int kBlock = 256;
 constexpr int kRowsPerBlock = kBlock / kWarp;  // warp-per-row kernels
-constexpr int kMaxGrid = 8192;
 constexpr int kReduceBlocks = 256;  // fixed, so SumDouble's order depends on n alone
 constexpr float kLayerNormEps = 1e-5f;
-
-int GridFor(size_t n) {
-  size_t blocks = (n + kBlock - 1) / kBlock;
-  return static_cast<int>(blocks < kMaxGrid ? blocks : kMaxGrid);
-}
 
 int WarpRowGrid(size_t rows) {
   return static_cast<int>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
 }
-
-__device__ size_t GlobalThread() {
-  return static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ size_t GridStride() { return static_cast<size_t>(gridDim.x) * blockDim.x; }
 
 template <typename T>
 __device__ T WarpSum(T v) {
@@ -114,66 +102,6 @@ __global__ void FinalSumKernel(double* out, const double* partial, int n) {
   double v = static_cast<int>(threadIdx.x) < n ? partial[threadIdx.x] : 0.0;
   v = BlockSum(v);
   if (threadIdx.x == 0) out[0] = v;
-}
-
-// ---- embedding --------------------------------------------------------------------------------
-
-// tokens (B,T), wte (V,C), wpe (T,C) -> out (B,T,C)
-__global__ void EncoderForwardKernel(float* out, const int32_t* tokens, const float* wte,
-                                     const float* wpe, int T, int C, size_t n) {
-  for (size_t i = GlobalThread(); i < n; i += GridStride()) {
-    const size_t row = i / C;
-    const int c = static_cast<int>(i % C);
-    const int t = static_cast<int>(row % T);
-    out[i] = wte[static_cast<size_t>(tokens[row]) * C + c] + wpe[static_cast<size_t>(t) * C + c];
-  }
-}
-
-// dout (B,T,C) -> dwpe (T,C) +=, summing over b in increasing order
-__global__ void EncoderPositionBackwardKernel(float* dwpe, const float* dout, int B, int T, int C) {
-  const size_t tc = static_cast<size_t>(T) * C;
-  for (size_t i = GlobalThread(); i < tc; i += GridStride()) {
-    float acc = dwpe[i];
-    for (int b = 0; b < B; ++b) acc += dout[b * tc + i];
-    dwpe[i] = acc;
-  }
-}
-
-// tokens (N) -> next (N): the next position holding the same token, or -1; head (N): 1 where a
-// position is the first of its token. Chains let one thread own each dwte row element.
-__global__ void TokenChainKernel(int32_t* next, int32_t* head, const int32_t* tokens, int N) {
-  const int n = static_cast<int>(GlobalThread());
-  if (n >= N) return;
-  const int32_t token = tokens[n];
-  int32_t first = 1;
-  for (int m = n - 1; m >= 0; --m) {
-    if (tokens[m] == token) {
-      first = 0;
-      break;
-    }
-  }
-  int32_t after = -1;
-  for (int m = n + 1; m < N; ++m) {
-    if (tokens[m] == token) {
-      after = m;
-      break;
-    }
-  }
-  head[n] = first;
-  next[n] = after;
-}
-
-// grid (N, ceil(C/kBlock)): block (n, y) adds the dout rows of n's token chain into dwte, in
-// position order, for kBlock channels; only blocks at the head of a chain work
-__global__ void EncoderTokenBackwardKernel(float* dwte, const float* dout, const int32_t* tokens,
-                                           const int32_t* next, const int32_t* head, int C) {
-  const int n = blockIdx.x;
-  const int c = blockIdx.y * blockDim.x + threadIdx.x;
-  if (!head[n] || c >= C) return;
-  float* row = dwte + static_cast<size_t>(tokens[n]) * C;
-  float acc = row[c];
-  for (int m = n; m >= 0; m = next[m]) acc += dout[static_cast<size_t>(m) * C + c];
-  row[c] = acc;
 }
 
 // ---- LayerNorm --------------------------------------------------------------------------------
@@ -451,28 +379,6 @@ cudaError_t SumDouble(cudaStream_t stream, const float* x, size_t n, bool square
   }
   const cudaError_t freed = cudaFreeAsync(partial, stream);
   return err != cudaSuccess ? err : freed;
-}
-
-void EncoderForward(cudaStream_t stream, float* out, const int32_t* tokens, const float* wte,
-                    const float* wpe, int B, int T, int C) {
-  const size_t n = static_cast<size_t>(B) * T * C;
-  if (n == 0) return;
-  EncoderForwardKernel<<<GridFor(n), kBlock, 0, stream>>>(out, tokens, wte, wpe, T, C, n);
-}
-
-cudaError_t EncoderBackward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
-                            const int32_t* tokens, int B, int T, int C) {
-  const int N = B * T;
-  if (N == 0 || C == 0) return cudaSuccess;
-  EncoderPositionBackwardKernel<<<GridFor(static_cast<size_t>(T) * C), kBlock, 0, stream>>>(
-      dwpe, dout, B, T, C);
-  int32_t* chain = nullptr;  // next (N) then head (N)
-  cudaError_t err = cudaMallocAsync(&chain, 2 * static_cast<size_t>(N) * sizeof(int32_t), stream);
-  if (err != cudaSuccess) return err;
-  TokenChainKernel<<<(N + kBlock - 1) / kBlock, kBlock, 0, stream>>>(chain, chain + N, tokens, N);
-  const dim3 grid(N, (C + kBlock - 1) / kBlock);
-  EncoderTokenBackwardKernel<<<grid, kBlock, 0, stream>>>(dwte, dout, tokens, chain, chain + N, C);
-  return cudaFreeAsync(chain, stream);
 }
 
 void LayerNormForward(cudaStream_t stream, float* out, float* mean, float* rstd, const float* inp,

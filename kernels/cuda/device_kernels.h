@@ -27,10 +27,11 @@ void Residual(cudaStream_t stream, float* out, const float* a, const float* b, s
 // caller awaits the stream (sync.h) before reading it.
 cudaError_t SumDouble(cudaStream_t stream, const float* x, size_t n, bool square, double* result);
 
+// positions (B,T) or null: Ops::EncoderForward / EncoderBackward (kernels/ops.h), same order.
 void EncoderForward(cudaStream_t stream, float* out, const int32_t* tokens, const float* wte,
-                    const float* wpe, int B, int T, int C);
+                    const float* wpe, const int32_t* positions, int B, int T, int C);
 cudaError_t EncoderBackward(cudaStream_t stream, float* dwte, float* dwpe, const float* dout,
-                            const int32_t* tokens, int B, int T, int C);
+                            const int32_t* tokens, const int32_t* positions, int B, int T, int C);
 
 void LayerNormForward(cudaStream_t stream, float* out, float* mean, float* rstd, const float* inp,
                       const float* weight, const float* bias, int N, int C);

@@ -44,7 +44,7 @@ namespace pp::kernels {
 class Ops;
 }
 
-#define PP_CUDA_PLUGIN_ABI_VERSION 6
+#define PP_CUDA_PLUGIN_ABI_VERSION 7
 #define PP_NCCL_ID_BYTES 128
 #define PP_CUDA_PLUGIN_EXPORT __attribute__((visibility("default")))
 

@@ -343,6 +343,111 @@ TEST_F(DataSpecTest, ATokenizerMustLoadUnderTheRootsAndFitTheVocabulary) {
   EXPECT_EQ(SpecInputPaths(spec).back().first, "data.tokenizer");
 }
 
+// Each bad documents setting (data_spec.h "Documents") and its one-line refusal.
+const BadShape kBadDocuments[] = {
+    {"data.documents: unknown value \"packed\" (one of none, mask)",
+     [](pp::v1::JobSpec* s) { s->mutable_data()->set_documents("packed"); }},
+    {"model.positions: unknown value \"rotary\" (one of absolute, document)",
+     [](pp::v1::JobSpec* s) { s->mutable_model()->set_positions("rotary"); }},
+    {"model.positions: \"document\" requires data.documents \"mask\"",
+     [](pp::v1::JobSpec* s) {
+       s->mutable_data()->set_documents("none");
+       s->mutable_model()->set_positions("document");
+     }},
+    {"data.end_of_text: must be in [0, model.vocab_size 256), got 256",
+     [](pp::v1::JobSpec* s) { s->mutable_data()->set_end_of_text(256); }},
+    {"data.end_of_text: must be in [0, model.real_vocab_size 200), got -1",
+     [](pp::v1::JobSpec* s) {
+       s->mutable_model()->set_real_vocab_size(200);
+       s->mutable_data()->set_end_of_text(-1);
+     }},
+    {"data.end_of_text: required with documents \"mask\" for format uint16/llmc without "
+     "data.tokenizer",
+     [](pp::v1::JobSpec* s) { s->mutable_data()->set_documents("mask"); }},
+    {"data.mix[0].data.documents: set data.documents (top level) instead",
+     [](pp::v1::JobSpec* s) {
+       s->mutable_data()->clear_path();
+       pp::v1::WeightedData* m = s->mutable_data()->add_mix();
+       m->set_weight(1);
+       m->mutable_data()->set_format("bytes");
+       m->mutable_data()->set_path("/x");
+       m->mutable_data()->set_documents("mask");
+     }},
+    {"eval.data.end_of_text: set data.end_of_text (top level) instead",
+     [](pp::v1::JobSpec* s) {
+       s->mutable_eval()->set_batches(1);
+       s->mutable_eval()->mutable_data()->set_format("bytes");
+       s->mutable_eval()->mutable_data()->set_path("/x");
+       s->mutable_eval()->mutable_data()->set_end_of_text(0);
+     }},
+};
+
+TEST_F(DataSpecTest, BadDocumentSettingsAreRefusedInOneLineNamingTheField) {
+  for (const BadShape& c : kBadDocuments) {
+    pp::v1::JobSpec spec = spec_;
+    c.mutate(&spec);
+    EXPECT_EQ(std::string(ValidateJobSpecFields(spec).message()), c.want);
+  }
+}
+
+TEST_F(DataSpecTest, MaskedDocumentsNeedAnEndOfTextOnlyForWideIds) {
+  pp::v1::JobSpec spec = spec_;
+  spec.mutable_data()->set_documents("mask");
+  spec.mutable_model()->set_positions("document");
+  spec.mutable_data()->set_end_of_text(7);
+  EXPECT_TRUE(ValidateJobSpecFields(spec).ok()) << ValidateJobSpecFields(spec);
+  spec.mutable_data()->clear_end_of_text();
+  spec.mutable_data()->set_tokenizer(dir_ + "/tok");  // its <|endoftext|>: resolved at submit
+  EXPECT_TRUE(ValidateJobSpecFields(spec).ok()) << ValidateJobSpecFields(spec);
+  spec.mutable_data()->clear_tokenizer();
+  for (const char* format : {"bytes", "generated"}) {  // the byte \0 by default
+    spec.mutable_data()->set_format(format);
+    spec.mutable_data()->set_generated_tokens(1000);
+    EXPECT_TRUE(ValidateJobSpecFields(spec).ok()) << format << ": " << ValidateJobSpecFields(spec);
+    EXPECT_EQ(EndOfTextId(spec), 0);
+  }
+  spec.mutable_data()->set_documents("none");  // "" and "none" and "absolute" are the defaults
+  spec.mutable_model()->set_positions("absolute");
+  EXPECT_TRUE(ValidateJobSpecFields(spec).ok()) << ValidateJobSpecFields(spec);
+  EXPECT_FALSE(MasksDocuments(spec));
+}
+
+TEST_F(DataSpecTest, TheEndOfTextIsResolvedFromTheTokenizerOnceAndStored) {
+  pp::v1::JobSpec spec = spec_;
+  spec.mutable_model()->set_vocab_size(320);
+  absl::StatusOr<pp::v1::JobSpec> unmasked = ResolveEndOfText(spec);
+  ASSERT_TRUE(unmasked.ok()) << unmasked.status();
+  EXPECT_FALSE(unmasked->data().has_end_of_text());  // documents "none": the spec unchanged
+
+  spec.mutable_data()->set_documents("mask");
+  spec.mutable_data()->set_tokenizer(dir_ + "/tok");
+  ASSERT_TRUE(MakeDirs(dir_ + "/tok").ok());
+  Write("tok/vocab.json", R"({"a": 0, "b": 1, "ab": 2})");
+  Write("tok/merges.txt", "#version: 0.2\na b\n");
+  EXPECT_EQ(ResolveEndOfText(spec).status().message(),
+            "data.end_of_text: required with documents \"mask\": data.tokenizer " + dir_ +
+                "/tok has no <|endoftext|>");
+  Write("tok/vocab.json", R"({"a": 0, "b": 1, "ab": 2, "<|endoftext|>": 299})");
+  absl::StatusOr<pp::v1::JobSpec> resolved = ResolveEndOfText(spec);
+  ASSERT_TRUE(resolved.ok()) << resolved.status();
+  EXPECT_EQ(resolved->data().end_of_text(), 299);
+  EXPECT_EQ(EndOfTextId(*resolved), 299);
+  EXPECT_EQ(Refusal(*resolved), "");
+  // Set ids win and stay: resolving again changes nothing.
+  Write("tok/vocab.json", R"({"a": 0, "b": 1, "ab": 2, "<|endoftext|>": 300})");
+  absl::StatusOr<pp::v1::JobSpec> again = ResolveEndOfText(*resolved);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->data().end_of_text(), 299);
+
+  pp::v1::JobSpec bytes = spec_;
+  bytes.mutable_data()->set_format("bytes");
+  bytes.mutable_data()->set_documents("mask");
+  absl::StatusOr<pp::v1::JobSpec> zero = ResolveEndOfText(bytes);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_TRUE(zero->data().has_end_of_text());
+  EXPECT_EQ(zero->data().end_of_text(), 0);
+}
+
 TEST(AbsoluteDataPathsTest, EveryRelativeDataPathIsMadeAbsoluteGlobsKept) {
   pp::v1::JobSpec spec;
   spec.mutable_data()->set_tokenizer("tok");

@@ -225,24 +225,31 @@ void CheckElementwise(const Backends& be, Random& rng, Report& report) {
   report.Compare("GeluBackward", "dinp", dinp);
 }
 
-void CheckEncoder(const Backends& be, Random& rng, Report& report) {
+// positions: (B,T) position ids (ops.h), or empty for position t (a null pointer).
+void CheckEncoder(const Backends& be, Random& rng, Report& report,
+                  const std::vector<int32_t>& positions = {}) {
   const int B = 3, T = 45, C = 300, V = 37;  // few tokens: many repeats in dwte rows
+  const std::string tag = positions.empty() ? "" : " document positions";
   IntTwin tokens(be, TokenVector(rng, B * T, V));
+  std::unique_ptr<IntTwin> ids;
+  if (!positions.empty()) ids = std::make_unique<IntTwin>(be, positions);
+  auto pos = [&](Side s) { return ids ? (*ids)[s] : nullptr; };
   Twin wte(be, V * C), wpe(be, T * C), out(be, B * T * C);
   wte.Uniform(rng, -1, 1);
   wpe.Uniform(rng, -1, 1);
-  OnBoth(be,
-         [&](Ops& ops, Side s) { ops.EncoderForward(out[s], tokens[s], wte[s], wpe[s], B, T, C); });
-  report.Compare("EncoderForward", "out", out);
+  OnBoth(be, [&](Ops& ops, Side s) {
+    ops.EncoderForward(out[s], tokens[s], wte[s], wpe[s], pos(s), B, T, C);
+  });
+  report.Compare("EncoderForward" + tag, "out", out);
   Twin dout(be, B * T * C);
   dout.Uniform(rng, -1, 1);
   wte.Uniform(rng, -1, 1);  // now the gradients accumulated into
   wpe.Uniform(rng, -1, 1);
   OnBoth(be, [&](Ops& ops, Side s) {
-    ops.EncoderBackward(wte[s], wpe[s], dout[s], tokens[s], B, T, C);
+    ops.EncoderBackward(wte[s], wpe[s], dout[s], tokens[s], pos(s), B, T, C);
   });
-  report.Compare("EncoderBackward", "dwte", wte);
-  report.Compare("EncoderBackward", "dwpe", wpe);
+  report.Compare("EncoderBackward" + tag, "dwte", wte);
+  report.Compare("EncoderBackward" + tag, "dwpe", wpe);
 }
 
 void CheckLayerNorm(const Backends& be, Random& rng, Report& report) {
@@ -491,7 +498,7 @@ class MiniGpt {
   double Forward() {
     const int B = s_.batch, T = s_.seq, C = s_.channels, NH = s_.heads, V = s_.vocab;
     const int N = static_cast<int>(bt_);
-    ops_.EncoderForward(encoded_, tokens_, P(lay_.wte), P(lay_.wpe), B, T, C);
+    ops_.EncoderForward(encoded_, tokens_, P(lay_.wte), P(lay_.wpe), nullptr, B, T, C);
     const float* x = encoded_;
     for (int l = 0; l < s_.layers; ++l) {
       const GptLayout::Layer& w = lay_.layer[l];
@@ -557,7 +564,7 @@ class MiniGpt {
       ops_.LayerNormBackwardInput(dres_, dln_, x, P(w.ln1w), a.ln1_mean, a.ln1_rstd, N, C);
       ops_.LayerNormBackwardWeight(G(w.ln1w), G(w.ln1b), dln_, x, a.ln1_mean, a.ln1_rstd, N, C);
     }
-    ops_.EncoderBackward(G(lay_.wte), G(lay_.wpe), dres_, tokens_, B, T, C);
+    ops_.EncoderBackward(G(lay_.wte), G(lay_.wpe), dres_, tokens_, nullptr, B, T, C);
   }
 
   Ops& ops_;
@@ -699,6 +706,14 @@ int Main() {
   Report report(absl::GetFlag(FLAGS_tolerance));
   CheckElementwise(be, rng, report);
   CheckEncoder(be, rng, report);
+  {
+    // Document positions t - doc_start of the packed rows the attention checks use (B3 T45).
+    std::vector<int32_t> positions = PackedDocStarts(3, 45);
+    for (size_t i = 0; i < positions.size(); ++i) {
+      positions[i] = static_cast<int32_t>(i % 45) - positions[i];
+    }
+    CheckEncoder(be, rng, report, positions);
+  }
   CheckLayerNorm(be, rng, report);
   CheckMatmul(be, rng, report);
   CheckAttention(be, rng, report, 2, 19, 48, 4);   // hs 12

@@ -153,7 +153,7 @@ TEST_F(CpuOpsTest, EncoderForwardAndBackward) {
   float* out = ops_->Alloc(B * T * C);
   owned_.push_back(out);
   int32_t* tok = DevInt(tokens);
-  ops_->EncoderForward(out, tok, Dev(wte), Dev(wpe), B, T, C);
+  ops_->EncoderForward(out, tok, Dev(wte), Dev(wpe), nullptr, B, T, C);
   auto ref = [&](const Vec& e, const Vec& p) {
     Vec o(B * T * C);
     for (int bt = 0; bt < B * T; ++bt) {
@@ -165,7 +165,7 @@ TEST_F(CpuOpsTest, EncoderForwardAndBackward) {
   auto pre_e = Random(V * C, 4), pre_p = Random(T * C, 5);
   float* dwte = Dev(pre_e);
   float* dwpe = Dev(pre_p);
-  ops_->EncoderBackward(dwte, dwpe, Dev(r), tok, B, T, C);
+  ops_->EncoderBackward(dwte, dwpe, Dev(r), tok, nullptr, B, T, C);
   Vec R = ToDouble(r);
   ExpectGradient([&](const Vec& e) { return Dot(R, ref(e, ToDouble(wpe))); }, ToDouble(wte),
                  Added(dwte, pre_e), "dwte");

@@ -1,6 +1,6 @@
-// ModelCompute's loading of whole named tensors into the held stages: from a checkpoint (values
-// and AdamW moments) or from model.init_from's folder (values only). model_compute.h has the
-// contract.
+// ModelCompute's tensors in and out: loading whole named tensors into the held stages, from a
+// checkpoint (values and AdamW moments) or from model.init_from's folder (values only), and the
+// held tensors as a checkpoint shard or a digest. model_compute.h has the contract.
 #include <map>
 #include <set>
 #include <string>
@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
+#include "common/sha256.h"
 #include "common/tensor_slice.h"
 #include "worker/compute/model_compute.h"
 
@@ -80,6 +81,55 @@ absl::Status ModelCompute::LoadHeld(const std::map<std::string, common::Tensor>&
     }
   }
   return absl::OkStatus();
+}
+
+std::string ModelCompute::StateDigest() {
+  std::string bytes;
+  for (const common::Tensor& t : HeldTensors()) {
+    bytes.append(t.name);
+    bytes.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float));
+  }
+  return common::Sha256Hex(bytes);
+}
+
+ModelCompute::ShardContents ModelCompute::CheckpointShard() {
+  ShardContents shard;
+  // Replicas hold the same tensors: replica 0 writes each once, and of a tensor-parallel group
+  // every rank its slices but only TP rank 0 the replicated tensors.
+  if (data_group_ != nullptr && data_group_->rank() > 0) return shard;
+  const bool tp_follower = tensor_group_ != nullptr && tensor_group_->rank() > 0;
+  std::map<std::string, std::string> slice_of;  // held sliced tensor -> its encoded slice
+  for (auto& [s, stage] : stages_) {
+    for (const model::ModelTensor& t : stage->tensors()) {
+      if (common::IsWhole(t.slice, t.full_shape)) continue;
+      common::ShardSlice slice{t.slice, {t.full_shape.begin(), t.full_shape.end()}};
+      const std::string encoded = common::EncodeSlice(slice);
+      for (const std::string& name :
+           {t.name, common::ExpAvgName(t.name), common::ExpAvgSqName(t.name)}) {
+        slice_of[name] = encoded;
+      }
+    }
+  }
+  for (common::Tensor& tensor : HeldTensors()) {
+    auto it = slice_of.find(tensor.name);
+    if (it != slice_of.end()) {
+      shard.metadata[common::SliceKey(tensor.name)] = it->second;
+    } else if (tp_follower) {
+      continue;
+    }
+    shard.tensors.push_back(std::move(tensor));
+  }
+  return shard;
+}
+
+std::vector<common::Tensor> ModelCompute::HeldTensors() {
+  std::vector<common::Tensor> tensors;
+  for (auto& [s, stage] : stages_) {
+    for (common::Tensor& t : model::HostTensors(*ops_, stage->tensors())) {
+      tensors.push_back(std::move(t));
+    }
+  }
+  return tensors;
 }
 
 }  // namespace pp::compute

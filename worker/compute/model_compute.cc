@@ -12,7 +12,6 @@
 #include "absl/synchronization/mutex.h"
 #include "common/checkpoint.h"
 #include "common/precision.h"
-#include "common/sha256.h"
 #include "common/step_math.h"
 #include "program/proto.h"
 
@@ -154,7 +153,9 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
   if (tensor_group != nullptr && tensor_group->size() > 1) compute->tensor_group_ = tensor_group;
   compute->batch_ = spec.train().microbatch_size();
   compute->seq_len_ = config->seq_len;
+  compute->d_model_ = config->d_model;
   compute->train_ = spec.train();
+  compute->end_of_text_ = data::DocumentEndOfText(spec);
   absl::StatusOr<std::unique_ptr<kernels::Ops>> ops = OpsFor(device, spec.train());
   if (!ops.ok()) return ops.status();
   compute->ops_ = std::move(*ops);
@@ -254,6 +255,23 @@ size_t ModelCompute::InputSize(int stage) const {
 
 size_t ModelCompute::OutputSize(int stage) const { return InputSize(stage); }
 
+executor::BoundaryShape ModelCompute::InputShape(int stage, int mb) const {
+  return {batch_, seq_len_, d_model_};
+}
+
+executor::BoundaryShape ModelCompute::OutputShape(int stage, int mb) const {
+  return InputShape(stage + 1, mb);
+}
+
+void ModelCompute::CopyToHost(float* host, const float* buffer, size_t n) {
+  ops_->CopyToHost(host, buffer, n);
+}
+
+void ModelCompute::CopyFromHost(float* buffer, const float* host, size_t n) {
+  ops_->CopyToDevice(buffer, host, n);
+  ops_->Synchronize();  // the transport may read `buffer` on a stream of its own (NCCL)
+}
+
 absl::Status ModelCompute::OpenData(const pp::v1::JobSpec& spec) {
   absl::StatusOr<data::TrainData> train_data = data::TrainData::Open(spec);
   if (!train_data.ok()) return train_data.status();
@@ -278,6 +296,8 @@ absl::Status ModelCompute::BeginStep(int step) {
 
 absl::Status ModelCompute::Rehearse() {
   const std::vector<int32_t> zero_tokens(static_cast<size_t>(batch_) * seq_len_, 0);
+  const data::Microbatch zeros{batch_, seq_len_, zero_tokens, zero_tokens};
+  const std::vector<int32_t> doc_start = data::DocumentStarts(zeros, end_of_text_);
   absl::Status status = absl::OkStatus();
   for (auto& [s, stage] : stages_) {
     const size_t n = stage->activation_size();
@@ -289,6 +309,7 @@ absl::Status ModelCompute::Rehearse() {
     input.tokens = zero_tokens.data();
     input.targets = zero_tokens.data();
     input.activations = in;
+    input.doc_start = doc_start.empty() ? nullptr : doc_start.data();
     // The microbatch index only names the saved activations, released by the backward.
     const int mb = first_microbatch_;
     for (const bool split : {false, true}) {
@@ -336,13 +357,16 @@ absl::StatusOr<double> ModelCompute::RunForward(int stage, int local_mb, const f
   if (!model.ok()) return model.status();
   model::StageInput input;
   absl::StatusOr<data::Microbatch> batch;
-  if ((*model)->has_embedding() || (*model)->has_head()) {
+  std::vector<int32_t> doc_start;  // alive across the forward
+  if ((*model)->has_embedding() || (*model)->has_head() || end_of_text_.has_value()) {
     batch = evaluate ? data::ReadMicrobatch(eval_->source, eval_->windows, eval_position_, mb,
                                             batch_, seq_len_)
                      : data::ReadMicrobatch(*train_data_, position_, mb, batch_, seq_len_);
     if (!batch.ok()) return batch.status();
     if ((*model)->has_embedding()) input.tokens = batch->inputs.data();
     if ((*model)->has_head()) input.targets = batch->targets.data();
+    doc_start = data::DocumentStarts(*batch, end_of_text_);
+    if (!doc_start.empty()) input.doc_start = doc_start.data();
   }
   if (!(*model)->has_embedding()) input.activations = in;
   absl::StatusOr<double> loss =
@@ -426,55 +450,6 @@ int64_t ModelCompute::LiveActivationBytes() const {
   int64_t bytes = 0;
   for (auto& [s, stage] : stages_) bytes += stage->live_activation_bytes();
   return bytes;
-}
-
-std::string ModelCompute::StateDigest() {
-  std::string bytes;
-  for (const common::Tensor& t : HeldTensors()) {
-    bytes.append(t.name);
-    bytes.append(reinterpret_cast<const char*>(t.data.data()), t.data.size() * sizeof(float));
-  }
-  return common::Sha256Hex(bytes);
-}
-
-ModelCompute::ShardContents ModelCompute::CheckpointShard() {
-  ShardContents shard;
-  // Replicas hold the same tensors: replica 0 writes each once, and of a tensor-parallel group
-  // every rank its slices but only TP rank 0 the replicated tensors.
-  if (data_group_ != nullptr && data_group_->rank() > 0) return shard;
-  const bool tp_follower = tensor_group_ != nullptr && tensor_group_->rank() > 0;
-  std::map<std::string, std::string> slice_of;  // held sliced tensor -> its encoded slice
-  for (auto& [s, stage] : stages_) {
-    for (const model::ModelTensor& t : stage->tensors()) {
-      if (common::IsWhole(t.slice, t.full_shape)) continue;
-      common::ShardSlice slice{t.slice, {t.full_shape.begin(), t.full_shape.end()}};
-      const std::string encoded = common::EncodeSlice(slice);
-      for (const std::string& name :
-           {t.name, common::ExpAvgName(t.name), common::ExpAvgSqName(t.name)}) {
-        slice_of[name] = encoded;
-      }
-    }
-  }
-  for (common::Tensor& tensor : HeldTensors()) {
-    auto it = slice_of.find(tensor.name);
-    if (it != slice_of.end()) {
-      shard.metadata[common::SliceKey(tensor.name)] = it->second;
-    } else if (tp_follower) {
-      continue;
-    }
-    shard.tensors.push_back(std::move(tensor));
-  }
-  return shard;
-}
-
-std::vector<common::Tensor> ModelCompute::HeldTensors() {
-  std::vector<common::Tensor> tensors;
-  for (auto& [s, stage] : stages_) {
-    for (common::Tensor& t : model::HostTensors(*ops_, stage->tensors())) {
-      tensors.push_back(std::move(t));
-    }
-  }
-  return tensors;
 }
 
 }  // namespace pp::compute

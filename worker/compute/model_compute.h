@@ -75,11 +75,17 @@ class ModelCompute : public executor::StageCompute {
   // spins until its peer sends, which may wait for this very GEMM (seen on an H200). Rehearsed
   // before the pipeline connects, every shape a step uses is loaded while nothing spins.
   // Tensor-parallel ranks rehearse together (the stage's collectives run); data-parallel
-  // gradients are not all-reduced.
+  // gradients are not all-reduced. With documents "mask" the zero tokens' documents are passed
+  // (every token its own document when the end of text is 0), so the masked attention rehearses.
   absl::Status Rehearse();
 
   size_t InputSize(int stage) const override;
   size_t OutputSize(int stage) const override;
+  // (B, T, C) of every microbatch: the boundary headers' shape.
+  executor::BoundaryShape InputShape(int stage, int mb) const override;
+  executor::BoundaryShape OutputShape(int stage, int mb) const override;
+  void CopyToHost(float* host, const float* buffer, size_t n) override;
+  void CopyFromHost(float* buffer, const float* host, size_t n) override;
   float* AllocBuffer(size_t n) override;
   void FreeBuffer(float* buffer) override;
   absl::Status BeginStep(int step) override;
@@ -125,7 +131,11 @@ class ModelCompute : public executor::StageCompute {
   int microbatches_ = 1;
   int batch_ = 1;
   int seq_len_ = 1;
+  int d_model_ = 1;
   int64_t position_ = 0;  // data position of the current step
+  // With data.documents "mask": the end-of-text id; every held stage then reads its microbatch's
+  // window to derive the documents (worker/data/data.h "Documents").
+  std::optional<int32_t> end_of_text_;
   parallel::Collectives* data_group_ = nullptr;
   parallel::Collectives* tensor_group_ = nullptr;  // null unless TP > 1
   int first_microbatch_ = 0;  // this replica's first global microbatch

@@ -43,6 +43,21 @@
 // s = (k*M + j)*B + b. With data parallelism, replica r's microbatch j is j' = r*M + j of M' = R*M.
 // Evaluation numbers its batches like steps, from 0 at every evaluation: every evaluation of a job
 // reads the same held-out sequences.
+//
+// Documents (data.documents "mask"; common/data_spec.h EndOfTextId gives the id). A window's
+// documents are a pure function of its T input tokens, so every rank that holds a stage reads the
+// window (every stage's attention needs them, not only the first and last stage's tokens) and
+// derives the same boundaries, with nothing sent between ranks:
+//   doc_start[b,t] = the largest t' <= t with t' == 0 or inputs[b, t'-1] == end_of_text
+// (DocumentStarts). So:
+// - the end-of-text token belongs to the document it ends: it is that document's last input, and
+//   its target (the next document's first token) stays in the loss, as in unmasked training;
+// - a window's first token starts a document: a document cut by the window start is a document
+//   of the window, and one longer than the window is simply cut by it;
+// - two end-of-text tokens in a row make a one-token document (the second one), so an empty
+//   document between them is harmless; an end-of-text at t = T-1 ends the window's last document.
+// Attention is block-causal within each document (kernels/ops.h AttentionForward); with
+// model.positions "document" position ids restart at 0 at each document start.
 #ifndef PP_WORKER_DATA_DATA_H_
 #define PP_WORKER_DATA_DATA_H_
 
@@ -192,6 +207,16 @@ absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t dat
 // when a size is not positive.
 absl::StatusOr<Microbatch> ReadMicrobatch(const TrainData& data, int64_t data_position,
                                           int64_t microbatch, int64_t batch, int64_t seq_len);
+
+// The document starts (above) of `batch` rows of `seq_len` input tokens into doc_start, the same
+// (batch, seq_len) shape. O(batch x seq_len); doc_start may not alias inputs.
+void DocumentStarts(const int32_t* inputs, int64_t batch, int64_t seq_len, int32_t end_of_text,
+                    int32_t* doc_start);
+// Of a microbatch's inputs: the document starts when `end_of_text` is set (documents "mask"),
+// else empty (plain causal attention: model::StageInput::doc_start null).
+std::vector<int32_t> DocumentStarts(const Microbatch& batch, std::optional<int32_t> end_of_text);
+// The end-of-text id when `spec` masks documents (common/data_spec.h EndOfTextId), else nullopt.
+std::optional<int32_t> DocumentEndOfText(const pp::v1::JobSpec& spec);
 
 }  // namespace pp::data
 

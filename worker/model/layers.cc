@@ -25,11 +25,11 @@ const float* StageModel::Impl::RowBias(const ModelTensor& bias) const {
   return tp_rank_ == 0 ? bias.value : nullptr;
 }
 
-// x (N,C) -> y (N,C):
-// y = res2 + mlp(ln_2(res2)), res2 = x + attn(ln_1(x)).
+// x (N,C), doc_start (B,T) or null -> y (N,C):
+// y = res2 + mlp(ln_2(res2)), res2 = x + attn(ln_1(x)), attention block-causal per document.
 // With TP, this rank holds Cl = C/TP channels of q, k, v (NHl heads) and 4Cl of mlp.fc.
-absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const float* x,
-                                         float* y) {
+absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const int32_t* doc_start,
+                                            const float* x, float* y) {
   const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
   const int u = s.unit;
   s.ln1 = NewOut(u, A::kLn1), s.mean1 = NewOut(u, A::kMean1), s.rstd1 = NewOut(u, A::kRstd1);
@@ -38,7 +38,7 @@ absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const
   s.qkv = NewOut(u, A::kQkv);  // (N,3Cl)
   ops_->MatmulForward(s.qkv.get(), s.ln1.get(), w[kQkvW].value, w[kQkvB].value, N, C, 3 * Cl);
   s.atty = NewOut(u, A::kAtty), s.att = NewOut(u, A::kAtt);  // (N,Cl), (B,NH,T,T)
-  ops_->AttentionForward(s.atty.get(), s.att.get(), s.qkv.get(), nullptr, B_, T_, Cl, NH);
+  ops_->AttentionForward(s.atty.get(), s.att.get(), s.qkv.get(), doc_start, B_, T_, Cl, NH);
   if (opt_.recompute == Recompute::kSelective) s.att.Release();  // back before the backward
   ops_->MatmulForward(tmp_c_, s.atty.get(), w[kProjW].value, RowBias(w[kProjB]), N, Cl, C);
   if (absl::Status st = AllReduce(tmp_c_); !st.ok()) return st;
@@ -57,13 +57,14 @@ absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const
 }
 
 // dy (N,C) -> dx (N,C), overwritten. Keeps the input-gradients of every weighted op.
-absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s, const float* x,
-                                               FBuf dy, float* dx) {
+absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
+                                                  const int32_t* doc_start, const float* x, FBuf dy,
+                                                  float* dx) {
   const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
   if (s.att.get() == nullptr) {  // selective recomputation: the probabilities, from qkv again
     s.att = NewOut(s.unit, A::kAtt);  // (B,NH,T,T)
     // the output is unused
-    ops_->AttentionForward(tmp_c_, s.att.get(), s.qkv.get(), nullptr, B_, T_, Cl, NH);
+    ops_->AttentionForward(tmp_c_, s.att.get(), s.qkv.get(), doc_start, B_, T_, Cl, NH);
   }
   s.dy = std::move(dy);
   ops_->Zero(tmp_4c_, N_ * 4 * Cl);  // d fch_gelu
@@ -80,7 +81,8 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
   ops_->Zero(tmp_c_, N_ * Cl);  // d atty (N,Cl)
   ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, Cl, C);
   s.dqkv = NewF(s.unit, A::kDqkv);
-  ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(), nullptr, B_, T_, Cl, NH);
+  ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(), doc_start, B_, T_, Cl,
+                          NH);
   s.dln1 = NewF(s.unit, A::kDln1);
   ops_->MatmulBackwardInput(s.dln1.get(), s.dqkv.get(), w[kQkvW].value, N, C, 3 * Cl);
   if (absl::Status st = AllReduce(s.dln1.get()); !st.ok()) return st;

@@ -142,6 +142,7 @@ absl::Status StageModel::Impl::LoadInputs(MbState& st, const StageInput& in) {
   if (has_head()) {
     if (auto s = CheckTokens(in.targets, "targets"); !s.ok()) return s;
   }
+  if (auto s = LoadDocuments(st, in.doc_start); !s.ok()) return s;
   st.resid.resize(blocks_.size() + 1);
   st.blocks.resize(blocks_.size());
   for (size_t i = 0; i < st.blocks.size(); ++i) st.blocks[i].unit = BlockUnit(i);
@@ -168,17 +169,17 @@ absl::StatusOr<double> StageModel::Impl::ComputeForward(MbState& st, float* out)
   const bool embed_only = nb == 0 && !has_head();
   if (has_embedding()) {
     float* dst = embed_only ? out : (st.resid[0] = NewOut(BlockUnit(0), A::kInput)).get();
-    ops_->EncoderForward(dst, st.embed.tokens.get(), embed_[0].value, embed_[1].value, B_, T_,
-                         C_);
+    ops_->EncoderForward(dst, st.embed.tokens.get(), embed_[0].value, embed_[1].value,
+                         st.embed.positions.get(), B_, T_, C_);
   }
   for (size_t i = 0; i < nb; ++i) {
     // The block's output is the next unit's saved input, or the caller's `out`.
     float* y = (i + 1 == nb && !has_head())
                    ? out
                    : (st.resid[i + 1] = NewOut(BlockUnit(i + 1), A::kInput)).get();
-    if (absl::Status s = BlockForward(blocks_[i], st.blocks[i], st.resid[i].get(), y); !s.ok()) {
-      return s;
-    }
+    absl::Status s =
+        BlockForward(blocks_[i], st.blocks[i], st.doc_start.get(), st.resid[i].get(), y);
+    if (!s.ok()) return s;
   }
   if (!has_head()) return 0.0;
   return HeadForward(st.head, st.resid[nb].get());
@@ -245,12 +246,13 @@ absl::Status StageModel::Impl::BackwardInput(int mb, const float* grad_out, floa
     float* dst = (i == 0 && !has_embedding())
                      ? grad_in
                      : (dx = NewOut(BlockUnit(i) - 1, A::kDout)).get();
-    absl::Status s =
-        BlockBackwardInput(blocks_[i], st.blocks[i], st.resid[i].get(), std::move(g), dst);
+    absl::Status s = BlockBackwardInput(blocks_[i], st.blocks[i], st.doc_start.get(),
+                                        st.resid[i].get(), std::move(g), dst);
     if (!s.ok()) return s;
     g = std::move(dx);
   }
   if (has_embedding()) st.embed.dout = std::move(g);
+  st.doc_start.Release();  // the weight-gradient runs no attention
   st.input_grads_done = true;
   return absl::OkStatus();
 }
@@ -267,7 +269,7 @@ absl::Status StageModel::Impl::BackwardWeight(int mb) {
   for (size_t i = nb; i-- > 0;) BlockBackwardWeight(blocks_[i], st.blocks[i], st.resid[i].get());
   if (has_embedding()) {
     ops_->EncoderBackward(embed_[0].grad, embed_[1].grad, st.embed.dout.get(),
-                          st.embed.tokens.get(), B_, T_, C_);
+                          st.embed.tokens.get(), st.embed.positions.get(), B_, T_, C_);
   }
   in_flight_.erase(it);
   return absl::OkStatus();
@@ -284,6 +286,42 @@ absl::Status StageModel::Impl::CheckTokens(const int32_t* tokens, const char* wh
                                                      " is outside the vocabulary [0, ",
                                                      cfg_.real_vocab(), ")"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// The kernels abort on starts that break ops.h's rule; a stage refuses them with a status.
+absl::Status StageModel::Impl::CheckDocStarts(const int32_t* doc_start) const {
+  if (doc_start == nullptr) return absl::OkStatus();
+  for (size_t i = 0; i < N_; ++i) {
+    const size_t t = i % T_;
+    const int32_t s = doc_start[i];
+    if (static_cast<size_t>(s) == t || (t > 0 && s == doc_start[i - 1])) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("doc_start[", i / T_, ",", t, "] = ", s,
+                     ": a document starts at 0, and each entry is the "
+                     "previous one (same document) or its own index (a new one)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageModel::Impl::LoadDocuments(MbState& st, const int32_t* doc_start) {
+  if (absl::Status s = CheckDocStarts(doc_start); !s.ok()) return s;
+  const bool positions = has_embedding() && cfg_.document_positions;
+  if (positions && doc_start == nullptr) {
+    return absl::InvalidArgumentError(
+        "model.positions \"document\" needs the microbatch's document starts (doc_start) on the "
+        "first stage");
+  }
+  if (doc_start == nullptr) return absl::OkStatus();
+  st.doc_start = NewDocI();
+  ops_->CopyIntToDevice(st.doc_start.get(), doc_start, N_);
+  if (positions) {
+    // positions (B,T): token t of a document starting at doc_start[b,t] sits at its offset
+    std::vector<int32_t> pos(N_);
+    for (size_t i = 0; i < N_; ++i) pos[i] = static_cast<int32_t>(i % T_) - doc_start[i];
+    st.embed.positions = NewDocI();
+    ops_->CopyIntToDevice(st.embed.positions.get(), pos.data(), N_);
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,10 @@
 //   (same bits); from BackwardInput to BackwardWeight the state is kNone's.
 // - The last stage returns the microbatch's mean token loss (summed in double); its gradient is
 //   seeded with 1/(B*T*M), so gradients sum to those of the step loss = sum_j loss_j / M.
+// - Packed documents (StageInput.doc_start): every block attends within each document only,
+//   and with ModelConfig.document_positions the embedding gives token t of a document starting
+//   at s the position t - s. A first stage with document_positions needs doc_start. Every stage
+//   of a microbatch gets the same doc_start. Null doc_start: the bits of plain causal attention.
 // - Vocabulary padding (ModelConfig.real_vocab_size < vocab_size): tokens and targets must be
 //   below the real size; the padding logits do not enter the loss, so the lm_head rows (and,
 //   tied, the wte rows) of padding ids get exactly zero gradient. No padding: the same bits.
@@ -66,11 +70,15 @@ struct ModelConfig {
   int n_heads = 4;
   int n_layers = 4;
   bool tie_embeddings = false;
+  // model.positions "document": position ids restart at each packed document's first token
+  // (positions[b,t] = t - doc_start[b,t]), so a document sees the positions it would see alone.
+  // false ("absolute"): token t has position t.
+  bool document_positions = false;
   int real_vocab() const { return real_vocab_size > 0 ? real_vocab_size : vocab_size; }
 };
 
 // Checks the numbers (positive sizes, n_heads divides d_model, real_vocab_size in
-// [0, vocab_size]).
+// [0, vocab_size]) and model.positions ("", "absolute" or "document").
 absl::StatusOr<ModelConfig> ModelConfigFromSpec(const pp::v1::ModelSpec& spec);
 int NumUnits(const ModelConfig& config);  // n_layers + 2
 
@@ -141,6 +149,10 @@ struct StageInput {
   const int32_t* tokens = nullptr;     // first stage only
   const int32_t* targets = nullptr;    // last stage only
   const float* activations = nullptr;  // every stage but the first
+  // Packed documents (issue 33; kernels/ops.h AttentionForward has the rule it must follow):
+  // attention is block-causal within each document of a row, and with
+  // ModelConfig.document_positions the embedding restarts positions at each document start.
+  const int32_t* doc_start = nullptr;  // (B,T) host memory; every stage; null: plain causal
 };
 
 class StageModel {

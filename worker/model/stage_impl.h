@@ -6,11 +6,11 @@
 //
 // Recomputation (StageOptions.recompute; Korthikanti et al. 2022, "Reducing Activation
 // Recomputation in Large Transformer Models"): kFull keeps a microbatch's inputs only (tokens,
-// the input activation, targets) between its forward and its input-gradient, which runs the
-// forward again first; kSelective drops each block's attention probabilities (B,NH,T,T) right
-// after the attention and recomputes them from qkv just before the attention backward. The
-// kernels are deterministic, so recomputed tensors are the bits the forward made and the
-// gradients equal kNone's bitwise.
+// the input activation, targets, document starts and positions) between its forward and its
+// input-gradient, which runs the forward again first; kSelective drops each block's attention
+// probabilities (B,NH,T,T) right after the attention and recomputes them from qkv just before
+// the attention backward. The kernels are deterministic, so recomputed tensors are the bits the
+// forward made and the gradients equal kNone's bitwise.
 #ifndef PP_WORKER_MODEL_STAGE_IMPL_H_
 #define PP_WORKER_MODEL_STAGE_IMPL_H_
 
@@ -89,10 +89,14 @@ struct HeadSaved {
 };
 struct EmbedSaved {
   IBuf tokens;
+  IBuf positions;  // (N) with ModelConfig.document_positions, else empty (position t)
   FBuf dout;
 };
 struct MbState {
   EmbedSaved embed;  // local unit 0
+  // (N) StageInput.doc_start in backend memory, or empty (plain causal): every block's
+  // attention reads it, in the forward, its recomputations and the input-gradient.
+  IBuf doc_start;
   // resid[i]: input of local block i; resid[n_blocks]: head input. Each is the table's kInput of
   // the unit that reads it (Impl::BlockUnit(i)).
   std::vector<FBuf> resid;
@@ -155,11 +159,18 @@ class StageModel::Impl {
     return FBuf(ops_, Elements(a), &unit_live_[unit], false);
   }
   IBuf NewI(int unit, A a) { return IBuf(ops_, Elements(a), &unit_live_[unit]); }
+  // (N) document starts or positions: inputs outside the activation table (N int32 each, beside
+  // its (N,C) and larger entries), so they count in doc_live_, not in live_bytes().
+  IBuf NewDocI() { return IBuf(ops_, N_, &doc_live_); }
   // Local units: 0 is the stage's first; block i's, and the head's as block n_blocks.
   int BlockUnit(size_t i) const { return (has_embedding() ? 1 : 0) + static_cast<int>(i); }
   int LastUnit() const { return opt_.last_unit - opt_.first_unit; }
 
   absl::Status CheckTokens(const int32_t* tokens, const char* what) const;
+  // doc_start (N) host memory: null, or following kernels/ops.h's rule row by row.
+  absl::Status CheckDocStarts(const int32_t* doc_start) const;
+  // StageInput.doc_start into st.doc_start, and the embedding's positions into st.embed.
+  absl::Status LoadDocuments(internal::MbState& st, const int32_t* doc_start);
   // The microbatch's inputs into `st`: tokens and targets to the device, the input activation
   // copied (the caller's buffer may be reused once Forward returns).
   absl::Status LoadInputs(internal::MbState& st, const StageInput& in);
@@ -174,9 +185,11 @@ class StageModel::Impl {
   // layers.cc
   absl::Status AllReduce(float* x);
   const float* RowBias(const ModelTensor& bias) const;
-  absl::Status BlockForward(ModelTensor* w, internal::BlockSaved& s, const float* x, float* y);
-  absl::Status BlockBackwardInput(ModelTensor* w, internal::BlockSaved& s, const float* x, FBuf dy,
-                                  float* dx);
+  // doc_start (B,T) backend memory or null: the attention's (kernels/ops.h).
+  absl::Status BlockForward(ModelTensor* w, internal::BlockSaved& s, const int32_t* doc_start,
+                            const float* x, float* y);
+  absl::Status BlockBackwardInput(ModelTensor* w, internal::BlockSaved& s, const int32_t* doc_start,
+                                  const float* x, FBuf dy, float* dx);
   void BlockBackwardWeight(ModelTensor* w, internal::BlockSaved& s, const float* x);
   double HeadForward(internal::HeadSaved& s, const float* x);
   void HeadBackwardInput(internal::HeadSaved& s, const float* x, float* dx);
@@ -201,6 +214,7 @@ class StageModel::Impl {
   common::ActivationTable acts_;  // the sizes of what a microbatch saves
   // Live saved bytes per local unit; sized by Build, never resized (Bufs point into it).
   std::vector<int64_t> unit_live_;
+  int64_t doc_live_ = 0;  // bytes of NewDocI buffers now (not part of live_bytes())
   std::map<int, internal::MbState> in_flight_;
 };
 

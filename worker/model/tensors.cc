@@ -35,6 +35,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromSpec(const pp::v1::ModelSpec& spec) {
   c.n_heads = spec.n_heads();
   c.n_layers = spec.n_layers();
   c.tie_embeddings = spec.tie_embeddings();
+  if (spec.positions() == "document") {
+    c.document_positions = true;
+  } else if (!spec.positions().empty() && spec.positions() != "absolute") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.positions must be \"absolute\" or \"document\", got \"", spec.positions(), "\""));
+  }
   const std::pair<const char*, int> positive[] = {{"vocab_size", c.vocab_size},
                                                   {"seq_len", c.seq_len},
                                                   {"d_model", c.d_model},

@@ -97,7 +97,7 @@ class Decoder::Impl {
     int32_t* dev_tokens = ops->AllocInt(N);
     ops->CopyIntToDevice(dev_tokens, tokens, N);
     ops->EncoderForward(x, dev_tokens, W("wte.weight"), W("wpe.weight") + size_t(pos) * cfg.d_model,
-                        1, N, cfg.d_model);
+                        nullptr, 1, N, cfg.d_model);
     ops->Free(dev_tokens);
     return x;
   }

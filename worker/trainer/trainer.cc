@@ -67,17 +67,22 @@ absl::Status ResolveEpochSteps(pp::v1::JobSpec* spec) {
 
 // Step `step`'s gradients of the M microbatches (B sequences of T tokens each), in microbatch
 // order; the step loss = the microbatch losses summed in double, divided by M.
+// `end_of_text`: with documents "mask", each microbatch's documents (worker/data/data.h) are
+// derived from its window exactly as every pipeline rank derives them.
 absl::StatusOr<double> ForwardBackward(model::StageModel& model, const data::TrainData& train_data,
-                                       int step, int M, int B, int T) {
+                                       std::optional<int32_t> end_of_text, int step, int M, int B,
+                                       int T) {
   model.ZeroGrads();
   const int64_t position = common::DataPositionAtStep(step, M, B);
   double loss = 0.0;
   for (int j = 0; j < M; ++j) {
     auto batch = data::ReadMicrobatch(train_data, position, j, B, T);
     if (!batch.ok()) return batch.status();
+    const std::vector<int32_t> doc_start = data::DocumentStarts(*batch, end_of_text);
     model::StageInput in;
     in.tokens = batch->inputs.data();
     in.targets = batch->targets.data();
+    in.doc_start = doc_start.empty() ? nullptr : doc_start.data();
     auto mb_loss = model.Forward(j, in, nullptr);
     if (!mb_loss.ok()) return mb_loss.status();
     if (auto s = model.Backward(j, nullptr, nullptr); !s.ok()) return s;
@@ -90,16 +95,19 @@ absl::StatusOr<double> ForwardBackward(model::StageModel& model, const data::Tra
 // steps' (position i*M*B) from the eval windows, each microbatch evaluated without touching a
 // gradient; their mean losses summed in double in (batch, microbatch) order, divided by the count.
 absl::StatusOr<double> EvalLoss(model::StageModel& model, const data::EvalSource& eval,
-                                int batches, int M, int B, int T) {
+                                std::optional<int32_t> end_of_text, int batches, int M, int B,
+                                int T) {
   double sum = 0.0;
   for (int i = 0; i < batches; ++i) {
     const int64_t position = common::DataPositionAtStep(i, M, B);
     for (int j = 0; j < M; ++j) {
       auto batch = data::ReadMicrobatch(eval.source, eval.windows, position, j, B, T);
       if (!batch.ok()) return batch.status();
+      const std::vector<int32_t> doc_start = data::DocumentStarts(*batch, end_of_text);
       model::StageInput in;
       in.tokens = batch->inputs.data();
       in.targets = batch->targets.data();
+      in.doc_start = doc_start.empty() ? nullptr : doc_start.data();
       auto mb_loss = model.Evaluate(in, nullptr);
       if (!mb_loss.ok()) return mb_loss.status();
       sum += *mb_loss;
@@ -124,9 +132,9 @@ absl::Status EvaluateIfDue(const pp::v1::JobSpec& spec, model::StageModel& model
     return absl::OkStatus();
   }
   const pp::v1::TrainSpec& train = spec.train();
-  absl::StatusOr<double> loss = EvalLoss(model, *eval, spec.eval().batches(),
-                                         train.microbatches(), train.microbatch_size(),
-                                         spec.model().seq_len());
+  absl::StatusOr<double> loss =
+      EvalLoss(model, *eval, data::DocumentEndOfText(spec), spec.eval().batches(),
+               train.microbatches(), train.microbatch_size(), spec.model().seq_len());
   if (!loss.ok()) return loss.status();
   result.evals.push_back({done, *loss});
   if (log != nullptr) *log << absl::StrFormat("eval step %d/%d loss %.6f\n", done, steps, *loss);
@@ -234,7 +242,8 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
-    absl::StatusOr<double> step_loss = ForwardBackward(**model, *train_data, step, M, B, T);
+    absl::StatusOr<double> step_loss =
+        ForwardBackward(**model, *train_data, data::DocumentEndOfText(spec), step, M, B, T);
     if (!step_loss.ok()) return step_loss.status();
     const double loss = *step_loss;
     const Update update = ApplyUnlessNonFinite(**ops, (*model)->tensors(), train, step, loss);
@@ -282,6 +291,23 @@ absl::StatusOr<TrainResult> TrainFrom(const pp::v1::JobSpec& spec, const TrainOp
   return TrainWith(spec, options, &init);
 }
 
+namespace {
+
+// A defaulted spec made what ppcoord stores (coordinator/planning.h PlanClientSpec): its files
+// fixed once, validated, data.tokenizer's <|endoftext|> resolved (common/data_spec.h), and
+// train.epochs made steps.
+absl::Status ResolveAsSubmitted(pp::v1::JobSpec* spec) {
+  absl::StatusOr<pp::v1::JobSpec> listed = common::ResolveDataGlobs(*spec);
+  if (!listed.ok()) return listed.status();
+  if (auto s = common::ValidateJobSpec(*listed); !s.ok()) return s;
+  absl::StatusOr<pp::v1::JobSpec> documents = common::ResolveEndOfText(*std::move(listed));
+  if (!documents.ok()) return documents.status();
+  *spec = *std::move(documents);
+  return ResolveEpochSteps(spec);
+}
+
+}  // namespace
+
 int TrainMain(const std::string& spec_path, const TrainOptions& options) {
   auto spec = common::LoadJobSpec(spec_path);
   if (!spec.ok()) {
@@ -289,18 +315,7 @@ int TrainMain(const std::string& spec_path, const TrainOptions& options) {
     return 1;
   }
   common::ApplyDefaults(&*spec);
-  // The files fixed once, as ppcoord fixes a job's (coordinator/planning.h PlanClientSpec).
-  absl::StatusOr<pp::v1::JobSpec> listed = common::ResolveDataGlobs(*spec);
-  if (!listed.ok()) {
-    std::cerr << spec_path << ": " << listed.status().message() << "\n";
-    return 1;
-  }
-  *spec = *std::move(listed);
-  if (auto s = common::ValidateJobSpec(*spec); !s.ok()) {
-    std::cerr << spec_path << ": " << s.message() << "\n";
-    return 1;
-  }
-  if (auto s = ResolveEpochSteps(&*spec); !s.ok()) {
+  if (auto s = ResolveAsSubmitted(&*spec); !s.ok()) {
     std::cerr << spec_path << ": " << s.message() << "\n";
     return 1;
   }

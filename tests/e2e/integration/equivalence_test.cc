@@ -1,12 +1,17 @@
 // ppcoord + 4 ppworker processes on loopback train the same job under every schedule; the losses
 // of all 10 steps (from WatchJob) and the final checkpoint (weights and AdamW moments) must be
-// bitwise those of the single-process reference trainer, run in this process.
+// bitwise those of the single-process reference trainer, run in this process. Packed documents
+// (issue 33) likewise, at every schedule and at depths 1 to 4, with their eval.
+#include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/checkpoint.h"
 #include "common/job_spec.h"
 #include "common/step_math.h"
@@ -108,6 +113,128 @@ TEST_P(EquivalenceTest, LossesAndFinalCheckpointAreBitwiseTheReferenceTrainers) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, EquivalenceTest, EverySchedule(), LayoutName);
+
+// Packed documents (data.documents "mask", model.positions "document"): every rank derives the
+// documents from the window it reads, so every schedule and depth trains bitwise what the
+// single-process reference trains.
+constexpr int kDocumentSteps = 4;
+
+struct DocumentLayout {
+  const char* schedule;
+  int chunks;
+  int pipeline;
+};
+
+void PrintTo(const DocumentLayout& layout, std::ostream* os) {
+  *os << layout.schedule << " V=" << layout.chunks << " D=" << layout.pipeline;
+}
+
+// Every training schedule at D=4, and one- and two-chunk schedules at the shallower depths.
+std::vector<DocumentLayout> DocumentLayouts() {
+  std::vector<DocumentLayout> layouts;
+  for (const Layout& layout : TrainingLayouts()) {
+    layouts.push_back({layout.schedule, layout.chunks, 4});
+  }
+  for (const DocumentLayout& shallow :
+       {DocumentLayout{"1f1b", 1, 1}, DocumentLayout{"zb-h1", 1, 2},
+        DocumentLayout{"interleaved-1f1b", 2, 2}, DocumentLayout{"gpipe", 1, 3},
+        DocumentLayout{"zb-v", 2, 3}}) {
+    layouts.push_back(shallow);
+  }
+  return layouts;
+}
+
+// `text` cut into \0-separated documents whose lengths cycle through shorter than T = 16, longer
+// than T (cut by windows), and zero ("\0\0").
+std::string PackDocuments(const std::string& text) {
+  constexpr int kLengths[] = {5, 40, 0, 11, 23, 1, 0, 0, 16, 70, 3, 15, 17, 9};
+  std::string packed;
+  size_t at = 0;
+  for (int i = 0; at < text.size(); ++i) {
+    const size_t n = std::min<size_t>(kLengths[i % std::size(kLengths)], text.size() - at);
+    packed.append(text, at, n);
+    packed.push_back('\0');
+    at += n;
+  }
+  return packed;
+}
+
+class PackedDocumentsTest : public IntegrationTest {
+ protected:
+  // The tiny job on packed documents, documents masked with document positions, evaluated on a
+  // holdout after steps 2 and 4 (the eval path masks too).
+  pp::v1::JobSpec PackedSpec(const char* schedule, int chunks, int pipeline) {
+    const std::string path = (dir_ / "documents.bin").string();
+    std::ifstream corpus(corpus_, std::ios::binary);
+    std::ofstream(path, std::ios::binary)
+        << PackDocuments(std::string(std::istreambuf_iterator<char>(corpus), {}));
+    pp::v1::JobSpec spec = TinySpec(schedule, chunks, kDocumentSteps);
+    spec.mutable_parallel()->set_pipeline(pipeline);
+    spec.mutable_data()->set_path(path);
+    spec.mutable_data()->set_documents("mask");
+    spec.mutable_model()->set_positions("document");
+    spec.mutable_eval()->set_every_steps(2);
+    spec.mutable_eval()->set_batches(1);
+    spec.mutable_eval()->set_holdout_fraction(0.1);
+    common::ApplyDefaults(&spec);
+    EXPECT_TRUE(common::ValidateJobSpec(spec).ok()) << common::ValidateJobSpec(spec);
+    return spec;
+  }
+};
+
+class PackedDocumentsLayoutTest : public PackedDocumentsTest,
+                                  public ::testing::WithParamInterface<DocumentLayout> {};
+
+TEST_F(PackedDocumentsTest, TheMaskChangesTheLosses) {
+  const pp::v1::JobSpec masked = PackedSpec("1f1b", 1, 1);
+  pp::v1::JobSpec plain = masked;
+  plain.mutable_data()->clear_documents();
+  plain.mutable_model()->clear_positions();
+  pp::v1::JobSpec mask_only = masked;
+  mask_only.mutable_model()->clear_positions();
+  std::vector<std::vector<double>> losses;
+  for (const pp::v1::JobSpec& spec : {masked, plain, mask_only}) {
+    absl::StatusOr<trainer::TrainResult> result = trainer::Train(spec, {});
+    ASSERT_TRUE(result.ok()) << result.status();
+    losses.push_back(result->losses);
+  }
+  EXPECT_NE(losses[0], losses[1]) << "the mask and document positions changed nothing";
+  EXPECT_NE(losses[2], losses[1]) << "the mask changed nothing";
+  EXPECT_NE(losses[0], losses[2]) << "document positions changed nothing";
+}
+
+TEST_P(PackedDocumentsLayoutTest, TrainsAndEvaluatesBitwiseAsTheReferenceTrainer) {
+  const DocumentLayout layout = GetParam();
+  const pp::v1::JobSpec spec = PackedSpec(layout.schedule, layout.chunks, layout.pipeline);
+  absl::StatusOr<trainer::TrainResult> reference = trainer::Train(spec, {});
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_EQ(reference->evals.size(), 2u);
+
+  ASSERT_NO_FATAL_FAILURE(StartCluster(layout.pipeline));
+  const std::string job_id = Run(spec);
+  ASSERT_FALSE(job_id.empty());
+  ExpectMatchesReference(spec, job_id, testing_support::Match::kBitwise);
+  absl::StatusOr<pp::v1::Job> job = GetJob(cluster_->stub(), job_id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  // ppcoord stored the resolved id (bytes: \0) for the workers.
+  EXPECT_TRUE(job->spec().data().has_end_of_text());
+  EXPECT_EQ(job->spec().data().end_of_text(), 0);
+  EXPECT_EQ(job->eval_step(), kDocumentSteps);
+  const double got = job->eval_loss(), want = reference->evals.back().loss;
+  EXPECT_EQ(std::memcmp(&got, &want, sizeof(double)), 0)
+      << "eval: pipeline " << got << " reference " << want;
+}
+
+INSTANTIATE_TEST_SUITE_P(SchedulesAndDepths, PackedDocumentsLayoutTest,
+                         ::testing::ValuesIn(DocumentLayouts()),
+                         [](const ::testing::TestParamInfo<DocumentLayout>& info) {
+                           std::string name =
+                               absl::StrCat(info.param.schedule, "_D", info.param.pipeline);
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace pp::integration
