@@ -237,8 +237,17 @@ absl::Status Check(const Source& source, const pp::v1::SchedulingPolicy& policy)
     return s;
   }
   const pp::v1::Preemption& p = policy.preemption();
-  return CheckFigures(source, policy, "preemption",
-                      {{"max_per_hour", p.max_per_hour()}, {"grace_seconds", p.grace_seconds()}});
+  if (absl::Status s =
+          CheckFigures(source, policy, "preemption",
+                       {{"max_per_hour", p.max_per_hour()}, {"grace_seconds", p.grace_seconds()}});
+      !s.ok()) {
+    return s;
+  }
+  if (p.max_per_hour() <= kMaxPreemptionsPerHour) return absl::OkStatus();
+  const FieldDescriptor* field = Field(policy, "preemption");
+  const int line = ChildLine(source.tree, field, -1, Field(p, "max_per_hour"));
+  return source.Refuse(line, absl::StrCat("preemption.max_per_hour is ", p.max_per_hour(),
+                                          "; it must be at most ", kMaxPreemptionsPerHour));
 }
 
 pp::v1::Preemption WithDefaults(pp::v1::Preemption preemption) {

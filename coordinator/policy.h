@@ -7,7 +7,8 @@
 //   ("--policy=/etc/pp/policy.txt:7:3: Expected identifier, got: 9") or a bad value ("...:12:
 //   priority_class \"high\" is listed twice"): duplicate class names or quota owners, a class
 //   name outside [a-z0-9-]{1,40}, a value outside 0..1000000, a default_class not listed, an
-//   allowed entry that is empty, a negative quota, aging or preemption figure.
+//   allowed entry that is empty, a negative quota, aging or preemption figure, a
+//   preemption.max_per_hour above kMaxPreemptionsPerHour.
 // - Without a file ppcoord uses Default(): classes low 0, normal 100, high 200, default normal,
 //   everyone may use each; no quotas; aging +5 per 60 s up to +100, reserve after 900 s;
 //   preemption on, 4 per hour per job, grace 120 s.
@@ -28,6 +29,10 @@
 #include "pp/v1/policy.pb.h"
 
 namespace pp::coordinator {
+
+// The most preemptions per hour a policy may allow one job: a job keeps the times of its newest
+// this many preemptions (Job.preempted_unix), which is what the bound counts.
+inline constexpr int kMaxPreemptionsPerHour = 16;
 
 class Policy {
  public:

@@ -15,9 +15,6 @@
 namespace pp::coordinator {
 namespace {
 
-// The newest preemption times a job keeps: enough for any max_per_hour a policy sensibly sets.
-constexpr int kMaxPreemptionLog = 16;
-
 double UnixOf(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
 
 }  // namespace
@@ -156,7 +153,7 @@ void JobManager::Preempt(JobRecord& victim, const JobRecord& waiting) {
   victim.preempt_deadline = absl::Now() + absl::Seconds(policy_->preemption().grace_seconds());
   job.set_preemptions(job.preemptions() + 1);
   job.add_preempted_unix(NowUnix());
-  if (job.preempted_unix_size() > kMaxPreemptionLog) {
+  if (job.preempted_unix_size() > kMaxPreemptionsPerHour) {  // what the bound counts
     job.mutable_preempted_unix()->erase(job.mutable_preempted_unix()->begin());
   }
   Persist(victim);

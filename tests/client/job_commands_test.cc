@@ -8,12 +8,19 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <streambuf>
+#include <string>
 #include <thread>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/job_spec.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -292,6 +299,137 @@ TEST_F(JobCommandsTest, GetAndWatchShowTheEpochAndResumeSendsIt) {
   Output both = Ppctl("resume", {id});
   EXPECT_EQ(both.code, 1);
   EXPECT_THAT(both.err, HasSubstr("set at most one")) << both.err;
+}
+
+// What a command writes to std::cout, readable by another thread while it runs: ppctl watch
+// blocks until its job ends, and the test acts on the cluster once the watch printed its first
+// line (it is subscribed then: WatchJob answers with the job's state first).
+class SharedOutput : public std::streambuf {
+ public:
+  std::string str() {
+    absl::MutexLock lock(&mu_);
+    return text_;
+  }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c != traits_type::eof()) {
+      absl::MutexLock lock(&mu_);
+      text_.push_back(static_cast<char>(c));
+    }
+    return c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    absl::MutexLock lock(&mu_);
+    text_.append(s, static_cast<size_t>(n));
+    return n;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::string text_ ABSL_GUARDED_BY(mu_);
+};
+
+// A 10-step D=2 job spec of priority class `priority`, written as coordinator.dir/NAME.json.
+std::string PrioritySpecFile(const testing::LocalCoordinator& coordinator, const std::string& name,
+                             const std::string& priority) {
+  const std::string path = (coordinator.dir / (name + ".json")).string();
+  std::ofstream(path) << absl::StrCat(
+      R"({"name": ")", name, R"(", "priority": ")", priority,
+      R"(", "model": {"vocabSize": 256, "seqLen": 16, "dModel": 32, "nHeads": 4, "nLayers": 2},)",
+      R"( "parallel": {"pipeline": 2, "schedule": "1f1b"}, "train": {"steps": 10,)",
+      R"( "microbatches": 4, "microbatchSize": 1, "lr": 0.001}, "data": {"path": ")",
+      coordinator.corpus, R"("}})");
+  return path;
+}
+
+pp::v1::Job GetJob(testing::LocalCoordinator& coordinator, const std::string& id) {
+  pp::v1::GetJobRequest request;
+  request.set_job_id(id);
+  pp::v1::Job job;
+  grpc::ClientContext context;
+  EXPECT_TRUE(coordinator.stub->GetJob(&context, request, &job).ok());
+  return job;
+}
+
+// Every fake worker reports step 1 of `job` (the last rank with its loss).
+void ReportStepOne(testing::LocalCoordinator& coordinator, const std::string& job) {
+  for (auto& w : coordinator.fake_workers) {
+    pp::v1::StepReport report;
+    report.set_job_id(job);
+    report.set_rank(w->tasks().back().rank());
+    report.set_step(1);
+    report.set_step_seconds(0.004);
+    report.set_busy_seconds(0.002);
+    report.set_has_loss(report.rank() == 1);
+    report.set_loss(4.0);
+    pp::v1::ReportResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(w->registry().ReportStep(&context, report, &response).ok());
+  }
+}
+
+// A low job on w0 and w1 is preempted by a high one: ppctl watch of the low job prints the
+// EVENT_PREEMPTED line (why it stops, for which job, after which step) without the step's rates,
+// and follows the job on until it is cancelled.
+TEST_F(JobCommandsTest, WatchPrintsThePreemptionLine) {
+  Output submitted = Ppctl("submit", {PrioritySpecFile(coordinator_, "low", "low")});
+  ASSERT_EQ(submitted.code, 0) << submitted.err;
+  const std::string low = submitted.out.substr(0, submitted.out.find('\n'));
+  for (const char* name : {"w0", "w1"}) {
+    coordinator_.fake_workers.push_back(std::make_unique<FakeWorker>(name, coordinator_.address()));
+  }
+  for (auto& w : coordinator_.fake_workers) ASSERT_TRUE(w->WaitForTask(absl::Seconds(10)));
+  auto get = [this](const std::string& id) { return GetJob(coordinator_, id); };
+  // Step 1 on both ranks: the preemption stops the job after step 2.
+  ReportStepOne(coordinator_, low);
+  ASSERT_TRUE(WaitUntil([&] { return get(low).step() == 1; }, absl::Seconds(5)));
+
+  SharedOutput out;
+  int code = -1;
+  std::streambuf* const saved = std::cout.rdbuf(&out);
+  std::thread watch([&] { code = RunJobCommand("watch", {low}); });
+  // On every exit: the low job is cancelled (which ends the watch) and std::cout restored.
+  struct Ending {
+    std::function<void()> run;
+    ~Ending() { run(); }
+  } ending{[&] {
+    pp::v1::CancelJobRequest cancel;
+    cancel.set_job_id(low);
+    pp::v1::Job job;
+    grpc::ClientContext context;
+    (void)coordinator_.stub->CancelJob(&context, cancel, &job);
+    watch.join();
+    std::cout.rdbuf(saved);
+  }};
+  ASSERT_TRUE(
+      WaitUntil([&] { return out.str().find(low) != std::string::npos; }, absl::Seconds(10)));
+  absl::StatusOr<pp::v1::JobSpec> high_spec =
+      common::LoadJobSpec(PrioritySpecFile(coordinator_, "high", "high"));
+  ASSERT_TRUE(high_spec.ok()) << high_spec.status();
+  pp::v1::SubmitJobRequest request;
+  *request.mutable_spec() = *high_spec;
+  pp::v1::SubmitJobResponse response;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(coordinator_.stub->SubmitJob(&context, request, &response).ok());
+  }
+  const std::string high = response.job_id();
+  ASSERT_TRUE(WaitUntil([&] { return get(low).preemptions() == 1; }, absl::Seconds(5)));
+  const std::string line =
+      absl::StrCat(low, " PREEMPTED step 1/10  preempted by job ", high,
+                   " (priority high 200): checkpoints after step 2, then waits for workers\n");
+  EXPECT_TRUE(
+      WaitUntil([&] { return out.str().find(line) != std::string::npos; }, absl::Seconds(5)))
+      << out.str();
+  // Still watching: the job is not over until it is cancelled.
+  EXPECT_EQ(get(low).state(), pp::v1::RUNNING);
+  ending.run();
+  ending.run = [] {};
+  EXPECT_EQ(code, 1);  // a cancelled job did not succeed
+  const std::string all = out.str();
+  EXPECT_THAT(all, HasSubstr(low + " CANCELLED")) << all;
+  EXPECT_LT(all.find(line), all.find(low + " CANCELLED")) << all;
 }
 
 }  // namespace

@@ -220,6 +220,9 @@ std::vector<Refusal> FigureRefusals() {
        "2: preemption.max_per_hour is -4; it must be 0 or more"},
       {"negative grace_seconds", "\n\npreemption { grace_seconds: -1 }\n",
        "3: preemption.grace_seconds is -1; it must be 0 or more"},
+      // A job keeps its newest 16 preemption times: a larger bound could never be reached.
+      {"max_per_hour past what a job keeps", "preemption {\n\n  max_per_hour: 17\n}\n",
+       "3: preemption.max_per_hour is 17; it must be at most 16"},
   };
 }
 
@@ -244,7 +247,7 @@ TEST(PolicyParseTest, TheSameRefusalsPassOnceFixed) {
                 "priority_class { name: \"0-9\" }\n"
                 "quota { owner: \"\" max_workers: 0 max_queued_jobs: 0 }\n"
                 "aging { every_seconds: 0 step: 0 max_boost: 0 reserve_after_seconds: 0 }\n"
-                "preemption { max_per_hour: 0 grace_seconds: 0 }\n");
+                "preemption { max_per_hour: 16 grace_seconds: 0 }\n");
   EXPECT_EQ(*policy.PriorityOf(std::string(40, 'z'), Viewer("v")), 1000000);
   EXPECT_EQ(policy.ClassName(""), "normal");
 }

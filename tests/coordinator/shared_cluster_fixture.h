@@ -2,7 +2,8 @@
 // priority classes, policy reloads, resume, fair share; preemption_test.cc: preemption and its
 // grace): ppcoord with bearer tokens for an admin and two owners, its --policy file of the test's
 // choosing, fake workers, and the steps the tests share (a running low-priority job, a watch for
-// EVENT_PREEMPTED, a victim that drains at its stop step). Header-only; test code only.
+// EVENT_PREEMPTED, a victim that drains at its stop step, a job preempted once and resumed beside
+// another for the per-hour bound). Header-only; test code only.
 #ifndef PP_TESTS_COORDINATOR_SHARED_CLUSTER_FIXTURE_H_
 #define PP_TESTS_COORDINATOR_SHARED_CLUSTER_FIXTURE_H_
 
@@ -14,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -170,6 +172,34 @@ class SharedClusterServiceTest : public CoordinatorServerTest {
   }
   bool MetricsHave(const std::string& line) {
     return WaitUntil([&] { return Metrics().find(line) != std::string::npos; }, absl::Seconds(5));
+  }
+
+  // For the per-hour bound (Preemption.max_per_hour): alice's low job L1 (two ranks) is
+  // preempted once for a four-worker high job, drains at its checkpoint of step 2 and, once that
+  // job ended, resumes from it; her low job L2 runs beside it and reports a step since its newest
+  // checkpoint, which L1 lacks. A two-worker high job then needs one victim, and L1 is the cheaper
+  // (no work lost; the younger placement is L2's, so only the work lost tells them apart).
+  // Returns {L1, L2}. REQUIRES: Start with 4 workers, a policy with the default classes.
+  std::pair<std::string, std::string> L1ResumedAfterAPreemptionBesideL2() {
+    std::string l1, first_high, l2;
+    EXPECT_TRUE(SubmitAs(kAlice, Spec(2, "low"), &l1).ok());
+    WaitRunning(l1, 2);
+    for (int rank = 0; rank < 2; ++rank) ReportStep(l1, rank, 1, 2);
+    EXPECT_TRUE(SubmitAs(kBob, Spec(4, "high"), &first_high).ok());
+    EXPECT_TRUE(WaitUntil([&] { return Get(l1).preemptions() == 1; }, absl::Seconds(5)));
+    ExpectToldToStopAfter(l1, 2, 2);
+    DrainVictim(l1, 2, 2);
+    WaitRunning(first_high, 4);
+    for (FakeWorker* w : Holders(first_high)) w->FinishTask(true, "");
+    EXPECT_TRUE(WaitForState(first_high, pp::v1::SUCCEEDED));
+    WaitRunning(l1, 2);  // resumed from its checkpoint of step 2: nothing to lose now
+    EXPECT_EQ(Get(l1).start_step(), 2);
+    EXPECT_TRUE(SubmitAs(kAlice, Spec(2, "low"), &l2).ok());
+    WaitRunning(l2, 2);
+    for (int rank = 0; rank < 2; ++rank) ReportStep(l2, rank, 1, 2);
+    EXPECT_TRUE(WaitUntil([&] { return Get(l2).step() == 1; }, absl::Seconds(5)));
+    EXPECT_EQ(IdleWorkers(), 0);
+    return {l1, l2};
   }
 
   // Runs the low job of the preemption tests: `token` submits a 4-rank job of class "low" (with

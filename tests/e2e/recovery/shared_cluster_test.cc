@@ -1,25 +1,24 @@
 // The shared cluster end to end (docs/jobs.md "Priorities, quotas and preemption"), with real
 // processes (ppcoord under its default policy + 4 ppworkers on loopback): a high-priority job
 // preempts a running low-priority one at a checkpoint after the victim's next step, runs, and the
-// victim resumes on its own layout afterwards; ppcoord killed while the victim drains loses
-// neither job; two jobs of one class never preempt each other. Every job must end bitwise equal
-// (per-step losses, final weights) to the single-process reference trainer's run of its spec,
-// whether it was preempted or not.
-#include <algorithm>
+// victim resumes on its own layout afterwards; ppcoord killed while the victim drains loses neither
+// job; two jobs of one class never preempt each other. Every job must end bitwise equal (per-step
+// losses, final weights) to the single-process reference trainer's run of its spec, whether it was
+// preempted or not. An elastic victim: shared_cluster_replan_test.cc.
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
+#include "tests/e2e/recovery/shared_cluster_fixture.h"
 #include "tests/support/cluster.h"
-#include "tests/support/fixture.h"
 
 namespace pp::recovery {
 namespace {
@@ -33,158 +32,8 @@ using ::pp::testing_support::WaitSucceeded;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Long enough that the job is still mid-run (tens of ms a step) when the second one comes.
-constexpr int kLongSteps = 60;
-constexpr int kShortSteps = 10;
-constexpr absl::Duration kJobTimeout = absl::Seconds(60);
-
-// The index of the first of `events` from `from` on of `kind` whose message holds `text`; -1 when
-// none is.
-int FindEvent(const std::vector<pp::v1::JobEvent>& events, int from, pp::v1::JobEventKind kind,
-              absl::string_view text = "") {
-  for (int i = std::max(from, 0); i < static_cast<int>(events.size()); ++i) {
-    if (events[i].kind() == kind && absl::StrContains(events[i].message(), text)) return i;
-  }
-  return -1;
-}
-
-// When the watched job was placed, at the latest: the time of its PLACED event, or, when the watch
-// began after that, of the first event that shows it running short of its last two steps (it
-// holds every worker it was placed on then). nullopt when the watch began too late to tell.
-std::optional<double> PlacedBy(const std::vector<pp::v1::JobEvent>& events) {
-  for (const pp::v1::JobEvent& e : events) {
-    if (e.kind() == pp::v1::EVENT_QUEUED) continue;
-    const bool running = e.kind() == pp::v1::EVENT_STEP || e.kind() == pp::v1::EVENT_CHECKPOINT;
-    if (e.kind() == pp::v1::EVENT_PLACED || (running && e.step() <= e.total_steps() - 2)) {
-      return e.time_unix();
-    }
-    return std::nullopt;
-  }
-  return std::nullopt;
-}
-
-class SharedClusterTest : public testing_support::ClusterTest {
- protected:
-  SharedClusterTest() : ClusterTest(/*corpus_seed=*/11, /*corpus_bytes=*/50000) {}
-
-  void SetUp() override {
-    ClusterTest::SetUp();
-    ASSERT_NO_FATAL_FAILURE(StartCluster(4));  // no --policy: low 0, normal 100, high 200
-  }
-
-  // D=4 on all four workers, kLongSteps steps, a checkpoint every 5.
-  pp::v1::JobSpec LongSpec(const std::string& priority) const {
-    pp::v1::JobSpec spec = SpecFrom(R"pb(
-      name: "long"
-      model { seq_len: 32 d_model: 64 n_heads: 4 n_layers: 4 }
-      parallel { pipeline: 4 }
-      train { microbatches: 4 microbatch_size: 4 seed: 5 warmup_steps: 4 decay: "cosine" }
-      checkpoint { every_steps: 5 keep: 3 }
-    )pb");
-    spec.mutable_train()->set_steps(kLongSteps);
-    spec.set_priority(priority);
-    return spec;
-  }
-
-  // D=2, another model and seed, kShortSteps steps.
-  pp::v1::JobSpec ShortSpec(const std::string& priority) const {
-    pp::v1::JobSpec spec = SpecFrom(R"pb(
-      name: "short"
-      model { seq_len: 16 d_model: 32 n_heads: 2 n_layers: 2 }
-      parallel { pipeline: 2 }
-      train { microbatches: 4 microbatch_size: 2 seed: 9 }
-      checkpoint { every_steps: 5 keep: 3 }
-    )pb");
-    spec.mutable_train()->set_steps(kShortSteps);
-    spec.set_priority(priority);
-    return spec;
-  }
-
-  // Submits `spec` and waits until it completed at least `steps` steps (and committed
-  // `checkpoint`), far enough from its end that a job submitted next finds it running.
-  absl::StatusOr<pp::v1::Job> SubmitAndRunTo(const pp::v1::JobSpec& spec, int steps,
-                                             int checkpoint = 0) {
-    absl::StatusOr<std::string> id = SubmitJob(cluster_->stub(), spec);
-    if (!id.ok()) return id.status();
-    absl::StatusOr<pp::v1::Job> running = WaitForJob(
-        cluster_->stub(), *id,
-        [&](const pp::v1::Job& j) {
-          return j.step() >= steps && j.last_checkpoint_step() >= checkpoint;
-        },
-        kJobTimeout);
-    if (running.ok() && running->step() > spec.train().steps() - 20) {
-      return absl::InternalError(absl::StrCat("job ", *id, " is at step ", running->step(), " of ",
-                                              spec.train().steps(), ": too close to its end"));
-    }
-    return running;
-  }
-
-  // `low_done`, the low job at its end, was preempted once for job `high`, at a checkpoint after
-  // its next step, and resumed from that checkpoint on its own layout, once. `running_step`: its
-  // step before the high job's submit; `preempted_step`: its step once its preemption was seen.
-  // Sets `*stop` to the step it stopped after.
-  static void ExpectPreemptedOnceAtACheckpoint(const pp::v1::Job& low_done, const std::string& high,
-                                               int running_step, int preempted_step, int* stop) {
-    // Preempted once, at a checkpoint after its next step, not counted as a restart.
-    EXPECT_EQ(low_done.preemptions(), 1);
-    EXPECT_EQ(low_done.restarts(), 0);
-    ASSERT_EQ(low_done.restart_log_size(), 1);
-    const pp::v1::JobRestart& entry = low_done.restart_log(0);
-    *stop = entry.from_step();
-    EXPECT_THAT(entry.reason(),
-                HasSubstr(absl::StrCat("preempted by job ", high, " after step ", *stop)));
-    EXPECT_FALSE(entry.automatic());
-    // Drains within one step: the stop step is the newest reported step + 1, and a rank reports
-    // step s + 1 only once every rank reported s (the clip norm gathers every step).
-    EXPECT_GT(*stop, running_step);
-    EXPECT_LE(*stop, preempted_step + 2);
-    // It resumed from that checkpoint on its own layout, once.
-    EXPECT_EQ(low_done.attempt(), 1);
-    EXPECT_EQ(low_done.start_step(), *stop);
-    EXPECT_EQ(low_done.placement_size(), 4);
-  }
-
-  // The events of the low job (`low_watch`, until its end) preempted for job `high` (`high_watch`)
-  // after step `stop`: preempted once (naming the high job and the stop step), requeued, placed
-  // again from `stop` no sooner than the high job was placed, finished.
-  static void ExpectPreemptionEvents(JobWatch& low_watch, JobWatch& high_watch,
-                                     const std::string& high, int stop) {
-    absl::StatusOr<std::vector<pp::v1::JobEvent>> low_events = low_watch.Rest();
-    ASSERT_TRUE(low_events.ok()) << low_events.status();
-    absl::StatusOr<std::vector<pp::v1::JobEvent>> high_events = high_watch.Rest();
-    ASSERT_TRUE(high_events.ok()) << high_events.status();
-    const int preempt_event =
-        FindEvent(*low_events, 0, pp::v1::EVENT_PREEMPTED, absl::StrCat("preempted by job ", high));
-    ASSERT_GE(preempt_event, 0);
-    EXPECT_THAT((*low_events)[preempt_event].message(),
-                HasSubstr(absl::StrCat("checkpoints after step ", stop)));
-    EXPECT_EQ(FindEvent(*low_events, preempt_event + 1, pp::v1::EVENT_PREEMPTED), -1);
-    const int requeued = FindEvent(*low_events, preempt_event + 1, pp::v1::EVENT_RESTARTED,
-                                   absl::StrCat("preempted by job ", high, " after step ", stop));
-    ASSERT_GT(requeued, preempt_event);
-    const int placed = FindEvent(*low_events, requeued + 1, pp::v1::EVENT_PLACED,
-                                 absl::StrCat("from step ", stop));
-    ASSERT_GT(placed, requeued);
-    const std::optional<double> high_placed = PlacedBy(*high_events);
-    ASSERT_TRUE(high_placed.has_value()) << "the watch began after the high job's last steps";
-    EXPECT_GE((*low_events)[placed].time_unix(), *high_placed);
-    EXPECT_EQ(low_events->back().kind(), pp::v1::EVENT_FINISHED);
-  }
-
-  // The number of rows of ListJobs naming `id`.
-  int Listed(const std::string& id) {
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
-    pp::v1::ListJobsResponse response;
-    const grpc::Status status = cluster_->stub().ListJobs(&context, {}, &response);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    EXPECT_TRUE(response.next_page_token().empty());  // two jobs fit one page
-    return static_cast<int>(std::count_if(response.jobs().begin(), response.jobs().end(),
-                                          [&](const pp::v1::Job& j) { return j.id() == id; }));
-  }
-};
-
 TEST_F(SharedClusterTest, HighPriorityJobPreemptsALowOneAtACheckpointAndBothEndBitwise) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers());
   const pp::v1::JobSpec low_spec = LongSpec("low");
   const pp::v1::JobSpec high_spec = ShortSpec("high");
   absl::StatusOr<pp::v1::Job> running = SubmitAndRunTo(low_spec, 3);
@@ -223,40 +72,75 @@ TEST_F(SharedClusterTest, HighPriorityJobPreemptsALowOneAtACheckpointAndBothEndB
   ExpectMatchesReference(low_spec, low, Match::kBitwise);
 }
 
-TEST_F(SharedClusterTest, CoordinatorKilledDuringAPreemptionLosesNothing) {
-  const pp::v1::JobSpec low_spec = LongSpec("low");
-  const pp::v1::JobSpec high_spec = ShortSpec("high");
-  // After a committed checkpoint: the restarted ppcoord resumes the victim from one.
-  absl::StatusOr<pp::v1::Job> running = SubmitAndRunTo(low_spec, 5, /*checkpoint=*/5);
-  ASSERT_TRUE(running.ok()) << running.status();
-  const std::string low = running->id();
-  absl::StatusOr<std::string> high = SubmitJob(cluster_->stub(), high_spec);
-  ASSERT_TRUE(high.ok()) << high.status();
-  absl::StatusOr<pp::v1::Job> preempted = WaitForJob(
-      cluster_->stub(), low, [](const pp::v1::Job& j) { return j.preemptions() >= 1; },
-      kJobTimeout);
-  ASSERT_TRUE(preempted.ok()) << preempted.status();
+// Submits `high_spec` and SIGKILLs ppcoord as soon as job `low` is told to drain for it, while it
+// still drains: its EVENT_PREEMPTED came with no requeue before it, and GetJob, the call before the
+// kill, still shows it RUNNING on its first attempt, preempted once, not yet requeued (no
+// restart-log entry), at most at its stop step. Sets `*high` to the high job and `*stop` to the
+// stop step of the preemption.
+void SubmitAndKillWhileTheVictimDrains(testing_support::Cluster& cluster, const std::string& low,
+                                       const pp::v1::JobSpec& high_spec, std::string* high,
+                                       int* stop) {
+  // The victim's events one by one (JobWatch reads only to the end), from before the submit.
+  grpc::ClientContext watch_context;
+  watch_context.set_deadline(absl::ToChronoTime(absl::Now() + kJobTimeout));
+  pp::v1::WatchJobRequest watch_request;
+  watch_request.set_job_id(low);
+  std::unique_ptr<grpc::ClientReader<pp::v1::JobEvent>> watch =
+      cluster.stub().WatchJob(&watch_context, watch_request);
+  pp::v1::JobEvent event;
+  ASSERT_TRUE(watch->Read(&event)) << "WatchJob " << low;  // its state: the watch has begun
+  absl::StatusOr<std::string> submitted = SubmitJob(cluster.stub(), high_spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  *high = *submitted;
+  bool preempted = false;
+  while (!preempted && watch->Read(&event)) {
+    ASSERT_NE(event.kind(), pp::v1::EVENT_RESTARTED) << event.message();
+    preempted = event.kind() == pp::v1::EVENT_PREEMPTED;
+  }
+  ASSERT_TRUE(preempted) << "the watch of " << low << " ended without EVENT_PREEMPTED";
+  absl::StatusOr<pp::v1::Job> draining = GetJob(cluster.stub(), low);
+  cluster.KillCoordinator();
+  watch_context.TryCancel();
+  (void)watch->Finish();
+  EXPECT_THAT(event.message(), HasSubstr(absl::StrCat("preempted by job ", *high)));
+  const std::string after = "checkpoints after step ";
+  const size_t at = event.message().find(after);
+  ASSERT_NE(at, std::string::npos) << event.message();
+  *stop = std::atoi(event.message().c_str() + at + after.size());
+  ASSERT_TRUE(draining.ok()) << draining.status();
+  EXPECT_EQ(draining->state(), pp::v1::RUNNING);
+  EXPECT_EQ(draining->attempt(), 0);
+  EXPECT_EQ(draining->preemptions(), 1);
+  EXPECT_EQ(draining->restart_log_size(), 0);
+  EXPECT_GE(draining->last_checkpoint_step(), 5);
+  EXPECT_LE(draining->step(), *stop);
+}
 
-  cluster_->KillCoordinator();
-  ASSERT_TRUE(cluster_->RestartCoordinator().ok());
-  absl::StatusOr<std::unique_ptr<JobWatch>> low_watch =
-      JobWatch::Open(cluster_->stub(), low, kJobTimeout);
-  ASSERT_TRUE(low_watch.ok()) << low_watch.status();
-  absl::StatusOr<std::unique_ptr<JobWatch>> high_watch =
-      JobWatch::Open(cluster_->stub(), *high, kJobTimeout);
-  ASSERT_TRUE(high_watch.ok()) << high_watch.status();
+// `low_done`, at its end, killed while it drained for a preemption that ended at `stop`: the
+// restarted ppcoord found it RUNNING and requeued it from its newest committed checkpoint (the
+// drain's own, or an older one); its drain never ended in a requeue of its own, nothing is its
+// fault, and it was not preempted again.
+void ExpectRequeuedByTheRestartOnly(const pp::v1::Job& low_done, int stop) {
+  EXPECT_EQ(low_done.attempt(), 1);  // placed before the kill and once after it
+  EXPECT_EQ(low_done.restarts(), 0);
+  ASSERT_EQ(low_done.restart_log_size(), 1);
+  EXPECT_THAT(low_done.restart_log(0).reason(),
+              HasSubstr("ppcoord restarted while the job was running"));
+  EXPECT_GE(low_done.restart_log(0).from_step(), 5);
+  EXPECT_LE(low_done.restart_log(0).from_step(), stop);
+  EXPECT_EQ(low_done.start_step(), low_done.restart_log(0).from_step());
+  EXPECT_LE(low_done.preemptions(), 1);
+}
 
-  absl::StatusOr<pp::v1::Job> high_done = WaitSucceeded(cluster_->stub(), *high, kJobTimeout);
-  ASSERT_TRUE(high_done.ok()) << high_done.status();
-  absl::StatusOr<pp::v1::Job> low_done = WaitSucceeded(cluster_->stub(), low, kJobTimeout);
-  ASSERT_TRUE(low_done.ok()) << low_done.status();
-  // The high job, still first in the order, ran before the low one resumed, which ran once.
-  absl::StatusOr<std::vector<pp::v1::JobEvent>> low_events = (*low_watch)->Rest();
+// The events after the restart of the low job (`low_watch`) and the high one (`high_watch`), both
+// to their end: the high job, still first in the order, ran before the low one resumed, which
+// was not preempted again.
+void ExpectTheHighJobRanFirst(JobWatch& low_watch, JobWatch& high_watch) {
+  absl::StatusOr<std::vector<pp::v1::JobEvent>> low_events = low_watch.Rest();
   ASSERT_TRUE(low_events.ok()) << low_events.status();
-  absl::StatusOr<std::vector<pp::v1::JobEvent>> high_events = (*high_watch)->Rest();
+  absl::StatusOr<std::vector<pp::v1::JobEvent>> high_events = high_watch.Rest();
   ASSERT_TRUE(high_events.ok()) << high_events.status();
   EXPECT_EQ(FindEvent(*low_events, 0, pp::v1::EVENT_PREEMPTED), -1);
-  EXPECT_EQ(low_done->attempt(), 1);  // placed before the kill and once after it
   // Unseen only when the daemons ran far ahead of the test, and the watches began after the
   // low job was placed again or the high job neared its end.
   const std::optional<double> high_placed = PlacedBy(*high_events);
@@ -265,21 +149,57 @@ TEST_F(SharedClusterTest, CoordinatorKilledDuringAPreemptionLosesNothing) {
     ASSERT_GE(placed, 0);
     EXPECT_GE((*low_events)[placed].time_unix(), *high_placed);
   }
-  EXPECT_EQ(low_done->restarts(), 0);  // neither the preemption nor the restart is its fault
-  EXPECT_GE(low_done->restart_log_size(), 1);
-  EXPECT_LE(low_done->preemptions(), 1);  // not preempted again after the restart
-  EXPECT_EQ(high_done->restarts(), 0);
+}
 
-  for (const std::string& id : {low, *high}) {
+TEST_F(SharedClusterTest, CoordinatorKilledDuringAPreemptionLosesNothing) {
+  // Once a worker completed 5 steps each compute action takes 4 times as long
+  // (worker/executor/slowdown.h): the victim's drain, from its EVENT_PREEMPTED until every rank
+  // checkpointed after the stop step and ended, lasts a slowed step or more, a wide window for the
+  // kill. 30 steps: the slowed ones after the restart stay few.
+  ASSERT_NO_FATAL_FAILURE(StartWorkers({"--test_slow_after_steps=5", "--test_slow_factor=4"}));
+  pp::v1::JobSpec low_spec = LongSpec("low");
+  low_spec.mutable_train()->set_steps(30);
+  const pp::v1::JobSpec high_spec = ShortSpec("high");
+  // After a committed checkpoint: the restarted ppcoord resumes the victim from one.
+  absl::StatusOr<pp::v1::Job> running = SubmitAndRunTo(low_spec, 5, /*checkpoint=*/5);
+  ASSERT_TRUE(running.ok()) << running.status();
+  const std::string low = running->id();
+  std::string high;
+  int stop = 0;
+  ASSERT_NO_FATAL_FAILURE(
+      SubmitAndKillWhileTheVictimDrains(*cluster_, low, high_spec, &high, &stop));
+
+  ASSERT_TRUE(cluster_->RestartCoordinator().ok());
+  // The first call on a channel whose connection the kill broke may fail ("Broken pipe");
+  // WaitForJob polls past that until the restarted ppcoord answers.
+  auto any = [](const pp::v1::Job&) { return true; };
+  ASSERT_TRUE(WaitForJob(cluster_->stub(), low, any, kJobTimeout).ok());
+  absl::StatusOr<std::unique_ptr<JobWatch>> low_watch =
+      JobWatch::Open(cluster_->stub(), low, kJobTimeout);
+  ASSERT_TRUE(low_watch.ok()) << low_watch.status();
+  absl::StatusOr<std::unique_ptr<JobWatch>> high_watch =
+      JobWatch::Open(cluster_->stub(), high, kJobTimeout);
+  ASSERT_TRUE(high_watch.ok()) << high_watch.status();
+  absl::StatusOr<pp::v1::Job> high_done = WaitSucceeded(cluster_->stub(), high, kJobTimeout);
+  ASSERT_TRUE(high_done.ok()) << high_done.status();
+  EXPECT_EQ(high_done->restarts(), 0);
+  EXPECT_EQ(high_done->attempt(), 0);  // placed once, after the restart
+  absl::StatusOr<pp::v1::Job> low_done = WaitSucceeded(cluster_->stub(), low, kJobTimeout);
+  ASSERT_TRUE(low_done.ok()) << low_done.status();
+  ASSERT_NO_FATAL_FAILURE(ExpectRequeuedByTheRestartOnly(*low_done, stop));
+
+  ASSERT_NO_FATAL_FAILURE(ExpectTheHighJobRanFirst(**low_watch, **high_watch));
+  for (const std::string& id : {low, high}) {
     SCOPED_TRACE(id);
     EXPECT_TRUE(GetJob(cluster_->stub(), id).ok());
     EXPECT_EQ(Listed(id), 1);
   }
-  ExpectMatchesReference(high_spec, *high, Match::kBitwise);
+  ExpectMatchesReference(high_spec, high, Match::kBitwise);
   ExpectMatchesReference(low_spec, low, Match::kBitwise);
 }
 
 TEST_F(SharedClusterTest, EqualPriorityJobsDoNotPreempt) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers());
   const pp::v1::JobSpec first_spec = LongSpec("normal");
   const pp::v1::JobSpec second_spec = ShortSpec("normal");
   absl::StatusOr<pp::v1::Job> running = SubmitAndRunTo(first_spec, 3);
