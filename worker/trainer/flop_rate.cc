@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/data_spec.h"
 #include "common/device.h"
 #include "common/model_flops.h"
 
@@ -42,12 +43,17 @@ PeakSetup PeakSetupOf(const pp::v1::JobSpec& spec, const std::string& device, in
   absl::StatusOr<common::Precision> precision = common::PrecisionFromName(spec.train().precision());
   setup.precision = precision.ok() ? *precision : common::Precision::kFp32;
   setup.processes = std::max(processes, 1);
+  setup.masked_documents = common::MasksDocuments(spec);
   return setup;
 }
 
 std::string FlopRateTextWith(double flops_per_second, const absl::StatusOr<kernels::GemmPeak>& peak,
                              const PeakSetup& setup, int cores) {
-  std::string text = absl::StrCat(RateText(flops_per_second), " (6N+12LTC per token x tokens/s)");
+  std::string text = absl::StrCat(
+      RateText(flops_per_second), " (6N+12LTC per token x tokens/s",
+      setup.masked_documents ? "; 12LTC counts whole windows, more than the documents mask computes"
+                             : "",
+      ")");
   if (!peak.ok()) {
     absl::StrAppend(&text, "; no measured peak: ", peak.status().message());
     return text;

@@ -27,10 +27,13 @@ struct PeakSetup {
   int threads = 1;             // compute threads of each process
   common::Precision precision = common::Precision::kFp32;
   int processes = 1;  // processes computing at once (ppctl up: the job's ranks)
+  // data.documents "mask": attention computes each document's block only, so 12LTC (whole
+  // windows) overstates the FLOPs done; the text says so.
+  bool masked_documents = false;
 };
 
-// The setup of `spec`'s workers (train.precision, train.threads), `processes` of them on
-// `device`; an unknown precision counts as fp32 (a validated spec has none).
+// The setup of `spec`'s workers (train.precision, train.threads, data.documents), `processes` of
+// them on `device`; an unknown precision counts as fp32 (a validated spec has none).
 PeakSetup PeakSetupOf(const pp::v1::JobSpec& spec, const std::string& device, int processes);
 
 // e.g. "12.3 GFLOP/s (6N+12LTC per token x tokens/s), 41.0% of the measured peak 30.0 GFLOP/s

@@ -55,6 +55,18 @@ TEST(FlopRateTest, AFailedMeasurementIsNamedAndNoRateSkipsIt) {
             "not known (no step timing; the peak was not measured)");
 }
 
+TEST(FlopRateTest, AMaskedJobsRateSaysItCountsWholeWindows) {
+  PeakSetup setup = Workers("cpu", 1, 1);
+  setup.masked_documents = true;
+  EXPECT_THAT(FlopRateTextWith(2e6, absl::UnavailableError("no device"), setup, 2),
+              HasSubstr("2 MFLOP/s (6N+12LTC per token x tokens/s; 12LTC counts whole windows, "
+                        "more than the documents mask computes)"));
+  pp::v1::JobSpec spec;
+  EXPECT_FALSE(PeakSetupOf(spec, "cpu", 1).masked_documents);
+  spec.mutable_data()->set_documents("mask");
+  EXPECT_TRUE(PeakSetupOf(spec, "cpu", 1).masked_documents);
+}
+
 TEST(GemmPeakTest, MeasuresTheBestOfAtLeastThreeRuns) {
   absl::StatusOr<kernels::GemmPeak> peak =
       kernels::MeasureGemmPeak("cpu", 1, common::Precision::kFp32, /*seconds=*/0.01);
