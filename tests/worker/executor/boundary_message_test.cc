@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/support/host_compute.h"
 #include "worker/comm/transport.h"
 #include "worker/executor/boundary_transfers.h"
 
@@ -72,27 +73,7 @@ TEST(BoundaryHeaderTest, ShapesOutOfBoundsAreRefused) {
   EXPECT_EQ(DecodeHeader(as_floats).status().code(), absl::StatusCode::kDataLoss);
 }
 
-// Host-memory buffers; shapes unused (the transfers are driven directly).
-class HostCompute : public StageCompute {
- public:
-  size_t InputSize(int) const override { return 0; }
-  size_t OutputSize(int) const override { return 0; }
-  float* AllocBuffer(size_t n) override { return new float[n](); }
-  void FreeBuffer(float* buffer) override { delete[] buffer; }
-  absl::Status BeginStep(int) override { return absl::OkStatus(); }
-  absl::StatusOr<double> Forward(int, int, const float*, float*) override { return 0.0; }
-  absl::Status BeginEval(int) override { return absl::OkStatus(); }
-  absl::StatusOr<double> Evaluate(int, int, const float*, float*) override { return 0.0; }
-  absl::Status Backward(int, int, const float*, float*) override { return absl::OkStatus(); }
-  absl::Status BackwardInput(int, int, const float*, float*) override { return absl::OkStatus(); }
-  absl::Status BackwardWeight(int, int) override { return absl::OkStatus(); }
-  std::vector<TensorSumSq> GradSumSquares() override { return {}; }
-  absl::StatusOr<GradientClip> Clip(const std::vector<TensorSumSq>&) override {
-    return GradientClip{};
-  }
-  absl::Status OptimizerStep(int, float) override { return absl::OkStatus(); }
-  int64_t LiveActivationBytes() const override { return 0; }
-};
+using testing::HostCompute;
 
 using Side = std::function<void(BoundaryTransfers&, comm::Transport&)>;
 
