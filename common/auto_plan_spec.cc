@@ -6,13 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/job_spec.h"
+#include "common/spec_field.h"
 
 namespace pp::common {
 namespace {
 
-absl::Status Field(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
+using spec::Field;
 
 // Every bound in [low, high]; NaN is refused too.
 absl::Status CheckBounds(const pp::v1::ParallelSpec& parallel) {

@@ -14,16 +14,15 @@
 #include "common/data_spec.h"
 #include "common/path_roots.h"
 #include "common/spec_bounds.h"
+#include "common/spec_field.h"
 
 namespace pp::common {
 namespace {
 
+using spec::Field;
+
 // A path with one of these is a pattern; a resolved name with one would read as a pattern again.
 constexpr char kPatternChars[] = "*?[";
-
-absl::Status Field(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
 
 bool IsPattern(absl::string_view path) {
   return path.find_first_of(kPatternChars) != absl::string_view::npos;

@@ -12,31 +12,21 @@
 #include "common/llmc_shard.h"
 #include "common/path_roots.h"
 #include "common/spec_bounds.h"
+#include "common/spec_field.h"
 #include "common/step_math.h"
 #include "common/tokenizer.h"
 
 namespace pp::common {
 namespace {
 
+using spec::Choice;
+using spec::Field;
+
 constexpr const char* kFormats[] = {"bytes", "uint16", "llmc", "generated"};
 constexpr int64_t kDefaultGeneratedTokens = int64_t{1} << 20;
 // "" means the first of each.
 constexpr const char* kDocumentModes[] = {"none", "mask"};
 constexpr const char* kPositionModes[] = {"absolute", "document"};
-
-absl::Status Field(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
-
-// `value` one of `names`, else "FIELD: unknown value "x" (one of a, b)".
-template <typename Names>
-absl::Status Choice(absl::string_view field, const std::string& value, const Names& names) {
-  for (const auto& name : names) {
-    if (value == name) return absl::OkStatus();
-  }
-  return Field(field, absl::StrCat("unknown value \"", value, "\" (one of ",
-                                   absl::StrJoin(names, ", "), ")"));
-}
 
 bool IsMix(const pp::v1::DataSpec& data) { return data.mix_size() > 0; }
 

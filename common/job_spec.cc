@@ -20,10 +20,14 @@
 #include "common/proto_io.h"
 #include "common/recompute.h"
 #include "common/spec_bounds.h"
+#include "common/spec_field.h"
 #include "program/schedules.h"
 
 namespace pp::common {
 namespace {
+
+using spec::Choice;
+using spec::Field;
 
 constexpr const char* kPartitions[] = {"uniform", "params", "cost", "explicit"};
 constexpr const char* kDecayKinds[] = {"constant", "cosine", "linear"};
@@ -40,10 +44,6 @@ class ErrorCollector : public google::protobuf::io::ErrorCollector {
   std::string errors_;
 };
 
-absl::Status Field(absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
-}
-
 absl::Status Positive(absl::string_view field, int64_t value) {
   if (value >= 1) return absl::OkStatus();
   return Field(field, absl::StrCat("must be >= 1, got ", value));
@@ -52,16 +52,6 @@ absl::Status Positive(absl::string_view field, int64_t value) {
 absl::Status NonNegative(absl::string_view field, double value) {
   if (value >= 0 && std::isfinite(value)) return absl::OkStatus();
   return Field(field, absl::StrCat("must be a finite number >= 0, got ", value));
-}
-
-// `names`: an array or vector of strings.
-template <typename Names>
-absl::Status Choice(absl::string_view field, const std::string& value, const Names& names) {
-  for (const auto& name : names) {
-    if (value == name) return absl::OkStatus();
-  }
-  return Field(field, absl::StrCat("unknown value \"", value, "\" (one of ",
-                                   absl::StrJoin(names, ", "), ")"));
 }
 
 // parallel.chunks against the chunk rule of the schedule table (program/schedules.h), in a spec's

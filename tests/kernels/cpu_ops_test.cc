@@ -38,33 +38,8 @@ void ExpectGradient(const std::function<double(const Vec&)>& f, const Vec& x,
   }
 }
 
-class CpuOpsTest : public ::testing::Test {
+class CpuOpsTest : public CpuOpsFixture {
  protected:
-  void SetUp() override {
-    auto ops = MakeOps("cpu", 1);
-    ASSERT_TRUE(ops.ok()) << ops.status();
-    ops_ = std::move(*ops);
-  }
-  void TearDown() override {
-    for (void* p : owned_) ops_->Free(p);
-  }
-  float* Dev(const std::vector<float>& host) {
-    float* p = ops_->Alloc(host.size());
-    ops_->CopyToDevice(p, host.data(), host.size());
-    owned_.push_back(p);
-    return p;
-  }
-  int32_t* DevInt(const std::vector<int32_t>& host) {
-    int32_t* p = ops_->AllocInt(host.size());
-    ops_->CopyIntToDevice(p, host.data(), host.size());
-    owned_.push_back(p);
-    return p;
-  }
-  std::vector<float> Host(const float* p, size_t n) {
-    std::vector<float> v(n);
-    ops_->CopyToHost(v.data(), p, n);
-    return v;
-  }
   // Gradient buffers start from `prefill` so the += contract is checked; returns grad - prefill.
   std::vector<float> Added(const float* p, const std::vector<float>& prefill) {
     std::vector<float> v = Host(p, prefill.size());
@@ -77,8 +52,6 @@ class CpuOpsTest : public ::testing::Test {
       ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-5 * std::abs(want[i])) << what << "[" << i << "]";
     }
   }
-  std::unique_ptr<Ops> ops_;
-  std::vector<void*> owned_;
 };
 
 // ---- double references ----------------------------------------------------------------------

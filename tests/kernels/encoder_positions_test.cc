@@ -14,36 +14,8 @@
 namespace pp::kernels {
 namespace {
 
-// Backend buffers of one encoder call, freed with the fixture.
-class EncoderPositionsTest : public ::testing::Test {
+class EncoderPositionsTest : public CpuOpsFixture {
  protected:
-  void SetUp() override {
-    auto ops = MakeOps("cpu", 1);
-    ASSERT_TRUE(ops.ok()) << ops.status();
-    ops_ = std::move(*ops);
-  }
-  void TearDown() override {
-    for (void* p : owned_) ops_->Free(p);
-  }
-  float* Dev(const std::vector<float>& host) {
-    float* p = ops_->Alloc(host.size());
-    ops_->CopyToDevice(p, host.data(), host.size());
-    owned_.push_back(p);
-    return p;
-  }
-  int32_t* DevInt(const std::vector<int32_t>& host) {
-    if (host.empty()) return nullptr;  // "no positions"
-    int32_t* p = ops_->AllocInt(host.size());
-    ops_->CopyIntToDevice(p, host.data(), host.size());
-    owned_.push_back(p);
-    return p;
-  }
-  std::vector<float> Host(const float* p, size_t n) {
-    std::vector<float> v(n);
-    ops_->CopyToHost(v.data(), p, n);
-    return v;
-  }
-
   struct Result {
     std::vector<float> out, dwte, dwpe;  // (B,T,C), (V,C), (T,C)
   };
@@ -61,9 +33,6 @@ class EncoderPositionsTest : public ::testing::Test {
     ops_->EncoderBackward(dwte, dwpe, Dev(r), tok, pos, B, T, C);
     return {Host(out, r.size()), Host(dwte, pre_e.size()), Host(dwpe, pre_p.size())};
   }
-
-  std::unique_ptr<Ops> ops_;
-  std::vector<void*> owned_;
 };
 
 // positions (B,T) = t - doc_start for documents starting at `starts` in every row (0 included).
