@@ -14,9 +14,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/command.h"
+#include "client/plan_packed.h"
 #include "client/schedule_json.h"
 #include "common/file_io.h"
 #include "common/job_spec.h"
+#include "common/packing.h"
 #include "coordinator/plan/plan.h"
 
 ABSL_FLAG(std::string, schedule, "1f1b",
@@ -48,7 +50,9 @@ ABSL_FLAG(std::string, spec, "",
           "a job spec FILE (proto3 JSON or text): plan its schedule, layout and partition as "
           "ppcoord would and add each rank's estimated peak memory with its breakdown; "
           "--schedule, --stages, --chunks and --microbatches are then not used, and "
-          "--format=json prints a pp.v1.PlanJobResponse (schedule, stage_layers, memory)");
+          "--format=json prints a pp.v1.PlanJobResponse (schedule, stage_layers, memory). A spec "
+          "that packs microbatches (train.tokens_per_microbatch) has its data read here: step "
+          "1's microbatch lengths are printed and scale each microbatch's simulated costs");
 ABSL_FLAG(bool, auto, false,
           "choose schedule, V and M: simulate every schedule (V=2..--max_chunks for "
           "interleaved-1f1b) for each M in [--min_microbatches, --max_microbatches] and pick the "
@@ -308,10 +312,13 @@ absl::Status RunSpec(const std::string& path, plan::CostModel costs, const std::
   const pp::v1::ParallelSpec& p = spec->parallel();
   absl::StatusOr<std::vector<int>> units = SpecPartition(*spec, p.pipeline() * p.chunks());
   if (!units.ok()) return units.status();
+  pp::v1::PlanJobResponse response;
+  absl::StatusOr<std::string> lengths = WeighPackedMicrobatches(*spec, &costs, &response);
+  if (!lengths.ok()) return lengths.status();
+  if (!lengths->empty()) (format == "ascii" ? std::cout : std::cerr) << *lengths << "\n";
   absl::StatusOr<plan::Planned> planned =
       plan::PlanSpecSchedule(p, spec->train().microbatches(), costs);
   if (!planned.ok()) return planned.status();
-  pp::v1::PlanJobResponse response;
   if (p.recompute() == "auto") {
     absl::StatusOr<plan::RecomputeChoice> choice = ChooseRecomputeLocally(*spec, *units, *planned);
     if (!choice.ok()) return choice.status();
@@ -352,6 +359,20 @@ absl::Status RunSpec(const std::string& path, plan::CostModel costs, const std::
   return Print(*planned, costs, format);
 }
 
+// --auto --spec of a spec that packs: the lengths of sequences 0..max M - 1, replica 0's
+// microbatches of step 1 at every M tried, weigh the candidates (AutoPlanRequest.
+// microbatch_weights); their line goes where the comparison goes.
+absl::Status WeighPackedCandidates(const pp::v1::JobSpec& spec, const std::string& format,
+                                   plan::AutoPlanRequest& request) {
+  if (!common::PacksMicrobatches(spec)) return absl::OkStatus();
+  absl::StatusOr<std::vector<int64_t>> tokens = FirstStepTokens(spec, request.max_microbatches);
+  if (!tokens.ok()) return tokens.status();
+  const int64_t budget = spec.train().tokens_per_microbatch();
+  request.microbatch_weights = plan::MicrobatchWeights(*tokens, budget);
+  (format == "ascii" ? std::cout : std::cerr) << LengthsLine(*tokens, budget) << "\n";
+  return absl::OkStatus();
+}
+
 // --auto --spec: schedule, V, M and recomputation for the job's D. Costs describe one of the
 // spec's microbatches (its microbatch_size) at the smallest M, which defaults to the spec's M;
 // act defaults to the bytes such a microbatch leaves saved on the job's largest V=1 stage.
@@ -364,6 +385,7 @@ absl::Status RunAutoSpec(const std::string& path, plan::CostModel costs,
   absl::StatusOr<std::vector<int>> units = SpecPartition(*spec, D);
   if (!units.ok()) return units.status();
   plan::AutoPlanRequest request = AutoRequest(costs, D, M);
+  if (absl::Status s = WeighPackedCandidates(*spec, format, request); !s.ok()) return s;
   for (const char* mode : {"none", "selective", "full"}) {
     spec->mutable_parallel()->set_recompute(mode);
     absl::StatusOr<plan::RecomputeShares> shares = plan::RecomputeSharesOf(*spec, *units);

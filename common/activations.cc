@@ -174,7 +174,8 @@ absl::StatusOr<ActivationTable> ActivationTable::Make(const ActivationDims& d) {
         elements = CheckedProduct({*N, Cl});
         break;
       case Row::kAtt:
-        elements = CheckedProduct({d.B, NHl, d.T, d.T});
+        elements = d.sequence_squares > 0 ? CheckedProduct({NHl, d.sequence_squares})
+                                          : CheckedProduct({d.B, NHl, d.T, d.T});
         break;
       case Row::kN4Cl:
         elements = CheckedProduct({*N, 4, Cl});

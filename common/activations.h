@@ -47,7 +47,7 @@ enum class Activation {
   kRstd1,    // (N)
   kQkv,      // (N,3Cl)
   kAtty,     // (N,Cl) attention output
-  kAtt,      // (B,NHl,T,T) attention probabilities
+  kAtt,      // (B,NHl,T,T) attention probabilities; a packed row's (NHl, sum L_i^2)
   kRes2,     // (N,C) x + attn
   kLn2,      // (N,C)
   kMean2,    // (N)
@@ -78,6 +78,9 @@ struct ActivationDims {
   int64_t vocab = 0;  // vocab_size, padding included
   int64_t tp = 1;     // tensor-parallel degree (every TP rank holds an equal share)
   Precision precision = Precision::kFp32;
+  // A packed row (common/packing.h; B = 1, T = its tokens): sum over its sequences of length^2,
+  // so kAtt is (NHl, sum L_i^2), the probabilities each sequence keeps. 0: B x T^2 (windows).
+  int64_t sequence_squares = 0;
 };
 
 struct SavedTensor {

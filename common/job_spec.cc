@@ -16,6 +16,7 @@
 #include "common/data_spec.h"
 #include "common/file_io.h"
 #include "common/hf_gpt2.h"
+#include "common/packing.h"
 #include "common/precision.h"
 #include "common/proto_io.h"
 #include "common/recompute.h"
@@ -358,6 +359,9 @@ void ApplyDefaults(pp::v1::JobSpec* spec) {
   if (train->beta2() == 0) train->set_beta2(0.95);
   if (train->eps() == 0) train->set_eps(1e-8);
   if (train->threads() == 0) train->set_threads(1);
+  if (train->tokens_per_microbatch() > 0 && train->microbatch_size() == 0) {
+    train->set_microbatch_size(1);  // a packed microbatch is one row (common/packing.h)
+  }
   if (train->precision().empty()) train->set_precision("fp32");
   if (spec->checkpoint().keep() == 0) spec->mutable_checkpoint()->set_keep(3);
   ApplyDataDefaults(spec);
@@ -384,7 +388,8 @@ absl::Status ValidateJobSpecFields(const pp::v1::JobSpec& spec) {
   }
   if (absl::Status s = ValidateEvalFields(spec); !s.ok()) return s;
   if (absl::Status s = ValidateElastic(spec); !s.ok()) return s;
-  return ValidateDataFields(spec);
+  if (absl::Status s = ValidateDataFields(spec); !s.ok()) return s;
+  return ValidatePacking(spec);
 }
 
 absl::StatusOr<int64_t> CheckSpecFiles(const pp::v1::JobSpec& spec,

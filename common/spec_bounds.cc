@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/job_spec.h"
+#include "common/packing.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "program/schedules.h"
@@ -193,6 +194,20 @@ absl::Status CheckTensors(const pp::v1::JobSpec& spec) {
            CheckProduct({batch, T, vocab}, "elements in a microbatch's logits", kMaxTensorElements,
                         kWhy),
            CheckProduct({batch, heads, T, T}, "elements in a microbatch's attention scores",
+                        kMaxTensorElements, kWhy),
+       }) {
+    if (!s.ok()) return s;
+  }
+  if (!PacksMicrobatches(spec)) return absl::OkStatus();
+  // A packed row of K tokens: its pieces of at most min(T, K) keep at most K x min(T, K) scores.
+  const Factor K{"train.tokens_per_microbatch", spec.train().tokens_per_microbatch()},
+      piece{"model.seq_len", PieceLimit(spec)};
+  for (absl::Status s : {
+           CheckProduct({K, {nullptr, 4}, C}, "elements in a packed microbatch's MLP activation",
+                        kMaxTensorElements, kWhy),
+           CheckProduct({K, vocab}, "elements in a packed microbatch's logits", kMaxTensorElements,
+                        kWhy),
+           CheckProduct({heads, K, piece}, "elements in a packed microbatch's attention scores",
                         kMaxTensorElements, kWhy),
        }) {
     if (!s.ok()) return s;

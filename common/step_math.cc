@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/packing.h"
+
 namespace pp::common {
 
 int64_t GlobalMicrobatches(const pp::v1::JobSpec& spec) {
@@ -10,8 +12,7 @@ int64_t GlobalMicrobatches(const pp::v1::JobSpec& spec) {
 }
 
 int64_t ReplicaTokensPerStep(const pp::v1::JobSpec& spec) {
-  return static_cast<int64_t>(spec.train().microbatches()) * spec.train().microbatch_size() *
-         spec.model().seq_len();
+  return static_cast<int64_t>(spec.train().microbatches()) * MaxMicrobatchTokens(spec);
 }
 
 int64_t GlobalTokensPerStep(const pp::v1::JobSpec& spec) {

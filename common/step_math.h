@@ -18,7 +18,8 @@ namespace pp::common {
 // (a job stored by an older ppcoord); a validated spec's stays below 2^24 (common/spec_bounds.h).
 int64_t GlobalMicrobatches(const pp::v1::JobSpec& spec);
 
-// M x B x T: the tokens one data replica trains on per step (what a rank reports).
+// M x B x T: the tokens one data replica trains on per step (what a rank reports). With packed
+// microbatches M x tokens_per_microbatch, their most (a step's rows may hold fewer).
 int64_t ReplicaTokensPerStep(const pp::v1::JobSpec& spec);
 
 // R x M x B x T: the tokens the whole job trains on per step (the job's tokens per second).

@@ -49,4 +49,30 @@ bool CudaDeviceAvailable() {
   return (*plugin)->device_count(&count, &error) == 0 && count > 0;
 }
 
+// Sequence i's tensors are row slices of the packed ones: its qkv rows [cu[i], cu[i+1]) of 3C,
+// its output rows of C, and its (1,NH,L,L) probabilities one after the other.
+void AttentionForwardVarlen(Ops& ops, float* out, float* att, const float* qkv, const int32_t* cu,
+                            int S, int C, int NH) {
+  size_t att_offset = 0;
+  for (int i = 0; i < S; ++i) {
+    const size_t first = static_cast<size_t>(cu[i]);
+    const int L = cu[i + 1] - cu[i];
+    ops.AttentionForward(out + first * C, att + att_offset, qkv + first * 3 * C, nullptr, 1, L, C,
+                         NH);
+    att_offset += static_cast<size_t>(NH) * L * L;
+  }
+}
+
+void AttentionBackwardVarlen(Ops& ops, float* dqkv, const float* dout, const float* qkv,
+                             const float* att, const int32_t* cu, int S, int C, int NH) {
+  size_t att_offset = 0;
+  for (int i = 0; i < S; ++i) {
+    const size_t first = static_cast<size_t>(cu[i]);
+    const int L = cu[i + 1] - cu[i];
+    ops.AttentionBackward(dqkv + first * 3 * C, dout + first * C, qkv + first * 3 * C,
+                          att + att_offset, nullptr, 1, L, C, NH);
+    att_offset += static_cast<size_t>(NH) * L * L;
+  }
+}
+
 }  // namespace pp::kernels

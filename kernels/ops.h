@@ -159,6 +159,18 @@ absl::StatusOr<std::unique_ptr<Ops>> MakeOps(
 // True when the CUDA plugin loads and a device is visible (loads the plugin).
 bool CudaDeviceAvailable();
 
+// ---- variable-length attention (cu_seqlens; packed microbatches, common/packing.h) ------------
+// One row of n = cu[S] tokens holding S sequences, sequence i its tokens [cu[i], cu[i+1]), each
+// attending causally to itself alone; the backend's causal kernel runs once per sequence at its
+// own length, so no masked or padded pair is computed on either backend.
+// qkv (n,3C) -> out (n,C), att (NH, sum_i L_i^2): sequence i's (NH,L_i,L_i) probabilities at
+// offset NH * sum_{k<i} L_k^2. cu: host memory, S + 1 entries, cu[0] = 0, increasing.
+void AttentionForwardVarlen(Ops& ops, float* out, float* att, const float* qkv, const int32_t* cu,
+                            int S, int C, int NH);
+// dout (n,C), qkv (n,3C), att as the forward left it -> dqkv (n,3C) +=
+void AttentionBackwardVarlen(Ops& ops, float* dqkv, const float* dout, const float* qkv,
+                             const float* att, const int32_t* cu, int S, int C, int NH);
+
 }  // namespace pp::kernels
 
 #endif  // PP_KERNELS_OPS_H_

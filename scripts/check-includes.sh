@@ -6,7 +6,8 @@
 # (ppworker) and coordinator/plan/ (the planner) < coordinator/ (ppcoord) < client/ (ppctl).
 # Code may only use what sits below it, so each part builds, tests and reads without the parts
 # above or beside it: the two daemons meet only in program/, common/ and the generated pp/v1/
-# protos, and ppctl enters the planner by its front door (coordinator/plan/plan.h) alone. tests/
+# protos, and ppctl enters the planner by its front door (coordinator/plan/plan.h) alone (and of
+# the worker, uses only the reference trainer and the data reader, for local runs). tests/
 # and bench/ may include anything.
 # One contract for actions: outside program/ (and tests/, bench/), no code names the pp.v1 action
 # kinds (FORWARD, SEND_GRAD, ...); it converts with program/proto.h and asks program/rules.h and
@@ -49,8 +50,8 @@ awk '
       if (inc ~ /^coordinator\//) {
         if (inc != "coordinator/plan/plan.h")
           return "client/ may include from coordinator/ only coordinator/plan/plan.h"
-      } else if (top != "client" && top != "common" && inc !~ /^worker\/trainer\//) {
-        return "client/ may include only client/, common/, worker/trainer/, coordinator/plan/plan.h"
+      } else if (top != "client" && top != "common" && inc !~ /^worker\/(trainer|data)\//) {
+        return "client/ may include only client/, common/, worker/trainer/, worker/data/, coordinator/plan/plan.h"
       }
     }
     return ""

@@ -1,6 +1,7 @@
 #include "coordinator/plan/auto_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -167,6 +168,28 @@ std::vector<Shape> Shapes(const std::vector<std::string>& schedules, int max_chu
   return shapes;
 }
 
+// AutoPlanRequest.microbatch_weights: checked here, as a candidate's simulation refusing them
+// would read as a shape its schedule refuses.
+absl::Status CheckAutoWeights(const AutoPlanRequest& request) {
+  const std::vector<double>& weights = request.microbatch_weights;
+  if (!request.costs.microbatch_weight.empty()) {
+    return absl::InvalidArgumentError(
+        "the auto-planner takes microbatch weights as microbatch_weights, not costs");
+  }
+  if (!weights.empty() && static_cast<int>(weights.size()) < request.max_microbatches) {
+    return absl::InvalidArgumentError(absl::StrCat("microbatch_weights has ", weights.size(),
+                                                   " entries, fewer than the largest M ",
+                                                   request.max_microbatches));
+  }
+  for (double w : weights) {
+    if (!std::isfinite(w) || w < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("microbatch weight must be a finite number >= 0, got ", w));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckAutoRequest(const AutoPlanRequest& request) {
   const int D = request.pipeline;
   if (D < 1) return absl::InvalidArgumentError(absl::StrCat("pipeline depth D=", D, " < 1"));
@@ -187,6 +210,7 @@ absl::Status CheckAutoRequest(const AutoPlanRequest& request) {
     return absl::InvalidArgumentError(
         "the auto-planner takes recomputation as options (AutoPlanRequest.recompute), not costs");
   }
+  if (absl::Status s = CheckAutoWeights(request); !s.ok()) return s;
   for (const RecomputeOption& option : request.recompute) {
     CostModel costs = request.costs;
     costs.recompute_forward = option.forward, costs.recompute_dropped = option.dropped;
@@ -337,6 +361,10 @@ CostModel CandidateCosts(const AutoPlanRequest& request, const Candidate& candid
   for (const RecomputeOption& option : request.recompute) {
     if (option.name != candidate.recompute) continue;
     costs.recompute_forward = option.forward, costs.recompute_dropped = option.dropped;
+  }
+  if (!request.microbatch_weights.empty()) {
+    costs.microbatch_weight.assign(request.microbatch_weights.begin(),
+                                   request.microbatch_weights.begin() + candidate.microbatches);
   }
   return costs;
 }

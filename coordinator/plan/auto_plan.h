@@ -39,6 +39,12 @@ struct AutoPlanRequest {
   // Recomputation modes tried with every (schedule, V, M) besides none, when memory_budget > 0
   // (without a budget recomputation only costs time). costs' own recompute shares must be 0.
   std::vector<RecomputeOption> recompute;
+  // Packed variable-length microbatches (packed.h MicrobatchWeights): empty, or at least
+  // max_microbatches multipliers, of the step's microbatches in order. A candidate with M
+  // microbatches is simulated with the first M (CostModel.microbatch_weight), on top of the
+  // (min M / M) / V scaling: the step's first M microbatches are data replica 0's, whatever M
+  // is. costs.microbatch_weight must be empty.
+  std::vector<double> microbatch_weights;
 };
 
 struct Candidate {
@@ -63,7 +69,8 @@ struct AutoPlan {
 absl::StatusOr<AutoPlan> ChooseSchedule(const AutoPlanRequest& request);
 
 // The per-stage, per-microbatch costs `candidate` was simulated with, as Plan() takes them: the
-// request's costs scaled by (min M / M) / V, with its recomputation option's shares.
+// request's costs scaled by (min M / M) / V, with its recomputation option's shares and the
+// first M of the request's microbatch_weights.
 CostModel CandidateCosts(const AutoPlanRequest& request, const Candidate& candidate);
 
 // The candidates as a table, then the reason.

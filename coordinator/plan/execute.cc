@@ -100,9 +100,9 @@ class Machine {
           blocked_on_[r] = m;
           break;
         }
-        now = std::max(now, sent_[m] + durations_.transfer);
+        now = std::max(now, sent_[m] + TransferDuration(durations_, a.microbatch));
       } else {
-        now += durations_.compute[ComputeIndex(a.kind) * S_ + a.stage];
+        now += ComputeDuration(durations_, a, S_);
       }
       if (record_times_) exec_.end[r].push_back(now);
     }

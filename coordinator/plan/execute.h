@@ -28,7 +28,23 @@ struct Durations {
   std::vector<double> compute;
   double transfer = 0;  // from a send to the matching receive: latency + bytes / bandwidth
   double send = 0;      // a SEND occupies its rank this long; the message leaves at its end
+  // Per microbatch, the multiplier of its computes and message bytes (CostModel.
+  // microbatch_weight); empty: all 1, and transfer is used as it is.
+  std::vector<double> weight;
+  double latency = 0, bytes_time = 0;  // transfer's two parts: latency + bytes_time = transfer
 };
+
+// What compute action `a` (F, B, I or W) of a schedule of S stages takes.
+inline double ComputeDuration(const Durations& d, const prog::Action& a, int S) {
+  const double base = d.compute[ComputeIndex(a.kind) * S + a.stage];
+  return d.weight.empty() ? base : base * d.weight[a.microbatch];
+}
+
+// From a send of `microbatch`'s message to its receive. With weight 1 it is transfer bit for bit
+// (latency + 1 x bytes_time), so all-1 weights change no result.
+inline double TransferDuration(const Durations& d, int microbatch) {
+  return d.weight.empty() ? d.transfer : d.latency + d.weight[microbatch] * d.bytes_time;
+}
 
 // All zero: for runs that only ask what ran.
 Durations ZeroDurations(int stages);

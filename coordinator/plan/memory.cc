@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/activations.h"
+#include "common/packing.h"
 #include "common/precision.h"
 #include "common/recompute.h"
 #include "common/spec_bounds.h"
@@ -203,6 +204,10 @@ std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
   const bool bf16 = spec.train().precision() == "bf16";
   common::ActivationDims dims;
   dims.B = s.B, dims.T = s.T, dims.C = s.C, dims.n_heads = model.n_heads(), dims.vocab = s.Vo;
+  if (common::PacksMicrobatches(spec)) {  // the fullest row a packed step may hold
+    s.N = common::MaxMicrobatchTokens(spec);
+    dims.B = 1, dims.T = s.N, dims.sequence_squares = common::MaxSequenceSquares(spec);
+  }
   dims.tp = tp;
   dims.precision = bf16 ? common::Precision::kBf16 : common::Precision::kFp32;
   absl::StatusOr<common::ActivationTable> table = common::ActivationTable::Make(dims);

@@ -22,7 +22,7 @@ absl::StatusOr<Simulation> ValidateAndSimulate(const prog::Schedule& schedule,
   // With bad costs the run is symbolic: a deadlock is still reported before the costs, as the
   // validator's checks come before the simulator's.
   const absl::StatusOr<internal::Durations> durations =
-      internal::DurationsOf(costs, schedule.stages());
+      internal::DurationsOf(costs, schedule.stages(), schedule.microbatches);
   internal::Execution exec = internal::Execute(
       schedule, durations.ok() ? *durations : internal::ZeroDurations(schedule.stages()),
       /*record_times=*/durations.ok());

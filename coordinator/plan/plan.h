@@ -10,6 +10,7 @@
 //   auto_plan.h  the auto-planners (schedule, V and M; the DP x PP x TP mesh)
 //   calibrated.h parallel.schedule "auto": the choice from a calibration of the placed workers
 //   memory.h     EstimateMemory: each rank's peak bytes, broken down
+//   packed.h     packed variable-length microbatches: their lengths as per-microbatch costs
 //   recompute.h  what activation recomputation costs, and the choice recompute "auto" makes
 //   torch_csv.h  schedules in and out as torch.distributed.pipelining's CSV
 // The rest (validate.h, execute.h) is how the planner works inside.
@@ -25,6 +26,7 @@
 #include "coordinator/plan/compile.h"
 #include "coordinator/plan/convert.h"
 #include "coordinator/plan/memory.h"
+#include "coordinator/plan/packed.h"
 #include "coordinator/plan/recompute.h"
 #include "coordinator/plan/render.h"
 #include "coordinator/plan/simulate.h"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -90,6 +91,23 @@ absl::StatusOr<std::vector<StageCosts>> OwnStageCosts(const CostModel& costs, in
   return stages;
 }
 
+// CostModel.microbatch_weight: empty, or M finite multipliers >= 0.
+absl::Status CheckWeights(const std::vector<double>& weights, int M) {
+  if (weights.empty()) return absl::OkStatus();
+  if (static_cast<int64_t>(weights.size()) != M) {
+    return absl::InvalidArgumentError(absl::StrCat("microbatch_weight has ", weights.size(),
+                                                   " entries but the schedule has ", M,
+                                                   " microbatches"));
+  }
+  for (size_t j = 0; j < weights.size(); ++j) {
+    if (!std::isfinite(weights[j]) || weights[j] < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cost microbatch_weight[", j, "] must be a finite number >= 0, got ", weights[j]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int S) {
@@ -145,9 +163,10 @@ absl::StatusOr<std::vector<StageCosts>> ResolveCosts(const CostModel& costs, int
 
 namespace internal {
 
-absl::StatusOr<Durations> DurationsOf(const CostModel& costs, int S) {
+absl::StatusOr<Durations> DurationsOf(const CostModel& costs, int S, int M) {
   absl::StatusOr<std::vector<StageCosts>> stages = ResolveCosts(costs, S);
   if (!stages.ok()) return stages.status();
+  if (absl::Status status = CheckWeights(costs.microbatch_weight, M); !status.ok()) return status;
   Durations durations;
   durations.compute.resize(4 * static_cast<size_t>(S));
   for (int s = 0; s < S; ++s) {
@@ -156,9 +175,13 @@ absl::StatusOr<Durations> DurationsOf(const CostModel& costs, int S) {
     durations.compute[2 * S + s] = (*stages)[s].backward_input;
     durations.compute[3 * S + s] = (*stages)[s].backward_weight;
   }
-  durations.transfer = costs.comm_latency;
+  durations.latency = costs.comm_latency;
+  if (costs.comm_bandwidth > 0) {
+    durations.bytes_time = costs.activation_bytes / costs.comm_bandwidth;
+  }
+  durations.transfer = durations.latency + durations.bytes_time;
   durations.send = costs.send_overhead;
-  if (costs.comm_bandwidth > 0) durations.transfer += costs.activation_bytes / costs.comm_bandwidth;
+  durations.weight = costs.microbatch_weight;
   return durations;
 }
 
@@ -193,7 +216,8 @@ absl::StatusOr<Simulation> Summarize(const prog::Schedule& schedule, const CostM
 
 absl::StatusOr<Simulation> Simulate(const prog::Schedule& schedule, const CostModel& costs) {
   if (absl::Status status = prog::CheckIndices(schedule); !status.ok()) return status;
-  absl::StatusOr<internal::Durations> durations = internal::DurationsOf(costs, schedule.stages());
+  absl::StatusOr<internal::Durations> durations =
+      internal::DurationsOf(costs, schedule.stages(), schedule.microbatches);
   if (!durations.ok()) return durations.status();
   internal::Execution exec = internal::Execute(schedule, *durations, /*record_times=*/true);
   if (exec.deadlocked) {

@@ -7,6 +7,8 @@
 // the start of its F to the end of its B (or of its W when the backward is split: W still needs
 // the layer inputs). With recomputation (CostModel.recompute_*) the held bytes of a microbatch
 // fall to the undropped share after its F; its B or I brings the activation back whole first.
+// Microbatches may differ in cost (CostModel.microbatch_weight: packed variable-length ones):
+// microbatch j's computes and message bytes are w_j times a uniform microbatch's.
 //
 // Shared processors (CostModel.rank_host, host_cores; simulate_shared.cc): by default every rank
 // has a processor of its own. When ranks share a host's cores, the step is a fluid simulation: at
@@ -62,6 +64,14 @@ struct CostModel {
   // each host's cores (>= 1). host_cores without rank_host is refused.
   std::vector<int> rank_host = {};
   std::vector<int> host_cores = {};
+  // Per-microbatch costs (packed variable-length microbatches; packed.h MicrobatchWeights gives a
+  // job's). Empty: every microbatch costs the same. Else one multiplier w_j >= 0 per microbatch of
+  // the schedule (M): microbatch j's F, B, I and W (recomputation included) take w_j times their
+  // stage's cost, and its messages carry w_j x activation_bytes (comm_latency and send_overhead
+  // are per message and do not scale). All 1 gives the results of empty, bit for bit. Peak
+  // memory stays unweighted: activations and boundary buffers are sized for the largest
+  // microbatch (common/packing.h MaxMicrobatchTokens), which activation_bytes describes.
+  std::vector<double> microbatch_weight = {};
 };
 
 // InvalidArgument for negative or non-finite costs, or stage_scale without S entries.
@@ -94,8 +104,10 @@ Timeline TimelineFromSimulation(const prog::Schedule& schedule, const Simulation
 namespace internal {
 
 // Simulate in two halves, for callers that execute the schedule anyway (compile.h's
-// ValidateAndSimulate). InvalidArgument for bad costs, as ResolveCosts.
-absl::StatusOr<Durations> DurationsOf(const CostModel& costs, int S);
+// ValidateAndSimulate). InvalidArgument for bad costs, as ResolveCosts, and for a
+// microbatch_weight that is not empty and not M finite entries >= 0 (M: the schedule's
+// microbatches).
+absl::StatusOr<Durations> DurationsOf(const CostModel& costs, int S, int M = 0);
 // The figures of an execution of `schedule` under DurationsOf(costs) that recorded its times and
 // did not deadlock. InvalidArgument when the step does not end in finite time.
 absl::StatusOr<Simulation> Summarize(const prog::Schedule& schedule, const CostModel& costs,

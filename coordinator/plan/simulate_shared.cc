@@ -194,15 +194,16 @@ class SharedMachine {
       if (prog::IsComm(a.kind) && !prog::IsSend(a.kind)) {
         const bool grad = a.kind == prog::Kind::kRecvGrad;
         rank.message = Message(grad ? a.stage + 1 : a.stage - 1, a.microbatch, grad);
-        rank.until = sent_[rank.message] < 0 ? kInf : sent_[rank.message] + durations_.transfer;
+        rank.until = sent_[rank.message] < 0
+                         ? kInf
+                         : sent_[rank.message] + TransferDuration(durations_, a.microbatch);
         if (rank.until > now_) {
           rank.state = State::kWaiting;
           return;
         }
       } else {
-        const double work = prog::IsSend(a.kind)
-                                ? durations_.send
-                                : durations_.compute[ComputeIndex(a.kind) * S_ + a.stage];
+        const double work =
+            prog::IsSend(a.kind) ? durations_.send : ComputeDuration(durations_, a, S_);
         if (!prog::IsSend(a.kind)) work_[r] += work;
         rank.state = State::kCpu;
         rank.remaining = work;

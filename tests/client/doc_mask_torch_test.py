@@ -252,6 +252,11 @@ def ppctl_train(ppctl, work, name, data, hf, documents, positions):
         spec["data"]["documents"] = documents
     if positions != "absolute":
         spec["model"]["positions"] = positions
+    return run_ppctl_train(ppctl, work, name, spec)
+
+
+def run_ppctl_train(ppctl, work, name, spec):
+    """`ppctl train` of `spec` (written to WORK/NAME.json); its STEP LOSS lines' losses."""
     path = os.path.join(work, name + ".json")
     with open(path, "w") as f:
         json.dump(spec, f)

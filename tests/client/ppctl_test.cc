@@ -1,8 +1,7 @@
 // Runs the real ppctl binary: `ppctl plan` output formats, --help, and bad arguments.
-#include <unistd.h>
-
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -10,10 +9,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/job_spec.h"
 #include "coordinator/plan/convert.h"
 #include "coordinator/plan/plan.h"
 #include "coordinator/plan/validate.h"
@@ -22,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "tests/client/ppctl_run.h"
 #include "tests/coordinator/plan/plan_test_util.h"
+#include "worker/data/data.h"
 
 namespace pp::plan {
 namespace {
@@ -241,6 +244,68 @@ TEST(PpctlTest, AutoWithMeshWorkersSplitsIntoDataPipelineAndTensor) {
   const Result none = Ppctl(mesh + " --memory_per_worker=10");
   EXPECT_EQ(none.code, 1);
   EXPECT_NE(none.err.find("none of the"), std::string::npos) << none.err;
+}
+
+// A spec that packs microbatches (train.tokens_per_microbatch): ppctl reads step 1's lengths
+// from the data, prints them, returns them in the JSON and simulates with them as weights
+// (docs/planner.md "Packed microbatches"). Newlines end the generated corpus's documents, so the
+// rows differ in length.
+TEST(PpctlTest, PackedSpecPrintsAndWeighsStepOnesLengths) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/ppctl-packed-", getpid(), ".json");
+  std::ofstream(path) << R"({"name": "p", "model": {"vocabSize": 256, "seqLen": 64, "dModel": 32,
+      "nHeads": 4, "nLayers": 4, "positions": "document"},
+      "parallel": {"pipeline": 2, "schedule": "1f1b"},
+      "train": {"steps": 1, "microbatches": 4, "tokensPerMicrobatch": 128, "lr": 0.001},
+      "data": {"format": "generated", "generatedTokens": 20000, "documents": "mask",
+               "endOfText": 10}})";
+  absl::StatusOr<pp::v1::JobSpec> spec = common::LoadJobSpec(path);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  common::ApplyDefaults(&*spec);
+  absl::StatusOr<data::TrainData> data = data::TrainData::Open(*spec);
+  ASSERT_TRUE(data.ok()) << data.status();
+  std::vector<int64_t> want;
+  for (int64_t s = 0; s < 4; ++s) want.push_back(data->RowTokens(s));
+
+  const Result ascii = Ppctl(absl::StrCat("plan --spec=", path));
+  ASSERT_EQ(ascii.code, 0) << ascii.err;
+  const std::string prefix = "microbatches of step 1: ";
+  ASSERT_EQ(ascii.out.rfind(prefix, 0), 0u) << ascii.out;
+  const std::string line = ascii.out.substr(0, ascii.out.find('\n'));
+  const std::string numbers = line.substr(prefix.size(), line.find(" tokens") - prefix.size());
+  std::vector<int64_t> printed;
+  for (absl::string_view n : absl::StrSplit(numbers, ' ')) {
+    int64_t tokens = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(n, &tokens)) << line;
+    EXPECT_GE(tokens, 1);
+    EXPECT_LE(tokens, 128);
+    printed.push_back(tokens);
+  }
+  EXPECT_EQ(printed, want) << line;
+  EXPECT_NE(line.find(" tokens (budget 128, mean "), std::string::npos) << line;
+  EXPECT_NE(line.find(", padding to 128 would waste "), std::string::npos) << line;
+
+  const Result json = Ppctl(absl::StrCat("plan --spec=", path, " --format=json"));
+  ASSERT_EQ(json.code, 0) << json.err;
+  pp::v1::PlanJobResponse response;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &response).ok()) << json.out;
+  EXPECT_EQ(std::vector<int64_t>(response.microbatch_tokens().begin(),
+                                 response.microbatch_tokens().end()),
+            want);
+  // The simulation is 1F1B's under the weights n_j / 128.
+  CostModel costs;
+  costs.microbatch_weight = MicrobatchWeights(want, 128);
+  EXPECT_EQ(response.schedule().simulation().makespan(),
+            MustPlan("1f1b", 2, 1, 4, costs).simulation.makespan);
+  EXPECT_LT(response.schedule().simulation().makespan(),
+            MustPlan("1f1b", 2, 1, 4).simulation.makespan);
+
+  // --auto: the largest M's microbatches (sequences 0..5) weigh its candidates.
+  const Result chosen = Ppctl(absl::StrCat("plan --auto --spec=", path, " --max_microbatches=6"));
+  ASSERT_EQ(chosen.code, 0) << chosen.err;
+  for (int64_t s = 4; s < 6; ++s) want.push_back(data->RowTokens(s));
+  EXPECT_EQ(chosen.out.rfind(absl::StrCat(prefix, absl::StrJoin(want, " "), " tokens"), 0), 0u)
+      << chosen.out;
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/checkpoint.h"
+#include "common/packing.h"
 #include "common/precision.h"
 #include "common/step_math.h"
 #include "program/proto.h"
@@ -171,6 +172,7 @@ absl::StatusOr<std::unique_ptr<ModelCompute>> ModelCompute::Create(
     options.last_unit = layers.last_unit();
     options.microbatch_size = compute->batch_;
     options.microbatches = compute->microbatches_;
+    options.max_tokens = spec.train().tokens_per_microbatch();  // 0 unless packed
     options.seed = spec.train().seed();
     options.tensor_parallel = tensor_group;
     options.recompute = *recompute;
@@ -256,7 +258,17 @@ size_t ModelCompute::InputSize(int stage) const {
 size_t ModelCompute::OutputSize(int stage) const { return InputSize(stage); }
 
 executor::BoundaryShape ModelCompute::InputShape(int stage, int mb) const {
+  if (packed()) return {1, step_lengths_.at(static_cast<size_t>(first_microbatch_ + mb)), d_model_};
   return {batch_, seq_len_, d_model_};
+}
+
+double ModelCompute::StepLoss(const std::vector<double>& loss_by_mb) const {
+  if (!packed()) return executor::StageCompute::StepLoss(loss_by_mb);
+  // This replica's microbatches, or every replica's (the gathered step): their lengths.
+  const size_t first = loss_by_mb.size() == step_lengths_.size() ? 0 : first_microbatch_;
+  return common::TokenMeanLoss(
+      loss_by_mb, std::vector<int64_t>(step_lengths_.begin() + first,
+                                       step_lengths_.begin() + first + loss_by_mb.size()));
 }
 
 executor::BoundaryShape ModelCompute::OutputShape(int stage, int mb) const {
@@ -291,47 +303,17 @@ absl::Status ModelCompute::BeginStep(int step) {
   for (auto& [s, stage] : stages_) stage->ZeroGrads();
   weight_gradients_done_ = 0;
   position_ = common::DataPositionAtStep(step, microbatches_, batch_);
+  if (packed()) LoadLengths(*train_data_->packed(), position_);
   return absl::OkStatus();
 }
 
-absl::Status ModelCompute::Rehearse() {
-  const std::vector<int32_t> zero_tokens(static_cast<size_t>(batch_) * seq_len_, 0);
-  const data::Microbatch zeros{batch_, seq_len_, zero_tokens, zero_tokens};
-  const std::vector<int32_t> doc_start = data::DocumentStarts(zeros, end_of_text_);
-  absl::Status status = absl::OkStatus();
-  for (auto& [s, stage] : stages_) {
-    const size_t n = stage->activation_size();
-    float* in = ops_->Alloc(n);  // zero-filled
-    float* out = ops_->Alloc(n);
-    float* grad_out = ops_->Alloc(n);
-    float* grad_in = ops_->Alloc(n);
-    model::StageInput input;
-    input.tokens = zero_tokens.data();
-    input.targets = zero_tokens.data();
-    input.activations = in;
-    input.doc_start = doc_start.empty() ? nullptr : doc_start.data();
-    // The microbatch index only names the saved activations, released by the backward.
-    const int mb = first_microbatch_;
-    for (const bool split : {false, true}) {
-      if (!status.ok()) break;
-      status = stage->Forward(mb, input, out).status();
-      if (!status.ok()) break;
-      if (!split) {
-        status = stage->Backward(mb, grad_out, grad_in);
-      } else {
-        status = stage->BackwardInput(mb, grad_out, grad_in);
-        if (status.ok()) status = stage->BackwardWeight(mb);
-      }
-    }
-    ops_->Synchronize();
-    for (float* buffer : {in, out, grad_out, grad_in}) ops_->Free(buffer);
-    stage->ZeroGrads();
-    if (!status.ok()) {
-      return absl::Status(status.code(),
-                          absl::StrCat("rehearsing stage ", s, ": ", status.message()));
-    }
+void ModelCompute::LoadLengths(const data::PackedStream& rows, int64_t position) {
+  step_lengths_.resize(static_cast<size_t>(microbatches_));
+  step_tokens_ = 0;
+  for (int j = 0; j < microbatches_; ++j) {
+    step_lengths_[j] = rows.RowTokens(position + j);
+    step_tokens_ += step_lengths_[j];
   }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<double> ModelCompute::Forward(int stage, int local_mb, const float* in, float* out) {
@@ -341,6 +323,7 @@ absl::StatusOr<double> ModelCompute::Forward(int stage, int local_mb, const floa
 absl::Status ModelCompute::BeginEval(int batch) {
   if (!eval_.has_value()) return absl::FailedPreconditionError("the spec has no eval");
   eval_position_ = common::DataPositionAtStep(batch, microbatches_, batch_);
+  if (packed()) LoadLengths(*eval_->packed, eval_position_);  // until the next BeginStep
   return absl::OkStatus();
 }
 
@@ -359,14 +342,19 @@ absl::StatusOr<double> ModelCompute::RunForward(int stage, int local_mb, const f
   absl::StatusOr<data::Microbatch> batch;
   std::vector<int32_t> doc_start;  // alive across the forward
   if ((*model)->has_embedding() || (*model)->has_head() || end_of_text_.has_value()) {
-    batch = evaluate ? data::ReadMicrobatch(eval_->source, eval_->windows, eval_position_, mb,
-                                            batch_, seq_len_)
+    batch = evaluate ? data::ReadEvalMicrobatch(*eval_, eval_position_, mb, batch_, seq_len_)
                      : data::ReadMicrobatch(*train_data_, position_, mb, batch_, seq_len_);
     if (!batch.ok()) return batch.status();
     if ((*model)->has_embedding()) input.tokens = batch->inputs.data();
     if ((*model)->has_head()) input.targets = batch->targets.data();
-    doc_start = data::DocumentStarts(*batch, end_of_text_);
-    if (!doc_start.empty()) input.doc_start = doc_start.data();
+    if (packed()) {
+      input.sequences = batch->sequences.data();
+      input.num_sequences = static_cast<int>(batch->sequences.size()) - 1;
+      input.step_tokens = step_tokens_;
+    } else {
+      doc_start = data::DocumentStarts(*batch, end_of_text_);
+      if (!doc_start.empty()) input.doc_start = doc_start.data();
+    }
   }
   if (!(*model)->has_embedding()) input.activations = in;
   absl::StatusOr<double> loss =

@@ -77,13 +77,21 @@ class ModelCompute : public executor::StageCompute {
   // Tensor-parallel ranks rehearse together (the stage's collectives run); data-parallel
   // gradients are not all-reduced. With documents "mask" the zero tokens' documents are passed
   // (every token its own document when the end of text is 0), so the masked attention rehearses.
+  // Packed microbatches vary in length from step to step, and cuBLAS picks kernels (and loads
+  // their libraries) by size: rows of K, K/2, ..., 1 tokens rehearse, in pieces of
+  // min(seq_len, n), so every size class of a step's products loads here (not proven exhaustive
+  // on a GPU: docs/jobs.md "Packed microbatches").
   absl::Status Rehearse();
 
   size_t InputSize(int stage) const override;
   size_t OutputSize(int stage) const override;
-  // (B, T, C) of every microbatch: the boundary headers' shape.
+  // (B, T, C) of every microbatch: the boundary headers' shape; a packed microbatch's (1, n, C)
+  // with n its tokens, known at BeginStep from the data index (common/packing.h).
   executor::BoundaryShape InputShape(int stage, int mb) const override;
   executor::BoundaryShape OutputShape(int stage, int mb) const override;
+  // Packed microbatches: the token mean over the microbatches' tokens (common::TokenMeanLoss),
+  // of this replica's microbatches or, given every replica's, of the step's. Else the plain mean.
+  double StepLoss(const std::vector<double>& loss_by_mb) const override;
   void CopyToHost(float* host, const float* buffer, size_t n) override;
   void CopyFromHost(float* buffer, const float* host, size_t n) override;
   float* AllocBuffer(size_t n) override;
@@ -107,6 +115,15 @@ class ModelCompute : public executor::StageCompute {
   class BucketReducer;
   ModelCompute();
   absl::StatusOr<model::StageModel*> Stage(int stage) const;
+  bool packed() const { return train_.tokens_per_microbatch() > 0; }
+  // What Rehearse runs: zero tokens with their document starts or packed sequences.
+  struct Rehearsal {
+    std::vector<int32_t> tokens, doc_start, sequences;
+  };
+  std::vector<Rehearsal> Rehearsals() const;
+  absl::Status RehearseStage(model::StageModel& stage, const Rehearsal& rehearsal);
+  // step_lengths_ and step_tokens_ of the step (or eval batch) at `position` of `rows`.
+  void LoadLengths(const data::PackedStream& rows, int64_t position);
   // The training tokens and windows, and the eval windows with spec.eval.
   absl::Status OpenData(const pp::v1::JobSpec& spec);
   // Forward or Evaluate of `stage` on microbatch `local_mb` of `source` at `position`.
@@ -133,6 +150,10 @@ class ModelCompute : public executor::StageCompute {
   int seq_len_ = 1;
   int d_model_ = 1;
   int64_t position_ = 0;  // data position of the current step
+  // train.tokens_per_microbatch (common/packing.h): the step's (or eval batch's) microbatch
+  // lengths, every replica's in global order, and their sum, from BeginStep (BeginEval).
+  std::vector<int64_t> step_lengths_;
+  int64_t step_tokens_ = 0;
   // With data.documents "mask": the end-of-text id; every held stage then reads its microbatch's
   // window to derive the documents (worker/data/data.h "Documents").
   std::optional<int32_t> end_of_text_;

@@ -15,6 +15,7 @@
 #include "common/checkpoint.h"
 #include "common/hf_gpt2.h"
 #include "common/job_spec.h"
+#include "common/packing.h"
 #include "common/step_math.h"
 #include "worker/compute/model_compute.h"
 #include "worker/daemon/shard_writer.h"
@@ -97,9 +98,11 @@ absl::StatusOr<std::unique_ptr<comm::Transport>> Connect(int rank, int size,
 namespace {
 
 // The step loss over every replica: the replicas' microbatch losses gathered in replica order
-// (= the step's global microbatch order), summed in double and divided by the step's M, exactly
-// as the single-process trainer does.
-absl::Status ReplicaLoss(parallel::Collectives& data_group, executor::StepResult& result) {
+// (= the step's global microbatch order), combined by the compute's StepLoss (summed in double
+// and divided by the step's M, or packed microbatches' token mean), exactly as the
+// single-process trainer does.
+absl::Status ReplicaLoss(parallel::Collectives& data_group, const executor::StageCompute& compute,
+                         executor::StepResult& result) {
   const size_t local = result.loss_by_mb.size();
   std::vector<double> all(local * data_group.size());
   if (absl::Status s =
@@ -107,10 +110,8 @@ absl::Status ReplicaLoss(parallel::Collectives& data_group, executor::StepResult
       !s.ok()) {
     return s;
   }
-  double sum = 0;
-  for (double loss : all) sum += loss;
   result.loss_by_mb = all;
-  result.loss = sum / static_cast<double>(all.size());
+  result.loss = compute.StepLoss(all);
   return absl::OkStatus();
 }
 
@@ -356,7 +357,9 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
     absl::StatusOr<executor::StepResult> result = running.executor->RunStep(step);
     if (!result.ok()) return result.status();
     if (running.data_group != nullptr && result->has_loss) {
-      if (absl::Status s = ReplicaLoss(*running.data_group, *result); !s.ok()) return s;
+      if (absl::Status s = ReplicaLoss(*running.data_group, *running.compute, *result); !s.ok()) {
+        return s;
+      }
     }
     const int done = step + 1;
     NoteStep(done, *result);
@@ -403,7 +406,7 @@ absl::Status Task::RunSteps(Running& running, TaskReporter& reporter, ShardWrite
 
 // Every rank runs the forward-only program over eval.batches batches; the last stage's rank sums
 // the (replica-gathered) microbatch losses in (batch, global microbatch) order, in double, as the
-// single-process trainer does.
+// single-process trainer does (packed rows: each batch's token mean, over the batches).
 absl::StatusOr<std::optional<double>> Task::Evaluate(Running& running) {
   const int batches = plan_.spec().eval().batches();
   double sum = 0;
@@ -413,7 +416,14 @@ absl::StatusOr<std::optional<double>> Task::Evaluate(Running& running) {
     if (!result.ok()) return result.status();
     if (!result->has_loss) continue;
     if (running.data_group != nullptr) {
-      if (absl::Status s = ReplicaLoss(*running.data_group, *result); !s.ok()) return s;
+      if (absl::Status s = ReplicaLoss(*running.data_group, *running.compute, *result); !s.ok()) {
+        return s;
+      }
+    }
+    if (common::PacksMicrobatches(plan_.spec())) {  // each batch's token mean, as the trainer
+      sum += result->loss;
+      count += 1;
+      continue;
     }
     for (double loss : result->loss_by_mb) sum += loss;
     count += static_cast<int64_t>(result->loss_by_mb.size());

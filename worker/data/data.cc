@@ -209,7 +209,25 @@ absl::StatusOr<EvalSource> OpenEvalSource(const pp::v1::JobSpec& spec) {
   const WindowRange windows = eval.has_data()
                                   ? AllWindows(source->size(), T)
                                   : HeldOutWindows(source->size(), T, eval.holdout_fraction());
-  return EvalSource{*std::move(source), windows};
+  EvalSource opened{*std::move(source), windows, std::nullopt};
+  if (common::PacksMicrobatches(spec)) {  // eval.data's rows, or the held-out tokens'
+    const int64_t n = opened.source.size();
+    const int64_t first =
+        eval.has_data() ? 0 : common::SplitWindows(n, T, eval.holdout_fraction()).held_out_first;
+    absl::StatusOr<PackedStream> packed =
+        PackedStream::Index(opened.source, first, n - first, spec);
+    if (!packed.ok()) return packed.status();
+    opened.packed.emplace(*std::move(packed));
+  }
+  return opened;
+}
+
+absl::StatusOr<Microbatch> ReadEvalMicrobatch(const EvalSource& eval, int64_t data_position,
+                                              int64_t microbatch, int64_t batch, int64_t seq_len) {
+  if (!eval.packed) {
+    return ReadMicrobatch(eval.source, eval.windows, data_position, microbatch, batch, seq_len);
+  }
+  return eval.packed->ReadRow(eval.source, data_position + microbatch);
 }
 
 MixPattern::MixPattern(const std::vector<int32_t>& weights) : weights_(weights) {
@@ -307,6 +325,16 @@ absl::StatusOr<TrainData> TrainData::Open(const pp::v1::JobSpec& spec) {
   }
   if (!weights.empty()) opened.mix_.emplace(weights);
   for (const Stream& stream : opened.streams_) opened.windows_ += stream.windows.count;
+  if (common::PacksMicrobatches(spec)) {  // one stream (validated): its training tokens' rows
+    Stream& stream = opened.streams_[0];
+    const int64_t n = stream.source.size();
+    const double holdout = spec.eval().holdout_fraction();
+    const int64_t tokens = holdout > 0 ? common::SplitWindows(n, T, holdout).held_out_first : n;
+    absl::StatusOr<PackedStream> packed = PackedStream::Index(stream.source, 0, tokens, spec);
+    if (!packed.ok()) return packed.status();
+    stream.packed.emplace(*std::move(packed));
+    opened.windows_ = stream.packed->rows().count();
+  }
   return opened;
 }
 
@@ -326,6 +354,13 @@ absl::StatusOr<Microbatch> ReadMicrobatch(const TrainData& data, int64_t data_po
                                           int64_t microbatch, int64_t batch, int64_t seq_len) {
   if (absl::Status s = CheckArguments(data_position, microbatch, batch, seq_len); !s.ok()) {
     return s;
+  }
+  if (data.packed() != nullptr) {
+    if (batch != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ReadMicrobatch: a packed row is one sequence of rows, not ", batch));
+    }
+    return data.ReadRow(data_position + microbatch);
   }
   return FillMicrobatch(batch, seq_len, [&](int64_t b, int32_t* window) {
     return data.ReadWindow(data_position + microbatch * batch + b, seq_len, window);

@@ -70,6 +70,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/file_io.h"
+#include "common/packing.h"
 #include "pp/v1/job.pb.h"
 
 namespace pp::data {
@@ -131,15 +132,53 @@ int64_t WindowStart(int64_t sequence, const WindowRange& range);
 int64_t WindowStride(int64_t n_tokens, int64_t seq_len);
 int64_t WindowStart(int64_t sequence, int64_t n_tokens, int64_t seq_len);
 
-// A stream and the range of window starts it is read from.
+// inputs (B,T) and targets (B,T), int32, row-major.
+struct Microbatch {
+  int64_t batch = 0;
+  int64_t seq_len = 0;
+  std::vector<int32_t> inputs;
+  std::vector<int32_t> targets;
+  // A packed row (B = 1, T = its tokens): its sequences as cu_seqlens offsets
+  // (common/packing.h RowSequences). Empty for fixed windows.
+  std::vector<int32_t> sequences;
+};
+
+// Packed rows (train.tokens_per_microbatch; common/packing.h) over a stream's tokens
+// [first, first + tokens): training's (the stream up to its held-out part) or evaluation's.
+// Sequence s reads row WindowStart(s, {0, G}) of the G rows. Immutable; thread-safe.
+class PackedStream {
+ public:
+  // Scans the tokens once. REQUIRES tokens >= 2, within the source.
+  static absl::StatusOr<PackedStream> Index(const TokenSource& source, int64_t first,
+                                            int64_t tokens, const pp::v1::JobSpec& spec);
+  const common::PackedRows& rows() const { return rows_; }
+  int64_t RowOf(int64_t sequence) const;
+  // The tokens of sequence `sequence`'s row (1..tokens_per_microbatch), without reading it.
+  int64_t RowTokens(int64_t sequence) const { return rows_.length(RowOf(sequence)); }
+  // That row as a (1, n) microbatch with its sequences (Microbatch::sequences).
+  absl::StatusOr<Microbatch> ReadRow(const TokenSource& source, int64_t sequence) const;
+
+ private:
+  common::PackedRows rows_;
+  int64_t first_ = 0;
+  int32_t end_of_text_ = 0;
+  int64_t piece_limit_ = 0;
+};
+
+// A stream and the range of window starts it is read from, or its packed rows.
 struct Stream {
   TokenSource source;
   WindowRange windows;
+  std::optional<PackedStream> packed;  // train.tokens_per_microbatch
 };
 // What evaluation reads (REQUIRES common::EvalEnabled(spec), a validated spec): eval.data with
-// every start, or the training data with its held-out starts.
+// every start, or the training data with its held-out starts; packed, the rows of eval.data or
+// of the held-out tokens [held_out_first, N) (common::SplitWindows).
 using EvalSource = Stream;
 absl::StatusOr<EvalSource> OpenEvalSource(const pp::v1::JobSpec& spec);
+// Microbatch `microbatch` of eval batch position `data_position`: B windows of T, or a packed row.
+absl::StatusOr<Microbatch> ReadEvalMicrobatch(const EvalSource& eval, int64_t data_position,
+                                              int64_t microbatch, int64_t batch, int64_t seq_len);
 
 // The fixed pattern of a mix (above): slot r of the period L belongs to source(r), the rank(r)-th
 // of that source's slots. Immutable, thread-safe.
@@ -179,19 +218,22 @@ class TrainData {
   };
   Window WindowOf(int64_t sequence) const;
 
+  // Packed microbatches (train.tokens_per_microbatch): the one stream's training rows, each one
+  // microbatch (windows() is then their count G). Null for fixed windows.
+  const PackedStream* packed() const {
+    return streams_.size() == 1 && streams_[0].packed ? &*streams_[0].packed : nullptr;
+  }
+  // Training sequence `sequence`'s row. REQUIRES packed().
+  int64_t RowTokens(int64_t sequence) const { return packed()->RowTokens(sequence); }
+  absl::StatusOr<Microbatch> ReadRow(int64_t sequence) const {
+    return packed()->ReadRow(streams_[0].source, sequence);
+  }
+
  private:
   TrainData() = default;
   std::vector<Stream> streams_;
   std::optional<MixPattern> mix_;  // with data.mix
   int64_t windows_ = 0;
-};
-
-// inputs (B,T) and targets (B,T), int32, row-major.
-struct Microbatch {
-  int64_t batch = 0;
-  int64_t seq_len = 0;
-  std::vector<int32_t> inputs;
-  std::vector<int32_t> targets;
 };
 
 // Microbatch `microbatch` of the step that starts at `data_position`, its windows drawn from
@@ -203,8 +245,9 @@ absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, const Windo
                                           int64_t batch, int64_t seq_len);
 absl::StatusOr<Microbatch> ReadMicrobatch(const TokenSource& source, int64_t data_position,
                                           int64_t microbatch, int64_t batch, int64_t seq_len);
-// Microbatch `microbatch` of the step at `data_position` from the training data. InvalidArgument
-// when a size is not positive.
+// Microbatch `microbatch` of the step at `data_position` from the training data: B windows of T,
+// or with packed rows row ReadRow(data_position + microbatch) (batch must then be 1; seq_len is
+// not used). InvalidArgument when a size is not positive.
 absl::StatusOr<Microbatch> ReadMicrobatch(const TrainData& data, int64_t data_position,
                                           int64_t microbatch, int64_t batch, int64_t seq_len);
 

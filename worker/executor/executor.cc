@@ -63,20 +63,12 @@ std::vector<int> CommPeers(const std::vector<const pp::v1::RankProgram*>& progra
   return std::vector<int>(peers.begin(), peers.end());
 }
 
-BoundaryShape StageCompute::InputShape(int stage, int mb) const {
-  return {1, 1, static_cast<int64_t>(InputSize(stage))};
+// A compute's shapes are bounded (its models were built for them): BoundaryFloats holds.
+size_t Executor::InputFloats(int stage, int mb) const {
+  return BoundaryFloats(compute_->InputShape(stage, mb)).value_or(0);
 }
-
-BoundaryShape StageCompute::OutputShape(int stage, int mb) const {
-  return {1, 1, static_cast<int64_t>(OutputSize(stage))};
-}
-
-void StageCompute::CopyToHost(float* host, const float* buffer, size_t n) {
-  std::copy(buffer, buffer + n, host);
-}
-
-void StageCompute::CopyFromHost(float* buffer, const float* host, size_t n) {
-  std::copy(host, host + n, buffer);
+size_t Executor::OutputFloats(int stage, int mb) const {
+  return BoundaryFloats(compute_->OutputShape(stage, mb)).value_or(0);
 }
 
 const char* PhaseName(Phase phase) {
@@ -265,12 +257,12 @@ absl::Status Executor::ExecuteForward(size_t index, Buffers& buffers, StepResult
     in = Take(buffers.act_in, {s, mb});
     if (in == nullptr) return Missing(index, absl::StrCat("the input activation of stage ", s));
   }
-  float* out = s + 1 < S ? Alloc(buffers, compute_->OutputSize(s)) : nullptr;
+  float* out = s + 1 < S ? Alloc(buffers, OutputFloats(s, mb)) : nullptr;
   absl::StatusOr<double> loss =
       options_.forward_only ? compute_->Evaluate(s, mb, in, out) : compute_->Forward(s, mb, in, out);
-  if (s > 0) Release(buffers, in, compute_->InputSize(s));
+  if (s > 0) Release(buffers, in, InputFloats(s, mb));
   if (!loss.ok()) {
-    Release(buffers, out, compute_->OutputSize(s));
+    Release(buffers, out, OutputFloats(s, mb));
     return loss.status();
   }
   if (s + 1 == S) {
@@ -278,7 +270,7 @@ absl::Status Executor::ExecuteForward(size_t index, Buffers& buffers, StepResult
     result.loss_by_mb[mb] = *loss;
     return absl::OkStatus();
   }
-  const size_t n = compute_->OutputSize(s);
+  const size_t n = OutputFloats(s, mb);
   return IsLocal(s + 1) ? Put(index, buffers, buffers.act_in, {s + 1, mb}, out, n)
                         : Put(index, buffers, buffers.act_out, {s, mb}, out, n);
 }
@@ -316,15 +308,15 @@ absl::Status Executor::RunInputGradient(
       return Missing(index, absl::StrCat("the output gradient of stage ", s));
     }
   }
-  float* grad_in = s > 0 ? Alloc(buffers, compute_->InputSize(s)) : nullptr;
+  float* grad_in = s > 0 ? Alloc(buffers, InputFloats(s, mb)) : nullptr;
   absl::Status status = backward(s, mb, grad_out, grad_in);
-  if (s + 1 < S) Release(buffers, grad_out, compute_->OutputSize(s));
+  if (s + 1 < S) Release(buffers, grad_out, OutputFloats(s, mb));
   if (!status.ok()) {
-    Release(buffers, grad_in, compute_->InputSize(s));
+    Release(buffers, grad_in, InputFloats(s, mb));
     return status;
   }
   if (s == 0) return absl::OkStatus();
-  const size_t n = compute_->InputSize(s);
+  const size_t n = InputFloats(s, mb);
   return IsLocal(s - 1) ? Put(index, buffers, buffers.grad_out, {s - 1, mb}, grad_in, n)
                         : Put(index, buffers, buffers.grad_in, {s, mb}, grad_in, n);
 }
@@ -408,11 +400,7 @@ absl::StatusOr<StepResult> Executor::RunStep(int step) {
   absl::Status status = RunProgram(step, start, buffers, result);
   if (status.ok()) status = DrainSends(start, buffers, result);
   if (status.ok()) status = CheckAllConsumed(buffers);
-  if (status.ok() && result.has_loss) {
-    double sum = 0;
-    for (double loss : result.loss_by_mb) sum += loss;
-    result.loss = sum / options_.microbatches;
-  }
+  if (status.ok() && result.has_loss) result.loss = compute_->StepLoss(result.loss_by_mb);
   if (status.ok() && !options_.forward_only) status = UpdateWeights(step, start, result);
   if (!status.ok()) return Fail(buffers, status);
   if (!options_.forward_only && options_.slowdown != nullptr) options_.slowdown->CountStep();

@@ -24,8 +24,8 @@
 //   rank holding the last stage) are all-gathered, the compute turns them into one clip scale
 //   (the same on every rank), then OptimizerStep, unless the gather holds a non-finite loss or
 //   gradient norm: then every rank skips the update alike (StepResult::non_finite).
-// - Step loss (on the rank holding the last stage): the microbatch losses summed in double in
-//   microbatch order, divided by M.
+// - Step loss (on the rank holding the last stage): StageCompute::StepLoss of the microbatch
+//   losses (by default summed in double in microbatch order, divided by M).
 // - With ExecutorOptions::forward_only the program may hold only forwards and their comms (the
 //   planner's forward-only schedule): RunStep(batch) calls BeginEval(batch), Evaluate for each F,
 //   and neither gathers gradient norms nor steps the optimizer; the loss is that of the batch.
@@ -80,6 +80,9 @@ class StageCompute {
   // BoundaryFloats of it must be InputSize / OutputSize. Defaults: (1, 1, size).
   virtual BoundaryShape InputShape(int stage, int mb) const;
   virtual BoundaryShape OutputShape(int stage, int mb) const;
+  // The step loss from the microbatch losses of this rank's step (or of every replica's, in
+  // global order): default their sum in double in microbatch order over their count.
+  virtual double StepLoss(const std::vector<double>& loss_by_mb) const;
   // Between host memory and AllocBuffer's (a header's words); complete when they return.
   // Defaults: memcpy, for a compute whose buffers are host memory.
   virtual void CopyToHost(float* host, const float* buffer, size_t n);
@@ -211,6 +214,9 @@ class Executor {
   void Release(Buffers& buffers, float* data, size_t n);
   absl::Status Missing(size_t index, const std::string& what) const;
   bool IsLocal(int stage) const;
+  // Floats of stage `stage`'s input / output tensor of microbatch mb (its boundary shape's).
+  size_t InputFloats(int stage, int mb) const;
+  size_t OutputFloats(int stage, int mb) const;
   int NumStages() const;
   static double SecondsSince(Clock::time_point from);
 

@@ -25,12 +25,24 @@ const float* StageModel::Impl::RowBias(const ModelTensor& bias) const {
   return tp_rank_ == 0 ? bias.value : nullptr;
 }
 
+// qkv (N,3Cl) -> out (N,Cl), att: per sequence of a packed row (kernels/ops.h
+// AttentionForwardVarlen), else (B,NHl,T,T) block-causal per document (doc_start or null).
+void StageModel::Impl::Attention(float* out, float* att, const float* qkv,
+                                 const int32_t* doc_start) {
+  if (packed()) {
+    kernels::AttentionForwardVarlen(*ops_, out, att, qkv, cur_sequences_->data(), NumSequences(),
+                                    Cl_, NHl_);
+  } else {
+    ops_->AttentionForward(out, att, qkv, doc_start, B_, T_, Cl_, NHl_);
+  }
+}
+
 // x (N,C), doc_start (B,T) or null -> y (N,C):
 // y = res2 + mlp(ln_2(res2)), res2 = x + attn(ln_1(x)), attention block-causal per document.
 // With TP, this rank holds Cl = C/TP channels of q, k, v (NHl heads) and 4Cl of mlp.fc.
 absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const int32_t* doc_start,
                                             const float* x, float* y) {
-  const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
+  const int C = C_, Cl = Cl_, N = static_cast<int>(N_);
   const int u = s.unit;
   s.ln1 = NewOut(u, A::kLn1), s.mean1 = NewOut(u, A::kMean1), s.rstd1 = NewOut(u, A::kRstd1);
   ops_->LayerNormForward(s.ln1.get(), s.mean1.get(), s.rstd1.get(), x, w[kLn1W].value,
@@ -38,7 +50,7 @@ absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const
   s.qkv = NewOut(u, A::kQkv);  // (N,3Cl)
   ops_->MatmulForward(s.qkv.get(), s.ln1.get(), w[kQkvW].value, w[kQkvB].value, N, C, 3 * Cl);
   s.atty = NewOut(u, A::kAtty), s.att = NewOut(u, A::kAtt);  // (N,Cl), (B,NH,T,T)
-  ops_->AttentionForward(s.atty.get(), s.att.get(), s.qkv.get(), doc_start, B_, T_, Cl, NH);
+  Attention(s.atty.get(), s.att.get(), s.qkv.get(), doc_start);
   if (opt_.recompute == Recompute::kSelective) s.att.Release();  // back before the backward
   ops_->MatmulForward(tmp_c_, s.atty.get(), w[kProjW].value, RowBias(w[kProjB]), N, Cl, C);
   if (absl::Status st = AllReduce(tmp_c_); !st.ok()) return st;
@@ -63,8 +75,7 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
   const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
   if (s.att.get() == nullptr) {  // selective recomputation: the probabilities, from qkv again
     s.att = NewOut(s.unit, A::kAtt);  // (B,NH,T,T)
-    // the output is unused
-    ops_->AttentionForward(tmp_c_, s.att.get(), s.qkv.get(), doc_start, B_, T_, Cl, NH);
+    Attention(tmp_c_, s.att.get(), s.qkv.get(), doc_start);  // the output is unused
   }
   s.dy = std::move(dy);
   ops_->Zero(tmp_4c_, N_ * 4 * Cl);  // d fch_gelu
@@ -81,8 +92,13 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
   ops_->Zero(tmp_c_, N_ * Cl);  // d atty (N,Cl)
   ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, Cl, C);
   s.dqkv = NewF(s.unit, A::kDqkv);
-  ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(), doc_start, B_, T_, Cl,
-                          NH);
+  if (packed()) {
+    kernels::AttentionBackwardVarlen(*ops_, s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(),
+                                     cur_sequences_->data(), NumSequences(), Cl, NH);
+  } else {
+    ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(), doc_start, B_, T_, Cl,
+                            NH);
+  }
   s.dln1 = NewF(s.unit, A::kDln1);
   ops_->MatmulBackwardInput(s.dln1.get(), s.dqkv.get(), w[kQkvW].value, N, C, 3 * Cl);
   if (absl::Status st = AllReduce(s.dln1.get()); !st.ok()) return st;
@@ -125,7 +141,10 @@ double StageModel::Impl::HeadForward(HeadSaved& s, const float* x) {
 
 void StageModel::Impl::HeadBackwardInput(HeadSaved& s, const float* x, float* dx) {
   const int C = C_, V = cfg_.vocab_size, Vr = cfg_.real_vocab(), N = static_cast<int>(N_);
-  const float dloss = 1.0f / static_cast<float>(N_ * opt_.microbatches);
+  // The step loss's gradient per token: 1/(N*M) for a mean of M equal microbatches, 1/step_tokens
+  // for a packed step's token mean.
+  const float dloss = packed() ? 1.0f / static_cast<float>(cur_step_tokens_)
+                               : 1.0f / static_cast<float>(N_ * opt_.microbatches);
   s.dlogits = NewF(s.unit, A::kDlogits);
   ops_->CrossEntropyBackward(s.dlogits.get(), s.probs.get(), s.targets.get(), dloss, N, V, Vr);
   s.dlnf = NewF(s.unit, A::kDlnf);

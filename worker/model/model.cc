@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/packing.h"
 #include "worker/model/stage_impl.h"
 
 namespace pp::model {
@@ -19,6 +20,8 @@ StageModel::Impl::Impl(kernels::Ops* ops, const ModelConfig& config, const Stage
     : ops_(ops), cfg_(config), opt_(options) {
   B_ = options.microbatch_size, T_ = config.seq_len, C_ = config.d_model;
   N_ = static_cast<size_t>(B_) * T_;
+  Nmax_ = options.max_tokens > 0 ? static_cast<size_t>(options.max_tokens) : N_;
+  cur_sequences_ = &no_sequences_;
   if (options.tensor_parallel != nullptr) {
     tp_ = options.tensor_parallel->size(), tp_rank_ = options.tensor_parallel->rank();
   }
@@ -75,18 +78,18 @@ absl::Status StageModel::Impl::Build() {
     head_ = &tensors_[next];
     head_weight_ = cfg_.tie_embeddings ? embed_ : &tensors_[next + 2];
   }
-  common::ActivationDims dims;
-  dims.B = B_, dims.T = T_, dims.C = C_, dims.n_heads = cfg_.n_heads, dims.vocab = cfg_.vocab_size;
-  dims.tp = tp_, dims.precision = opt_.precision;
-  absl::StatusOr<common::ActivationTable> acts = common::ActivationTable::Make(dims);
+  dims_.B = B_, dims_.T = T_, dims_.C = C_, dims_.n_heads = cfg_.n_heads;
+  dims_.vocab = cfg_.vocab_size, dims_.tp = tp_, dims_.precision = opt_.precision;
+  absl::StatusOr<common::ActivationTable> acts = common::ActivationTable::Make(dims_);
   if (!acts.ok()) return acts.status();
   acts_ = *acts;
+  cur_acts_ = &acts_;
   unit_live_.assign(opt_.last_unit - opt_.first_unit + 1, 0);
-  tmp_c_ = ops_->Alloc(N_ * C_);
-  tmp_4c_ = ops_->Alloc(N_ * 4 * Cl_);
+  tmp_c_ = ops_->Alloc(Nmax_ * C_);
+  tmp_4c_ = ops_->Alloc(Nmax_ * 4 * Cl_);
   if (has_head()) {
-    logits_ = ops_->Alloc(N_ * cfg_.vocab_size);
-    losses_ = ops_->Alloc(N_);
+    logits_ = ops_->Alloc(Nmax_ * cfg_.vocab_size);
+    losses_ = ops_->Alloc(Nmax_);
   }
   return absl::OkStatus();
 }
@@ -116,7 +119,8 @@ absl::StatusOr<double> StageModel::Impl::Forward(int mb, const StageInput& in, f
     return absl::FailedPreconditionError(absl::StrCat("microbatch ", mb, " is already in flight"));
   }
   MbState& st = in_flight_[mb];
-  absl::Status loaded = LoadInputs(st, in);
+  absl::Status loaded = LoadShape(st, in);
+  if (loaded.ok()) loaded = LoadInputs(st, in);
   absl::StatusOr<double> loss = loaded.ok() ? ComputeForward(st, out) : loaded;
   if (!loss.ok()) {
     in_flight_.erase(mb);
@@ -129,6 +133,7 @@ absl::StatusOr<double> StageModel::Impl::Forward(int mb, const StageInput& in, f
 // The same computation into state that dies here: evaluation keeps nothing for a backward.
 absl::StatusOr<double> StageModel::Impl::Evaluate(const StageInput& in, float* out) {
   MbState st;
+  if (absl::Status s = LoadShape(st, in); !s.ok()) return s;
   if (absl::Status s = LoadInputs(st, in); !s.ok()) return s;
   return ComputeForward(st, out);
 }
@@ -215,6 +220,7 @@ absl::Status StageModel::Impl::BackwardInput(int mb, const float* grad_out, floa
         absl::StrCat("backward of microbatch ", mb, " without its forward"));
   }
   MbState& st = it->second;
+  Use(st);
   if (st.input_grads_done) {
     return absl::FailedPreconditionError(
         absl::StrCat("input-gradient of microbatch ", mb, " ran twice"));
@@ -264,6 +270,7 @@ absl::Status StageModel::Impl::BackwardWeight(int mb) {
         absl::StrCat("weight-gradient of microbatch ", mb, " before its input-gradient"));
   }
   MbState& st = it->second;
+  Use(st);
   const size_t nb = blocks_.size();
   if (has_head()) HeadBackwardWeight(st.head, st.resid[nb].get());
   for (size_t i = nb; i-- > 0;) BlockBackwardWeight(blocks_[i], st.blocks[i], st.resid[i].get());
@@ -272,6 +279,57 @@ absl::Status StageModel::Impl::BackwardWeight(int mb) {
                           st.embed.tokens.get(), st.embed.positions.get(), B_, T_, C_);
   }
   in_flight_.erase(it);
+  return absl::OkStatus();
+}
+
+void StageModel::Impl::Use(const MbState& st) {
+  B_ = st.B, T_ = st.T;
+  N_ = static_cast<size_t>(B_) * T_;
+  cur_acts_ = st.packed_acts ? &*st.packed_acts : &acts_;
+  cur_sequences_ = &st.sequences;
+  cur_step_tokens_ = st.step_tokens;
+}
+
+absl::Status StageModel::Impl::LoadShape(MbState& st, const StageInput& in) {
+  st.B = opt_.microbatch_size, st.T = cfg_.seq_len;
+  if (in.sequences == nullptr) {
+    Use(st);
+    return absl::OkStatus();
+  }
+  const int S = in.num_sequences;
+  if (opt_.max_tokens <= 0 || in.doc_start != nullptr || S < 1 || in.sequences[0] != 0) {
+    return absl::InvalidArgumentError(
+        "a packed microbatch needs StageOptions.max_tokens, no doc_start, and sequences from 0");
+  }
+  for (int i = 0; i < S; ++i) {
+    const int64_t length = int64_t{in.sequences[i + 1]} - in.sequences[i];
+    if (length < 1 || length > cfg_.seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat("packed sequence ", i, " has ", length,
+                                                     " tokens; it must have 1..seq_len (",
+                                                     cfg_.seq_len, ")"));
+    }
+  }
+  if (in.sequences[S] > opt_.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("a packed microbatch of ", in.sequences[S],
+                                                   " tokens exceeds max_tokens ", opt_.max_tokens));
+  }
+  if (has_head() && in.step_tokens < in.sequences[S]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step_tokens ", in.step_tokens, " is fewer than the microbatch's ", in.sequences[S]));
+  }
+  if (has_embedding() && !cfg_.document_positions) {
+    return absl::InvalidArgumentError(
+        "packed microbatches need model.positions \"document\" (positions restart per sequence)");
+  }
+  st.B = 1, st.T = in.sequences[S];
+  st.sequences.assign(in.sequences, in.sequences + S + 1);
+  st.step_tokens = in.step_tokens;
+  common::ActivationDims dims = dims_;
+  dims.B = 1, dims.T = st.T, dims.sequence_squares = common::SequenceSquares(st.sequences);
+  absl::StatusOr<common::ActivationTable> acts = common::ActivationTable::Make(dims);
+  if (!acts.ok()) return acts.status();
+  st.packed_acts = *std::move(acts);
+  Use(st);
   return absl::OkStatus();
 }
 
@@ -306,6 +364,18 @@ absl::Status StageModel::Impl::CheckDocStarts(const int32_t* doc_start) const {
 }
 
 absl::Status StageModel::Impl::LoadDocuments(MbState& st, const int32_t* doc_start) {
+  if (packed()) {  // each sequence's positions from 0 (LoadShape checked they fit the table)
+    if (!has_embedding()) return absl::OkStatus();
+    std::vector<int32_t> pos(N_);
+    for (size_t i = 0; i + 1 < st.sequences.size(); ++i) {
+      for (int32_t t = st.sequences[i]; t < st.sequences[i + 1]; ++t) {
+        pos[t] = t - st.sequences[i];
+      }
+    }
+    st.embed.positions = NewDocI();
+    ops_->CopyIntToDevice(st.embed.positions.get(), pos.data(), N_);
+    return absl::OkStatus();
+  }
   if (absl::Status s = CheckDocStarts(doc_start); !s.ok()) return s;
   const bool positions = has_embedding() && cfg_.document_positions;
   if (positions && doc_start == nullptr) {
@@ -335,6 +405,9 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(Ops* ops, const M
     return absl::InvalidArgumentError(absl::StrCat("unit range [", options.first_unit, ", ",
                                                    options.last_unit, "] is not within [0, ",
                                                    units - 1, "]"));
+  }
+  if (options.max_tokens > 0 && options.microbatch_size != 1) {
+    return absl::InvalidArgumentError("packed microbatches (max_tokens) need microbatch_size 1");
   }
   if (options.microbatch_size <= 0 || options.microbatches <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("microbatch_size (", options.microbatch_size,

@@ -11,7 +11,11 @@
 //   With StageOptions.recompute it keeps less and BackwardInput computes the rest again first
 //   (same bits); from BackwardInput to BackwardWeight the state is kNone's.
 // - The last stage returns the microbatch's mean token loss (summed in double); its gradient is
-//   seeded with 1/(B*T*M), so gradients sum to those of the step loss = sum_j loss_j / M.
+//   seeded with 1/(B*T*M), so gradients sum to those of the step loss = sum_j loss_j / M; a packed
+//   microbatch's with 1/StageInput.step_tokens, for the step loss = the mean over its tokens.
+// - Packed microbatches (StageInput.sequences): each microbatch has its own length n; the saved
+//   state and every op are sized by it (the activation table of (1,n) with the attention's
+//   probabilities per sequence), so a short microbatch costs and keeps less.
 // - Packed documents (StageInput.doc_start): every block attends within each document only,
 //   and with ModelConfig.document_positions the embedding gives token t of a document starting
 //   at s the position t - s. A first stage with document_positions needs doc_start. Every stage
@@ -141,6 +145,9 @@ struct StageOptions {
   Recompute recompute = Recompute::kNone;
   // The ops' precision (kernels::MakeOps), for the activation table's element sizes.
   common::Precision precision = common::Precision::kFp32;
+  // Packed microbatches: the most tokens one holds (train.tokens_per_microbatch), which sizes the
+  // stage's scratch and activation_size(); microbatch_size must then be 1. 0: fixed (B,T).
+  int64_t max_tokens = 0;
 };
 
 // Inputs of one microbatch's forward. Token arrays are host memory (B,T); activations are
@@ -153,6 +160,18 @@ struct StageInput {
   // attention is block-causal within each document of a row, and with
   // ModelConfig.document_positions the embedding restarts positions at each document start.
   const int32_t* doc_start = nullptr;  // (B,T) host memory; every stage; null: plain causal
+  // A packed microbatch (train.tokens_per_microbatch; common/packing.h): one row (B = 1) of
+  // n = sequences[num_sequences] <= StageOptions.max_tokens tokens holding num_sequences
+  // sequences, sequence i its tokens [sequences[i], sequences[i+1]) (cu_seqlens): each attends
+  // causally to itself alone (kernels/ops.h AttentionForwardVarlen), its positions start at 0
+  // (so the first stage needs ModelConfig.document_positions), and the activations are (1,n,C).
+  // Host memory, every stage, the same on each. Null: a (B,T) microbatch. Exclusive with doc_start.
+  const int32_t* sequences = nullptr;
+  int num_sequences = 0;
+  // Last stage of a packed microbatch: the tokens of the whole step (every microbatch of every
+  // replica): the loss gradient is seeded with 1/step_tokens per token, so gradients sum to
+  // those of the step loss = the mean over the step's tokens. Unused otherwise.
+  int64_t step_tokens = 0;
 };
 
 class StageModel {
@@ -167,7 +186,8 @@ class StageModel {
 
   bool has_embedding() const;
   bool has_head() const;
-  // Floats in one activation or activation gradient (B*T*C).
+  // Floats in one activation or activation gradient (B*T*C), or its most with packed microbatches
+  // (max_tokens*C).
   size_t activation_size() const;
 
   // Non-last stage: writes (B,T,C) into `out` and returns 0. Last stage: returns the

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -93,6 +94,12 @@ struct EmbedSaved {
   FBuf dout;
 };
 struct MbState {
+  // The microbatch's shape: (B,T) = (microbatch_size, seq_len), or a packed row's (1,n) with its
+  // sequences (cu_seqlens, StageInput.sequences) and its own activation table (packed_acts).
+  int B = 0, T = 0;
+  std::vector<int32_t> sequences;
+  std::optional<common::ActivationTable> packed_acts;
+  int64_t step_tokens = 0;  // packed, last stage: StageInput.step_tokens
   EmbedSaved embed;  // local unit 0
   // (N) StageInput.doc_start in backend memory, or empty (plain causal): every block's
   // attention reads it, in the forward, its recomputations and the input-gradient.
@@ -134,7 +141,7 @@ class StageModel::Impl {
   absl::Status Build();
   bool has_embedding() const { return opt_.first_unit == 0; }
   bool has_head() const { return opt_.last_unit == cfg_.n_layers + 1; }
-  size_t activation_size() const { return N_ * C_; }
+  size_t activation_size() const { return Nmax_ * C_; }
   std::vector<ModelTensor>& tensors() { return tensors_; }
   int64_t live_bytes() const;
   std::vector<int64_t> unit_live_bytes() const { return unit_live_; }
@@ -150,8 +157,8 @@ class StageModel::Impl {
   using FBuf = internal::FBuf;
   using IBuf = internal::IBuf;
   using A = common::Activation;
-  // Saved tensor `a` of the activation table, charged to local unit `unit`.
-  size_t Elements(A a) const { return static_cast<size_t>(acts_[a].elements); }
+  // Saved tensor `a` of the current microbatch's activation table, charged to local unit `unit`.
+  size_t Elements(A a) const { return static_cast<size_t>((*cur_acts_)[a].elements); }
   FBuf NewF(int unit, A a) {  // zeroed: backward ops add into it
     return FBuf(ops_, Elements(a), &unit_live_[unit]);
   }
@@ -166,6 +173,12 @@ class StageModel::Impl {
   int BlockUnit(size_t i) const { return (has_embedding() ? 1 : 0) + static_cast<int>(i); }
   int LastUnit() const { return opt_.last_unit - opt_.first_unit; }
 
+  // The microbatch's shape from its input into `st` (a packed row's sequences checked), then Use.
+  absl::Status LoadShape(internal::MbState& st, const StageInput& in);
+  // Makes `st` the current microbatch: B_, T_, N_, the table and the sequences are its.
+  void Use(const internal::MbState& st);
+  bool packed() const { return !cur_sequences_->empty(); }
+  int NumSequences() const { return static_cast<int>(cur_sequences_->size()) - 1; }
   absl::Status CheckTokens(const int32_t* tokens, const char* what) const;
   // doc_start (N) host memory: null, or following kernels/ops.h's rule row by row.
   absl::Status CheckDocStarts(const int32_t* doc_start) const;
@@ -185,6 +198,9 @@ class StageModel::Impl {
   // layers.cc
   absl::Status AllReduce(float* x);
   const float* RowBias(const ModelTensor& bias) const;
+  // The current microbatch's attention: per packed sequence, or over (B,T) with doc_start
+  // (backend memory or null; kernels/ops.h).
+  void Attention(float* out, float* att, const float* qkv, const int32_t* doc_start);
   // doc_start (B,T) backend memory or null: the attention's (kernels/ops.h).
   absl::Status BlockForward(ModelTensor* w, internal::BlockSaved& s, const int32_t* doc_start,
                             const float* x, float* y);
@@ -198,8 +214,13 @@ class StageModel::Impl {
   kernels::Ops* ops_;
   ModelConfig cfg_;
   StageOptions opt_;
+  // B_, T_ and N_ = B_*T_ are the shape of the microbatch being computed (Use sets them at each
+  // entry point); Nmax_ the most tokens of any microbatch, which sizes the scratch below.
   int B_ = 0, T_ = 0, C_ = 0;
-  size_t N_ = 0;
+  size_t N_ = 0, Nmax_ = 0;
+  const common::ActivationTable* cur_acts_ = nullptr;    // acts_ or a packed row's
+  const std::vector<int32_t>* cur_sequences_ = nullptr;  // empty unless packed
+  int64_t cur_step_tokens_ = 0;                          // packed, last stage
   int tp_ = 1, tp_rank_ = 0;  // tensor-parallel group size and this rank in it
   int Cl_ = 0, NHl_ = 0;      // channels (C/TP) and heads (NH/TP) of this rank's attention share
   std::vector<ModelTensor> tensors_;
@@ -211,7 +232,9 @@ class StageModel::Impl {
   float* tmp_4c_ = nullptr;             // (N,4C) scratch
   float* logits_ = nullptr;             // (N,V) scratch
   float* losses_ = nullptr;             // (N) scratch
-  common::ActivationTable acts_;  // the sizes of what a microbatch saves
+  common::ActivationTable acts_;        // the sizes of what a (B,T) microbatch saves
+  common::ActivationDims dims_;         // acts_'s, for a packed row's table
+  const std::vector<int32_t> no_sequences_;
   // Live saved bytes per local unit; sized by Build, never resized (Bufs point into it).
   std::vector<int64_t> unit_live_;
   int64_t doc_live_ = 0;  // bytes of NewDocI buffers now (not part of live_bytes())

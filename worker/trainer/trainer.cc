@@ -14,6 +14,7 @@
 #include "common/hf_gpt2.h"
 #include "common/job_spec.h"
 #include "common/manifest.h"
+#include "common/packing.h"
 #include "common/precision.h"
 #include "common/step_math.h"
 #include "kernels/ops.h"
@@ -66,54 +67,92 @@ absl::Status ResolveEpochSteps(pp::v1::JobSpec* spec) {
 }
 
 // Step `step`'s gradients of the M microbatches (B sequences of T tokens each), in microbatch
-// order; the step loss = the microbatch losses summed in double, divided by M.
+// order; the step loss = the microbatch losses summed in double, divided by M. Packed
+// microbatches (one row each, common/packing.h): their lengths are read from the index first,
+// and the loss is their token mean (common::TokenMeanLoss), as every pipeline rank does it.
 // `end_of_text`: with documents "mask", each microbatch's documents (worker/data/data.h) are
 // derived from its window exactly as every pipeline rank derives them.
-absl::StatusOr<double> ForwardBackward(model::StageModel& model, const data::TrainData& train_data,
-                                       std::optional<int32_t> end_of_text, int step, int M, int B,
-                                       int T) {
+struct StepOutcome {
+  double loss = 0;
+  int64_t tokens = 0;
+};
+absl::StatusOr<StepOutcome> ForwardBackward(model::StageModel& model,
+                                            const data::TrainData& train_data,
+                                            std::optional<int32_t> end_of_text, int step, int M,
+                                            int B, int T) {
   model.ZeroGrads();
   const int64_t position = common::DataPositionAtStep(step, M, B);
-  double loss = 0.0;
+  const bool packed = train_data.packed() != nullptr;
+  std::vector<int64_t> lengths(M, int64_t{B} * T);
+  if (packed) {
+    for (int j = 0; j < M; ++j) lengths[j] = train_data.RowTokens(position + j);
+  }
+  StepOutcome outcome;
+  for (int64_t n : lengths) outcome.tokens += n;
+  std::vector<double> losses;
   for (int j = 0; j < M; ++j) {
     auto batch = data::ReadMicrobatch(train_data, position, j, B, T);
     if (!batch.ok()) return batch.status();
-    const std::vector<int32_t> doc_start = data::DocumentStarts(*batch, end_of_text);
+    const std::vector<int32_t> doc_start =
+        packed ? std::vector<int32_t>() : data::DocumentStarts(*batch, end_of_text);
     model::StageInput in;
     in.tokens = batch->inputs.data();
     in.targets = batch->targets.data();
     in.doc_start = doc_start.empty() ? nullptr : doc_start.data();
+    if (packed) {
+      in.sequences = batch->sequences.data();
+      in.num_sequences = static_cast<int>(batch->sequences.size()) - 1;
+      in.step_tokens = outcome.tokens;
+    }
     auto mb_loss = model.Forward(j, in, nullptr);
     if (!mb_loss.ok()) return mb_loss.status();
     if (auto s = model.Backward(j, nullptr, nullptr); !s.ok()) return s;
-    loss += *mb_loss;
+    losses.push_back(*mb_loss);
   }
-  return loss / M;
+  if (packed) {
+    outcome.loss = common::TokenMeanLoss(losses, lengths);
+  } else {
+    for (double loss : losses) outcome.loss += loss;
+    outcome.loss /= M;
+  }
+  return outcome;
 }
 
 // The eval loss (spec.eval): batches i = 0..batches-1 of M microbatches each, read like the
 // steps' (position i*M*B) from the eval windows, each microbatch evaluated without touching a
 // gradient; their mean losses summed in double in (batch, microbatch) order, divided by the count.
+// Packed rows: each batch's token mean (common::TokenMeanLoss), those summed over the batches.
 absl::StatusOr<double> EvalLoss(model::StageModel& model, const data::EvalSource& eval,
                                 std::optional<int32_t> end_of_text, int batches, int M, int B,
                                 int T) {
   double sum = 0.0;
   for (int i = 0; i < batches; ++i) {
     const int64_t position = common::DataPositionAtStep(i, M, B);
+    std::vector<double> losses;
+    std::vector<int64_t> lengths;
     for (int j = 0; j < M; ++j) {
-      auto batch = data::ReadMicrobatch(eval.source, eval.windows, position, j, B, T);
+      auto batch = data::ReadEvalMicrobatch(eval, position, j, B, T);
       if (!batch.ok()) return batch.status();
-      const std::vector<int32_t> doc_start = data::DocumentStarts(*batch, end_of_text);
+      const std::vector<int32_t> doc_start =
+          eval.packed ? std::vector<int32_t>() : data::DocumentStarts(*batch, end_of_text);
       model::StageInput in;
       in.tokens = batch->inputs.data();
       in.targets = batch->targets.data();
       in.doc_start = doc_start.empty() ? nullptr : doc_start.data();
+      if (eval.packed) {
+        in.sequences = batch->sequences.data();
+        in.num_sequences = static_cast<int>(batch->sequences.size()) - 1;
+        in.step_tokens = static_cast<int64_t>(batch->inputs.size());  // no gradient is seeded
+      }
       auto mb_loss = model.Evaluate(in, nullptr);
       if (!mb_loss.ok()) return mb_loss.status();
-      sum += *mb_loss;
+      if (!eval.packed) sum += *mb_loss;
+      losses.push_back(*mb_loss);
+      lengths.push_back(static_cast<int64_t>(batch->inputs.size()));
     }
+    if (eval.packed) sum += common::TokenMeanLoss(losses, lengths);
   }
-  return sum / (static_cast<double>(batches) * M);
+  return sum / (eval.packed ? static_cast<double>(batches) : static_cast<double>(batches) * M);
 }
 
 // The eval windows with spec.eval, else nullopt.
@@ -167,11 +206,10 @@ Update ApplyUnlessNonFinite(kernels::Ops& ops, std::vector<model::ModelTensor>& 
 
 // The log line of step `done` (1-based) that took `seconds`.
 std::string StepLine(const pp::v1::JobSpec& spec, int done, int steps, double loss,
-                     const Update& update, double seconds) {
-  return absl::StrFormat("step %d/%d loss %.6f lr %.3g grad_norm %.4f %.3f s %.0f tok/s%s\n",
-                         done, steps, loss, common::LearningRateAt(spec.train(), done),
-                         update.norm, seconds,
-                         static_cast<double>(common::ReplicaTokensPerStep(spec)) / seconds,
+                     const Update& update, double seconds, int64_t tokens) {
+  return absl::StrFormat("step %d/%d loss %.6f lr %.3g grad_norm %.4f %.3f s %.0f tok/s%s\n", done,
+                         steps, loss, common::LearningRateAt(spec.train(), done), update.norm,
+                         seconds, static_cast<double>(tokens) / seconds,
                          update.non_finite ? " (skipped: not finite)" : "");
 }
 
@@ -205,6 +243,7 @@ absl::StatusOr<model::StageOptions> WholeModelStage(const pp::v1::JobSpec& spec,
   stage.last_unit = model::NumUnits(config) - 1;
   stage.microbatch_size = spec.train().microbatch_size();
   stage.microbatches = spec.train().microbatches();
+  if (common::PacksMicrobatches(spec)) stage.max_tokens = spec.train().tokens_per_microbatch();
   stage.seed = spec.train().seed();
   absl::StatusOr<common::Recompute> recompute =
       common::RecomputeFromName(spec.parallel().recompute());
@@ -242,10 +281,10 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
   const auto start = std::chrono::steady_clock::now();
   for (int step = 0; step < steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
-    absl::StatusOr<double> step_loss =
+    absl::StatusOr<StepOutcome> outcome =
         ForwardBackward(**model, *train_data, data::DocumentEndOfText(spec), step, M, B, T);
-    if (!step_loss.ok()) return step_loss.status();
-    const double loss = *step_loss;
+    if (!outcome.ok()) return outcome.status();
+    const double loss = outcome->loss;
     const Update update = ApplyUnlessNonFinite(**ops, (*model)->tensors(), train, step, loss);
     if (update.non_finite && ++bad_steps > train.max_bad_steps()) {
       return executor::TooManyBadSteps(step + 1, *update.non_finite, bad_steps,
@@ -255,9 +294,10 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
     result.losses.push_back(loss);
     result.step_seconds.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
-    result.tokens += common::ReplicaTokensPerStep(spec);
+    result.tokens += outcome->tokens;
     if (options.log != nullptr) {
-      *options.log << StepLine(spec, step + 1, steps, loss, update, result.step_seconds.back());
+      *options.log << StepLine(spec, step + 1, steps, loss, update, result.step_seconds.back(),
+                               outcome->tokens);
     }
     if (auto s = EvaluateIfDue(spec, **model, *eval, step + 1, steps, options.log, result);
         !s.ok()) {

@@ -144,21 +144,6 @@ std::vector<DocumentLayout> DocumentLayouts() {
   return layouts;
 }
 
-// `text` cut into \0-separated documents whose lengths cycle through shorter than T = 16, longer
-// than T (cut by windows), and zero ("\0\0").
-std::string PackDocuments(const std::string& text) {
-  constexpr int kLengths[] = {5, 40, 0, 11, 23, 1, 0, 0, 16, 70, 3, 15, 17, 9};
-  std::string packed;
-  size_t at = 0;
-  for (int i = 0; at < text.size(); ++i) {
-    const size_t n = std::min<size_t>(kLengths[i % std::size(kLengths)], text.size() - at);
-    packed.append(text, at, n);
-    packed.push_back('\0');
-    at += n;
-  }
-  return packed;
-}
-
 class PackedDocumentsTest : public IntegrationTest {
  protected:
   // The tiny job on packed documents, documents masked with document positions, evaluated on a

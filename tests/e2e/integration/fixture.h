@@ -3,7 +3,9 @@
 #ifndef PP_TESTS_INTEGRATION_FIXTURE_H_
 #define PP_TESTS_INTEGRATION_FIXTURE_H_
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -41,6 +43,21 @@ inline std::string LayoutName(const ::testing::TestParamInfo<Layout>& info) {
     if (c == '-') c = '_';
   }
   return name;
+}
+
+// `text` cut into \0-separated documents whose lengths cycle through shorter than T = 16, longer
+// than T (cut by windows, or split into pieces when packed), and zero ("\0\0").
+inline std::string PackDocuments(const std::string& text) {
+  constexpr int kLengths[] = {5, 40, 0, 11, 23, 1, 0, 0, 16, 70, 3, 15, 17, 9};
+  std::string packed;
+  size_t at = 0;
+  for (int i = 0; at < text.size(); ++i) {
+    const size_t n = std::min<size_t>(kLengths[i % std::size(kLengths)], text.size() - at);
+    packed.append(text, at, n);
+    packed.push_back('\0');
+    at += n;
+  }
+  return packed;
 }
 
 class IntegrationTest : public testing_support::ClusterTest {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -270,6 +271,24 @@ TEST_F(TaskTest, InterleavedMatchesTrainer) {
 }
 TEST_F(TaskTest, ZbH1MatchesTrainer) { ExpectMatchesTrainer(Spec("zb-h1", 4, 1, 8)); }
 TEST_F(TaskTest, ZbVMatchesTrainer) { ExpectMatchesTrainer(Spec("zb-v", 4, 2, 8)); }
+
+// Packed variable-length microbatches (common/packing.h) with the rehearsal of rows of every power
+// of two: the losses and weights of the trainer, bit for bit.
+TEST_F(TaskTest, PackedMicrobatchesRehearsedMatchTrainer) {
+  pp::v1::JobSpec spec = Spec("zb-v", 4, 2, 8);
+  std::ifstream corpus(spec.data().path(), std::ios::binary);
+  std::string text(std::istreambuf_iterator<char>(corpus), {});
+  for (size_t at = 3, i = 0; at < text.size(); at += 1 + (i++ * 7) % 29) text[at] = '\0';
+  const std::string path = (dir_ / "documents.bin").string();
+  std::ofstream(path, std::ios::binary) << text;
+  spec.mutable_data()->set_path(path);
+  spec.mutable_data()->set_documents("mask");
+  spec.mutable_model()->set_positions("document");
+  spec.mutable_train()->set_microbatch_size(1);
+  spec.mutable_train()->set_tokens_per_microbatch(40);
+  ASSERT_TRUE(common::ValidateJobSpec(spec).ok()) << common::ValidateJobSpec(spec);
+  ExpectMatchesTrainer(spec);
+}
 
 // A GPU worker rehearses its stages before the pipeline connects; on a mesh that runs the tensor-
 // parallel collectives too, and must leave nothing behind: DP2 x PP2 x TP2 trains the same losses

@@ -19,13 +19,6 @@
 namespace pp::model {
 namespace {
 
-// T = 8, two blocks (units 0..3), document positions.
-ModelConfig DocConfig() {
-  ModelConfig c = testing::SmallConfig(13, 8, 8, 2, 2);
-  c.document_positions = true;
-  return c;
-}
-
 // doc_start (T) of one row whose documents begin at `begins` (0 first, ascending).
 std::vector<int32_t> Starts(int T, const std::vector<int>& begins) {
   std::vector<int32_t> s(T);
@@ -122,7 +115,7 @@ class DocumentsTest : public ModelTest {
 };
 
 TEST_F(DocumentsTest, APackedDocumentSeesWhatItSeesAloneAtTheStart) {
-  const ModelConfig c = DocConfig();
+  const ModelConfig c = DocumentsConfig();
   const int T = c.seq_len, C = c.d_model;
   uint64_t seed = 5;
   // Document A: 3 tokens, the last the end-of-text 0; B: 5 tokens. Targets go with the tokens.
@@ -173,7 +166,7 @@ std::vector<Window> PackedWindows(const ModelConfig& c) {
 }
 
 TEST_F(DocumentsTest, GradientsFlowAndRecomputationGivesTheBitsOfNone) {
-  const ModelConfig c = DocConfig();
+  const ModelConfig c = DocumentsConfig();
   const std::vector<Window> windows = PackedWindows(c);
   const Values none = Gradients(c, {0}, windows, 2, false);
   for (const auto& [name, g] : none) {
@@ -205,7 +198,7 @@ TEST_F(DocumentsTest, GradientsFlowAndRecomputationGivesTheBitsOfNone) {
 
 // Each rank's heads mask the same documents: two ranks give the unsplit loss, not the unmasked one.
 TEST_F(DocumentsTest, TensorParallelRanksMaskToo) {
-  const ModelConfig c = DocConfig();
+  const ModelConfig c = DocumentsConfig();
   const Window w = PackedWindows(c)[0];
   auto whole = Stage(c, 0, NumUnits(c) - 1, 2, 1);
   StageInput in;
@@ -243,7 +236,7 @@ TEST_F(DocumentsTest, TensorParallelRanksMaskToo) {
 }
 
 TEST_F(DocumentsTest, BadDocumentInputsAreClearErrors) {
-  const ModelConfig c = DocConfig();
+  const ModelConfig c = DocumentsConfig();
   Window w = PackedWindows(c)[0];
   auto first = Stage(c, 0, 1, 2, 1);
   auto middle = Stage(c, 1, 2, 2, 1);

@@ -23,6 +23,12 @@ using testing::FindTensor;
 using Values = std::map<std::string, std::vector<float>>;
 
 inline ModelConfig Tiny() { return testing::SmallConfig(13, 6, 8, 2, 3); }
+// T = 8 (the longest document or packed sequence), two blocks (units 0..3), document positions.
+inline ModelConfig DocumentsConfig() {
+  ModelConfig c = testing::SmallConfig(13, 8, 8, 2, 2);
+  c.document_positions = true;
+  return c;
+}
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
@@ -64,6 +70,7 @@ class ModelTest : public ::testing::Test {
     o.seed = seed;
     o.recompute = recompute_;
     o.precision = precision_;
+    o.max_tokens = max_tokens_;
     auto s = StageModel::Create(ops_.get(), c, o);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
@@ -190,6 +197,7 @@ class ModelTest : public ::testing::Test {
   std::unique_ptr<kernels::Ops> ops_;
   Recompute recompute_ = Recompute::kNone;  // of the stages Stage() makes from now on
   common::Precision precision_ = common::Precision::kFp32;  // ops_'s, for those stages too
+  int64_t max_tokens_ = 0;  // StageOptions.max_tokens of those stages: packed rows when > 0
 };
 
 }  // namespace pp::model
