@@ -58,6 +58,13 @@
 //   document between them is harmless; an end-of-text at t = T-1 ends the window's last document.
 // Attention is block-causal within each document (kernels/ops.h AttentionForward); with
 // model.positions "document" position ids restart at 0 at each document start.
+//
+// Packed rows (train.tokens_per_microbatch; common/packing.h has the rule): instead of windows,
+// a stream's tokens are cut into pieces of whole documents packed into rows of at most K tokens,
+// indexed once at open (PackedStream). A data position then counts rows (microbatch_size is 1):
+// microbatch j of the step at position p reads sequence p + j, row WindowStart(p + j, {0, G}).
+// Training packs the tokens before the held-out part; evaluation the held-out tokens (or
+// eval.data).
 #ifndef PP_WORKER_DATA_DATA_H_
 #define PP_WORKER_DATA_DATA_H_
 
