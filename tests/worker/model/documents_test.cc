@@ -61,20 +61,10 @@ class DocumentsTest : public ModelTest {
  protected:
   // Units [0, n_layers] then the head, B = 1: the blocks' output (T,C) and the loss.
   std::pair<std::vector<float>, double> Evaluate(const ModelConfig& c, const Window& w) {
-    auto body = Stage(c, 0, c.n_layers, 1, 1);
-    auto head = Stage(c, c.n_layers + 1, c.n_layers + 1, 1, 1);
-    const size_t n = body->activation_size();
-    float* act = ops_->Alloc(n);
     StageInput in;
     in.tokens = w.tokens.data(), in.targets = w.targets.data();
     in.doc_start = w.doc_start.empty() ? nullptr : w.doc_start.data();
-    EXPECT_TRUE(body->Evaluate(in, act).ok());
-    in.activations = act;
-    absl::StatusOr<double> loss = head->Evaluate(in, nullptr);
-    EXPECT_TRUE(loss.ok()) << loss.status();
-    std::vector<float> states = Host(*ops_, act, n);
-    ops_->Free(act);
-    return {states, loss.ok() ? *loss : 0.0};
+    return EvaluateBodyThenHead(c, in);
   }
 
   // Forward of every window through a chain (doc_start to every stage), then the backwards in

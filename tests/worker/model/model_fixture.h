@@ -87,6 +87,24 @@ class ModelTest : public ::testing::Test {
     return stages;
   }
 
+  // Units [0, n_layers] on one stage, then the head on another, B = 1, both evaluated on `in`
+  // (its activations are set here): the first `floats` of the blocks' output (0: all of it) and
+  // the loss.
+  std::pair<std::vector<float>, double> EvaluateBodyThenHead(const ModelConfig& c, StageInput in,
+                                                             size_t floats = 0) {
+    auto body = Stage(c, 0, c.n_layers, 1, 1);
+    auto head = Stage(c, c.n_layers + 1, c.n_layers + 1, 1, 1);
+    const size_t n = body->activation_size();
+    float* act = ops_->Alloc(n);
+    EXPECT_TRUE(body->Evaluate(in, act).ok());
+    in.activations = act;
+    absl::StatusOr<double> loss = head->Evaluate(in, nullptr);
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    std::vector<float> states = Host(*ops_, act, floats == 0 ? n : floats);
+    ops_->Free(act);
+    return {states, loss.ok() ? *loss : 0.0};
+  }
+
   // Forward of microbatch mb through the chain; activations cross stages by copy through host
   // memory. Returns the microbatch loss.
   double ForwardChain(std::vector<std::unique_ptr<StageModel>>& stages, int mb, const Batch& b) {

@@ -56,18 +56,7 @@ class PackedRowsTest : public ModelTest {
   // The blocks' output (n,C) and the head's loss of `row`, evaluated.
   std::pair<std::vector<float>, double> Evaluate(const Row& row) {
     const ModelConfig c = DocumentsConfig();
-    auto body = Stage(c, 0, c.n_layers, 1, 1);
-    auto head = Stage(c, c.n_layers + 1, c.n_layers + 1, 1, 1);
-    const size_t n = static_cast<size_t>(row.n()) * c.d_model;
-    float* act = ops_->Alloc(body->activation_size());
-    StageInput in = Input(row, row.n());
-    EXPECT_TRUE(body->Evaluate(in, act).ok());
-    in.activations = act;
-    absl::StatusOr<double> loss = head->Evaluate(in, nullptr);
-    EXPECT_TRUE(loss.ok()) << loss.status();
-    std::vector<float> states = Host(*ops_, act, n);
-    ops_->Free(act);
-    return {states, loss.ok() ? *loss : 0.0};
+    return EvaluateBodyThenHead(c, Input(row, row.n()), static_cast<size_t>(row.n()) * c.d_model);
   }
   // One whole-model stage: forward and backward of each row in order, each seeded with
   // 1/step_tokens; the gradients by name.
