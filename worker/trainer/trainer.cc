@@ -76,6 +76,25 @@ struct StepOutcome {
   double loss = 0;
   int64_t tokens = 0;
 };
+
+// The model's input of microbatch `batch`, exactly as every pipeline rank builds it
+// (worker/compute/model_compute.cc RunForward): a packed row's sequences and the step's tokens,
+// else the window's document starts (into *doc_start, which must outlive the input).
+model::StageInput InputOf(const data::Microbatch& batch, std::optional<int32_t> end_of_text,
+                          int64_t step_tokens, std::vector<int32_t>* doc_start) {
+  model::StageInput in;
+  in.tokens = batch.inputs.data();
+  in.targets = batch.targets.data();
+  if (!batch.sequences.empty()) {
+    in.sequences = batch.sequences.data();
+    in.num_sequences = static_cast<int>(batch.sequences.size()) - 1;
+    in.step_tokens = step_tokens;
+    return in;
+  }
+  *doc_start = data::DocumentStarts(batch, end_of_text);
+  in.doc_start = doc_start->empty() ? nullptr : doc_start->data();
+  return in;
+}
 absl::StatusOr<StepOutcome> ForwardBackward(model::StageModel& model,
                                             const data::TrainData& train_data,
                                             std::optional<int32_t> end_of_text, int step, int M,
@@ -93,18 +112,9 @@ absl::StatusOr<StepOutcome> ForwardBackward(model::StageModel& model,
   for (int j = 0; j < M; ++j) {
     auto batch = data::ReadMicrobatch(train_data, position, j, B, T);
     if (!batch.ok()) return batch.status();
-    const std::vector<int32_t> doc_start =
-        packed ? std::vector<int32_t>() : data::DocumentStarts(*batch, end_of_text);
-    model::StageInput in;
-    in.tokens = batch->inputs.data();
-    in.targets = batch->targets.data();
-    in.doc_start = doc_start.empty() ? nullptr : doc_start.data();
-    if (packed) {
-      in.sequences = batch->sequences.data();
-      in.num_sequences = static_cast<int>(batch->sequences.size()) - 1;
-      in.step_tokens = outcome.tokens;
-    }
-    auto mb_loss = model.Forward(j, in, nullptr);
+    std::vector<int32_t> doc_start;
+    auto mb_loss =
+        model.Forward(j, InputOf(*batch, end_of_text, outcome.tokens, &doc_start), nullptr);
     if (!mb_loss.ok()) return mb_loss.status();
     if (auto s = model.Backward(j, nullptr, nullptr); !s.ok()) return s;
     losses.push_back(*mb_loss);
@@ -133,22 +143,14 @@ absl::StatusOr<double> EvalLoss(model::StageModel& model, const data::EvalSource
     for (int j = 0; j < M; ++j) {
       auto batch = data::ReadEvalMicrobatch(eval, position, j, B, T);
       if (!batch.ok()) return batch.status();
-      const std::vector<int32_t> doc_start =
-          eval.packed ? std::vector<int32_t>() : data::DocumentStarts(*batch, end_of_text);
-      model::StageInput in;
-      in.tokens = batch->inputs.data();
-      in.targets = batch->targets.data();
-      in.doc_start = doc_start.empty() ? nullptr : doc_start.data();
-      if (eval.packed) {
-        in.sequences = batch->sequences.data();
-        in.num_sequences = static_cast<int>(batch->sequences.size()) - 1;
-        in.step_tokens = static_cast<int64_t>(batch->inputs.size());  // no gradient is seeded
-      }
-      auto mb_loss = model.Evaluate(in, nullptr);
+      std::vector<int32_t> doc_start;
+      // No gradient is seeded: the row's own tokens stand for the step's.
+      const int64_t tokens = static_cast<int64_t>(batch->inputs.size());
+      auto mb_loss = model.Evaluate(InputOf(*batch, end_of_text, tokens, &doc_start), nullptr);
       if (!mb_loss.ok()) return mb_loss.status();
       if (!eval.packed) sum += *mb_loss;
       losses.push_back(*mb_loss);
-      lengths.push_back(static_cast<int64_t>(batch->inputs.size()));
+      lengths.push_back(tokens);
     }
     if (eval.packed) sum += common::TokenMeanLoss(losses, lengths);
   }
