@@ -172,9 +172,9 @@ def machine(a):
           f"{info['torch']}, MKL {info['mkl']}, oneDNN {info['onednn']}, ATen "
           f"{info['capability']}")
     for precision, by_threads in info["peak"].items():
-        print(f"GEMM peak {precision} ({info['size']}^3, best of {info['repeats']}): " + "; ".join(
-            f"{t} thread{'s' if t != '1' else ''} {p['gflops']:.1f} GFLOP/s ({p['via']})"
-            for t, p in by_threads.items()), flush=True)
+        print(f"GEMM peak {precision} (best of {info['repeats']}): " + "; ".join(
+            f"{t} thread{'s' if t != '1' else ''} {p['gflops']:.1f} GFLOP/s ({p['via']}, "
+            f"{p['size']}^3)" for t, p in by_threads.items()), flush=True)
     return {precision: {int(t): p["gflops"] for t, p in by_threads.items()}
             for precision, by_threads in info["peak"].items()}
 

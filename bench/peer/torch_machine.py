@@ -3,7 +3,8 @@ was built with (MKL, oneDNN), ATen's vector level, and a measured GEMM peak in f
 each of --threads.
 
 The peak is the best rate, 2·m·n·k FLOPs over the wall time of one call, of --repeats products of
---size cubed after one warm-up call (the libraries pack, JIT and allocate on the first). torch is
+--size cubed (less where a probe finds the CPU slow in that precision: timed_size) after one
+warm-up call (the libraries pack, JIT and allocate on the first). torch is
 the yardstick because it carries the fastest CPU BLAS we have: torch.mm runs fp32 on MKL and bf16
 on oneDNN (AVX512-BF16, or AMX where the CPU has it); oneDNN's fp32 matmul, which our trainer uses,
 is tried too (torch.ops.mkldnn._linear_pointwise) and the faster of the two is the fp32 peak, so
@@ -23,7 +24,8 @@ import torch  # noqa: E402
 def parse():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--threads", type=lambda s: [int(t) for t in s.split(",")], default=[1, 2])
-    p.add_argument("--size", type=int, default=2048, help="m = n = k of the timed products")
+    p.add_argument("--size", type=int, default=2048,
+                   help="m = n = k of the timed products, at most (timed_size)")
     p.add_argument("--repeats", type=int, default=5)
     return p.parse_args()
 
@@ -68,12 +70,28 @@ def candidates(dtype, n):
     return found
 
 
-def peak(dtype, threads, n, repeats):
-    """{"gflops", "via"} of the fastest candidate on `threads` threads."""
+PROBE = 256  # m = n = k of the probe that sizes the timed products
+SECONDS_PER_CALL = 0.5  # the timed products' size is cut so that one call takes about this
+
+
+def timed_size(dtype, largest):
+    """--size, or less where the CPU is slow in dtype: a CPU without AVX512-BF16 or AMX emulates
+    bf16 products far below its fp32 rate, and 2048^3 of them took over 10 minutes (AMD EPYC with
+    AVX2 only). The size, a multiple of PROBE, whose call takes about SECONDS_PER_CALL at the
+    probe's rate."""
+    rate = max(gflops for gflops, _ in
+               ((best_gflops(fn, 2.0 * PROBE ** 3, 1), name) for name, fn in candidates(dtype, PROBE)))
+    fits = (SECONDS_PER_CALL * rate * 1e9 / 2.0) ** (1.0 / 3.0)
+    return max(PROBE, min(largest, int(fits) // PROBE * PROBE))
+
+
+def peak(dtype, threads, largest, repeats):
+    """{"gflops", "via", "size"} of the fastest candidate on `threads` threads."""
     torch.set_num_threads(threads)
+    n = timed_size(dtype, largest)
     rates = [(best_gflops(fn, 2.0 * n ** 3, repeats), name) for name, fn in candidates(dtype, n)]
     gflops, via = max(rates)
-    return {"gflops": gflops, "via": via}
+    return {"gflops": gflops, "via": via, "size": n}
 
 
 def main():
@@ -82,8 +100,7 @@ def main():
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     peaks = {name: {str(t): peak(dtype, t, a.size, a.repeats) for t in a.threads}
              for name, dtype in dtypes.items()}
-    print("RESULT " + json.dumps({**libraries(), "size": a.size, "repeats": a.repeats,
-                                  "peak": peaks}))
+    print("RESULT " + json.dumps({**libraries(), "repeats": a.repeats, "peak": peaks}))
 
 
 if __name__ == "__main__":

@@ -273,7 +273,7 @@ absl::StatusOr<Stream> OpenStream(const pp::v1::DataSpec& spec, absl::string_vie
                                                    seq_len + 1));
   }
   const WindowRange windows = TrainWindows(source->size(), seq_len, holdout_fraction);
-  return Stream{*std::move(source), windows};
+  return Stream{*std::move(source), windows, std::nullopt};
 }
 
 // Rows of B windows of T + 1 tokens, each read by `read(row, window)`, as inputs and targets.
