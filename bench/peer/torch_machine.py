@@ -79,8 +79,7 @@ def timed_size(dtype, largest):
     bf16 products far below its fp32 rate, and 2048^3 of them took over 10 minutes (AMD EPYC with
     AVX2 only). The size, a multiple of PROBE, whose call takes about SECONDS_PER_CALL at the
     probe's rate."""
-    rate = max(gflops for gflops, _ in
-               ((best_gflops(fn, 2.0 * PROBE ** 3, 1), name) for name, fn in candidates(dtype, PROBE)))
+    rate = max(best_gflops(fn, 2.0 * PROBE ** 3, 1) for _, fn in candidates(dtype, PROBE))
     fits = (SECONDS_PER_CALL * rate * 1e9 / 2.0) ** (1.0 / 3.0)
     return max(PROBE, min(largest, int(fits) // PROBE * PROBE))
 
