@@ -9,7 +9,10 @@
 //   5. wait for a signal: SIGHUP calls reload() and logs the line it returns (or its error), and
 //      the daemon goes on; SIGINT or SIGTERM calls stop(signal) and exits 0.
 // Before 2 it raises the soft limit of open files to the hard one (a job holds every data shard
-// open).
+// open) and installs a crash report: on SIGSEGV, SIGABRT (glibc's heap checks), SIGBUS, SIGILL,
+// SIGFPE or SIGTRAP the stack of the thread the signal reached goes to stderr ("*** SIGABRT
+// received; ..." then one "    @ ADDRESS FUNCTION" line a frame), then the process dies of that
+// signal.
 // Every error is one stderr line "NAME: message". start, reload and stop run on the calling
 // thread.
 #ifndef PP_COMMON_DAEMON_MAIN_H_

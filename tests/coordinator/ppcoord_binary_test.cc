@@ -1,8 +1,10 @@
-// The ppcoord binary: address file, health over the network, bad flags, clean exit on SIGTERM, and
+// The ppcoord binary: address file, health over the network, bad flags, clean exit on SIGTERM, a
+// crash's stack in its log, and
 // its --policy file: refused at start with its line, read again on SIGHUP.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -169,6 +172,21 @@ TEST_F(PpcoordBinaryTest, WritesItsAddressesServesAndStopsOnSigterm) {
 
   ppcoord.Signal(SIGTERM);
   EXPECT_EQ(ppcoord.Wait(absl::Seconds(10)), 0) << Slurp(log());
+}
+
+// A crash (here SIGABRT, what glibc's heap checks raise) leaves the dying thread's stack in the
+// log, and the process still dies of the signal (common/daemon_main.h).
+TEST_F(PpcoordBinaryTest, ACrashPrintsItsStackToTheLogAndDiesOfTheSignal) {
+  const rlimit no_core{0, 0};  // the child inherits it: no core file left in the test's folder
+  ASSERT_EQ(setrlimit(RLIMIT_CORE, &no_core), 0);
+  std::unique_ptr<Child> ppcoord = StartPpcoord();
+  Addresses();
+  ppcoord->Signal(SIGABRT);
+  EXPECT_EQ(ppcoord->Wait(absl::Seconds(10)), 128 + SIGABRT);
+  const std::string log = Slurp(this->log());
+  EXPECT_THAT(log, HasSubstr("*** SIGABRT received;"));
+  // The unwinding gets past the handler and libc into the daemon's own frames, by name.
+  EXPECT_THAT(log, HasSubstr("pp::common::RunDaemonMain")) << log;
 }
 
 TEST_F(PpcoordBinaryTest, BadFlagsGiveOneLineAndNonZeroExit) {
