@@ -97,7 +97,7 @@ std::string RenderAscii(const Timeline& timeline, TimeUnit unit) {
   const double quantum = Quantum(shortest, makespan, std::max(1, kLineColumns / width), unit);
   std::string out;
   for (int r = 0; r < D; ++r) {
-    absl::StrAppend(&out, "GPU ", r, ": ");
+    absl::StrAppend(&out, "rank ", r, ": ");
     long cursor = 0;
     for (const TimedAction& t : timeline.ranks[r]) {
       if (!IsCompute(t.action.kind)) continue;
@@ -155,7 +155,7 @@ std::string RenderChrome(const Timeline& timeline, double microseconds_per_unit)
   };
   for (size_t r = 0; r < timeline.ranks.size(); ++r) {
     begin_event();
-    absl::StrAppend(&out, "{\"args\":{\"name\":\"GPU ", r,
+    absl::StrAppend(&out, "{\"args\":{\"name\":\"rank ", r,
                     "\"},\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":", r, "}");
     for (const TimedAction& t : timeline.ranks[r]) {
       begin_event();

@@ -1,7 +1,7 @@
 // Renderers for what a step looks like, planned or measured. Both the simulator's output and a
 // measured pp.v1.StepTrace become a Timeline, so `ppctl plan` and `ppctl trace` draw with the same
 // code:
-//   RenderAscii   one line per rank, `GPU 0: [F1] [F2] [  ] [B1] ...`, idle cells shown,
+//   RenderAscii   one line per rank, `rank 0: [F1] [F2] [  ] [B1] ...`, idle cells shown,
 //                 microbatches numbered from 1. A cell is one time quantum: the shortest compute
 //                 action, unless that makes a line longer than about 200 columns; then (and always
 //                 for measured times) a round value (2 ms, 5 ms, 30 ms...) that fits. An action

@@ -191,7 +191,7 @@ TEST(PpctlTest, AsciiAndChrome) {
   const Result ascii = Ppctl("plan");
   ASSERT_EQ(ascii.code, 0) << ascii.err;
   EXPECT_EQ(ascii.out.rfind("1f1b: D=4 V=1 M=8", 0), 0u) << ascii.out;
-  EXPECT_NE(ascii.out.find("\nGPU 3: [  ] [  ] [  ] [F1] [B1     ] [F2]"), std::string::npos);
+  EXPECT_NE(ascii.out.find("\nrank 3: [  ] [  ] [  ] [F1] [B1     ] [F2]"), std::string::npos);
   EXPECT_NE(ascii.out.find("makespan 33, bubble 0.2727"), std::string::npos);
 
   const Result chrome = Ppctl("plan --schedule=gpipe --stages=2 --microbatches=2 --format=chrome");
@@ -233,7 +233,7 @@ TEST(PpctlTest, AutoWithMeshWorkersSplitsIntoDataPipelineAndTensor) {
   EXPECT_NE(r.out.find("dp x pp x tp"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("chose dp1 x pp"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("one replica's pipeline"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("\nGPU 0: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nrank 0: "), std::string::npos) << r.out;
 
   const Result json = Ppctl(mesh + " --format=json");
   ASSERT_EQ(json.code, 0) << json.err;

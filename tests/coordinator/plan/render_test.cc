@@ -18,8 +18,8 @@ TEST(RenderTest, AsciiTimelineOf1f1b) {
   const std::string ascii =
       RenderAscii(TimelineFromSimulation(planned.schedule, planned.simulation));
   EXPECT_EQ(ascii,
-            "GPU 0: [F1] [F2] [  ] [  ] [B1     ] [  ] [B2     ]\n"
-            "GPU 1: [  ] [F1] [B1     ] [F2] [B2     ]\n"
+            "rank 0: [F1] [F2] [  ] [  ] [B1     ] [  ] [B2     ]\n"
+            "rank 1: [  ] [F1] [B1     ] [F2] [B2     ]\n"
             "(one cell = 1 time units; F forward, B backward, I input-grad, W weight-grad; number "
             "= microbatch from 1; [  ] idle)\n");
 }
@@ -28,7 +28,7 @@ TEST(RenderTest, ChunksGetALetter) {
   const Planned planned = MustPlan("interleaved-1f1b", 2, 2, 2);
   const std::string ascii =
       RenderAscii(TimelineFromSimulation(planned.schedule, planned.simulation));
-  EXPECT_EQ(ascii.substr(0, 22), "GPU 0: [F1a] [F2a] [F1");
+  EXPECT_EQ(ascii.substr(0, 23), "rank 0: [F1a] [F2a] [F1");
   EXPECT_NE(ascii.find("letter = chunk"), std::string::npos);
 }
 
@@ -93,7 +93,7 @@ TEST(RenderTest, ChromeEventsAreTheTimelinesActions) {
     const auto& meta = events[e++].struct_value().fields();
     EXPECT_EQ(meta.at("ph").string_value(), "M");
     EXPECT_EQ(meta.at("args").struct_value().fields().at("name").string_value(),
-              absl::StrCat("GPU ", r));
+              absl::StrCat("rank ", r));
     for (const TimedAction& t : timeline.ranks[r]) {
       ASSERT_LT(e, events.size());
       const auto& f = events[e++].struct_value().fields();
@@ -153,7 +153,7 @@ TEST(PlanScheduleTest, FacadeSimulatesUnsetCostsAsUniform) {
   EXPECT_EQ(schedule->stage_to_rank_size(), 4);
   absl::StatusOr<std::string> ascii = RenderScheduleAscii(*schedule, pp::v1::CostModel());
   ASSERT_TRUE(ascii.ok());
-  EXPECT_EQ(ascii->substr(0, 12), "GPU 0: [F1] ");
+  EXPECT_EQ(ascii->substr(0, 13), "rank 0: [F1] ");
   absl::StatusOr<pp::v1::Schedule> refused =
       PlanSchedule("interleaved-1f1b", 4, 2, 2, pp::v1::CostModel());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);

@@ -54,7 +54,7 @@ TEST(RenderWidthTest, MeasuredStepGetsARoundCellInMillisecondsAndFits) {
   // The 81 ms step in at most 40 cells of 5 columns: 2.03 ms, rounded up to 3 ms.
   EXPECT_EQ(lines[2].rfind("(one cell = 3 ms;", 0), 0u) << lines[2];
   // Time stays aligned across ranks: rank 1's first forward is one forward after rank 0's.
-  EXPECT_EQ(lines[1].rfind("GPU 1: [  ] [F1]", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[1].rfind("rank 1: [  ] [F1]", 0), 0u) << lines[1];
 }
 
 TEST(RenderWidthTest, LongStepsAreLabelledInSeconds) {
@@ -73,7 +73,7 @@ TEST(RenderWidthTest, PlansKeepOneCellPerUnitWhileTheyFit) {
   const Planned planned = MustPlan("1f1b", 4, 1, 8);
   const std::vector<std::string> lines =
       Lines(RenderAscii(TimelineFromSimulation(planned.schedule, planned.simulation)));
-  EXPECT_EQ(lines[0].size(), 33u * 5 + 7 - 1);  // makespan 33 units, "GPU 0: " + cells
+  EXPECT_EQ(lines[0].size(), 33u * 5 + 8 - 1);  // makespan 33 units, "rank 0: " + cells
   EXPECT_EQ(lines.back().rfind("(one cell = 1 time units;", 0), 0u);
 }
 
