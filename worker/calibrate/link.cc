@@ -39,7 +39,8 @@ int StreamMessages(int64_t bytes) {
   return static_cast<int>(std::clamp<int64_t>(k, 1, kMaxStream));
 }
 
-// Transport buffers (backend memory: device memory under NCCL) and the round trips over them.
+// Transport buffers (backend memory: device memory under NCCL) and the round trips over them. The
+// transport must be gone before this is destroyed (a failed round leaves receives posted).
 class PingPong {
  public:
   PingPong(comm::Transport& transport, kernels::Ops& ops, size_t large_floats)
@@ -227,8 +228,11 @@ absl::Status Calibration::MeasureLinks(pp::v1::RankCalibration& out) {
     }
     // Nobody leaves the mesh while a neighbour may still use it; the deadline bounds the wait.
     if (status.ok()) (void)(*transport)->Barrier();
+    // A failed round can leave a receive posted into pings' buffers (an echo the peer may still
+    // send): the transport goes before they are freed, so nothing writes them afterwards.
+    SetTransport(nullptr);
+    transport->reset();
   }
-  SetTransport(nullptr);
   if (!status.ok() && has_link) return failed("the link to the next rank", status);
   return absl::OkStatus();
 }
