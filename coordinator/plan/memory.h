@@ -46,8 +46,8 @@ namespace pp::plan {
 // Fixed per-process bytes: the binary and shared libraries, gRPC threads and channels, the Gloo
 // context, and the workspaces this model does not count per tensor (OpenBLAS's packing buffer for
 // one thread, which a GEMM touches more of the larger its operands; the oneDNN path's copies of a
-// transposed or cache-aliasing operand, one per pool thread, kernels/cpu/dnnl_gemm.cc; malloc
-// arenas' slack).
+// transposed A, one per pool thread (kernels/cpu/dnnl_gemm.cc), and of a cache-aliasing B, one
+// per process (kernels/cpu/cpu_ops.cc Prepare); malloc arenas' slack).
 // Measured with bench/memory (VmHWM in /proc/PID/status minus the rest of this model) on the
 // x86-64 Debian build, one BLAS thread: 28 MiB for a d_model 32 job, 45 to 60 MiB (median 52)
 // over the d_model 256 layouts; the larger figure is taken, as jobs worth admitting are that

@@ -200,30 +200,30 @@ class CpuOps final : public Ops {
   // The bias fills out first, then the product adds inp weight^T: one pass over out.
   void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
                      int IC, int OC) override {
-    const Operand a = Prepare(0, inp, size_t(N) * IC), w = Prepare(1, weight, size_t(OC) * IC);
+    const Operand a = Prepare(0, inp, N, IC, false), w = Prepare(1, weight, OC, IC, false);
     SplitGemm(N, [&](int64_t b, int64_t e) {
       if (bias != nullptr) {
         for (int64_t n = b; n < e; ++n) std::memcpy(out + n * OC, bias, OC * sizeof(float));
       }
-      Product(false, true, int(e - b), OC, IC, a.At(b * IC), IC, w.At(0), IC, bias != nullptr,
+      Product(false, true, int(e - b), OC, IC, a.Row(b), a.ld, w.Row(0), w.ld, bias != nullptr,
               out + b * OC, OC);
     });
   }
   void MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int IC,
                            int OC) override {
-    const Operand d = Prepare(0, dout, size_t(N) * OC), w = Prepare(1, weight, size_t(OC) * IC);
+    const Operand d = Prepare(0, dout, N, OC, false), w = Prepare(1, weight, OC, IC, true);
     SplitGemm(N, [&](int64_t b, int64_t e) {
-      Product(false, false, int(e - b), IC, OC, d.At(b * OC), OC, w.At(0), IC, true,
-              dinp + b * IC, IC);
+      Product(false, false, int(e - b), IC, OC, d.Row(b), d.ld, w.Row(0), w.ld, true, dinp + b * IC,
+              IC);
     });
   }
   // dweight rows [o0, o1) = dout[:, o0:o1]^T inp: each block sums over all N rows. dbias sums
   // the unrounded dout: it is no matrix product.
   void MatmulBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int N, int IC, int OC) override {
-    const Operand d = Prepare(0, dout, size_t(N) * OC), x = Prepare(1, inp, size_t(N) * IC);
+    const Operand d = Prepare(0, dout, N, OC, false), x = Prepare(1, inp, N, IC, true);
     SplitGemm(OC, [&](int64_t b, int64_t e) {
-      Product(true, false, int(e - b), IC, N, d.At(b), OC, x.At(0), IC, true, dweight + b * IC,
+      Product(true, false, int(e - b), IC, N, d.At(b), d.ld, x.Row(0), x.ld, true, dweight + b * IC,
               IC);
       if (dbias != nullptr) k_.column_sums(dbias, dout, N, OC, int(b), int(e));
     });
@@ -312,33 +312,60 @@ class CpuOps final : public Ops {
     Split(total, std::forward<Fn>(fn), kGemmAlign);
   }
 
-  // A matrix-product operand as the product takes it: fp32 values, or bf16 bits (kDnnlBf16).
+  // A matrix-product operand as the product takes it: fp32 values or bf16 bits (kDnnlBf16), rows
+  // ld elements apart.
   struct Operand {
     const void* data;
     size_t element_bytes;
-    const void* At(int64_t i) const {
+    int ld;
+    const void* At(int64_t i) const {  // element i of row 0
       return static_cast<const char*>(data) + static_cast<size_t>(i) * element_bytes;
     }
+    const void* Row(int64_t r) const { return At(r * ld); }
   };
-  // x (n) in the product's operand type. In bf16, x rounded into operand scratch `slot` (0 or
-  // 1, the two operands of a product), split over the pool: elementwise, so the same bits for
-  // every thread count.
-  Operand Prepare(int slot, const float* x, size_t n) {
+  // x (rows, cols) in the product's operand type. In bf16, x rounded into operand scratch
+  // `slot` (0 or 1, the two operands of a product), split over the pool: elementwise, so the
+  // same bits for every thread count. A product's untransposed B (`b_operand`) on oneDNN gets
+  // rows one cache line further apart where they would be a multiple of 4 KiB apart: such rows
+  // all fall into the same L1 sets, and brgemm walks a block of B's columns down its rows. The
+  // MLP projection's input and weight gradients (B of 3072 columns at C=768) ran at 58-61
+  // GFLOP/s against 100-134 for the step's other products, 119 padded (DNNL_VERBOSE; bench/
+  // NOTES.md). The copy is made once a product, before the pool splits it; the kernel and its
+  // sums are the same.
+  Operand Prepare(int slot, const float* x, int rows, int cols, bool b_operand) {
+    const size_t n = size_t(rows) * cols;
     if (matmul_ == CpuMatmul::kSgemmBf16) {
       std::vector<float>& buf = rounded_[slot];
       if (buf.size() < n) buf.resize(n);
       float* out = buf.data();
       Split(n, [&](int64_t b, int64_t e) { k_.round_bf16(out + b, x + b, e - b); });
-      return {out, sizeof(float)};
+      return {out, sizeof(float), cols};
     }
     if (matmul_ == CpuMatmul::kDnnlBf16) {
+      const int ld = b_operand ? PaddedLd(cols, sizeof(uint16_t)) : cols;
       std::vector<uint16_t>& buf = bf16_[slot];
-      if (buf.size() < n) buf.resize(n);
+      if (buf.size() < size_t(rows) * ld) buf.resize(size_t(rows) * ld);
       uint16_t* out = buf.data();
-      Split(n, [&](int64_t b, int64_t e) { k_.to_bf16(out + b, x + b, e - b); });
-      return {out, sizeof(uint16_t)};
+      if (ld == cols) {
+        Split(n, [&](int64_t b, int64_t e) { k_.to_bf16(out + b, x + b, e - b); });
+      } else {
+        Split(rows, [&](int64_t b, int64_t e) {
+          for (int64_t r = b; r < e; ++r) k_.to_bf16(out + r * ld, x + r * cols, cols);
+        });
+      }
+      return {out, sizeof(uint16_t), ld};
     }
-    return {x, sizeof(float)};
+    const int ld = b_operand && dnnl_ != nullptr ? PaddedLd(cols, sizeof(float)) : cols;
+    if (ld == cols) return {x, sizeof(float), cols};
+    if (padded_.size() < size_t(rows) * ld) padded_.resize(size_t(rows) * ld);
+    float* out = padded_.data();
+    Split(rows, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) std::memcpy(out + r * ld, x + r * cols, cols * sizeof(float));
+    });
+    return {out, sizeof(float), ld};
+  }
+  static int PaddedLd(int cols, size_t element_bytes) {
+    return size_t(cols) * element_bytes % 4096 == 0 ? cols + int(64 / element_bytes) : cols;
   }
   // C (m,n) = op(A) op(B) (+ C), row-major, on the backend's product (cblas_sgemm or oneDNN).
   void Product(bool ta, bool tb, int m, int n, int k, const void* a, int lda, const void* b,
@@ -368,6 +395,7 @@ class CpuOps final : public Ops {
   // memory model counts them: coordinator/plan/memory.h).
   std::vector<float> rounded_[2];   // kSgemmBf16
   std::vector<uint16_t> bf16_[2];   // kDnnlBf16
+  std::vector<float> padded_;       // kDnnlF32: a B operand copied to padded rows
 };
 
 void ConfigureProcess() {

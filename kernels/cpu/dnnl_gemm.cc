@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -53,16 +52,6 @@ class DnnlGemmImpl final : public DnnlGemm {
         if (rows.size() < bytes) rows.resize(bytes);
         Transpose(stream, m, k, a, lda, rows.data());
         a = rows.data(), lda = k, ta = false;
-      }
-      // Rows of B a multiple of 4 KiB apart all fall into the same L1 sets, and brgemm walks a
-      // block of B's columns down its k rows: at n = 3072 (the MLP's 4C at C=768) and 1024
-      // (C=256) its products ran at half speed (DNNL_VERBOSE; bench/NOTES.md, "Side by side with
-      // PyTorch"). Copied one cache line further apart, B takes the same kernel: same sums.
-      if (!tb && size_t(ldb) * ElementBytes() % 4096 == 0) {
-        thread_local std::vector<char> rows;
-        const int padded = ldb + static_cast<int>(64 / ElementBytes());
-        PadRows(k, n, b, ldb, padded, rows);
-        b = rows.data(), ldb = padded;
       }
       const Entry& e = Get(ShapeKey{ta, tb, m, n, k, lda, ldb, ldc, accumulate});
       thread_local std::vector<char> scratch;
@@ -134,17 +123,6 @@ class DnnlGemmImpl final : public DnnlGemm {
                       const_cast<void*>(a));
     dnnl::memory to(dnnl::memory::desc(dims{m, k}, type_, dims{k, 1}), engine_, dst);
     r->execute(stream, from, to);
-  }
-
-  // into (rows, cols) rows `to_ld` elements apart = from (rows, cols) rows `from_ld` apart.
-  void PadRows(int rows, int cols, const void* from, int from_ld, int to_ld,
-               std::vector<char>& into) const {
-    const size_t e = ElementBytes();
-    if (into.size() < size_t(rows) * size_t(to_ld) * e) into.resize(size_t(rows) * to_ld * e);
-    for (int r = 0; r < rows; ++r) {
-      std::memcpy(into.data() + size_t(r) * to_ld * e,
-                  static_cast<const char*>(from) + size_t(r) * from_ld * e, size_t(cols) * e);
-    }
   }
 
   using TransposeKey = std::tuple<int, int, int>;  // m, k, lda
