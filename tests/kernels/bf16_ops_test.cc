@@ -71,13 +71,22 @@ TEST(Bf16Test, RoundsToNearestEvenInEveryTable) {
 }
 
 // The products' shapes: N rows not a multiple of the 48-row blocks, so two threads split unevenly.
-constexpr int N = 100, IC = 40, OC = 72;
+struct Dims {
+  int N = 100, IC = 40, OC = 72;
+};
 
 struct Operands {
-  std::vector<float> inp = Random(size_t(N) * IC, 1), weight = Random(size_t(OC) * IC, 2, 0.3f),
-                     bias = Random(OC, 3), dout = Random(size_t(N) * OC, 4),
-                     dinp0 = Random(size_t(N) * IC, 5), dweight0 = Random(size_t(OC) * IC, 6),
-                     dbias0 = Random(OC, 7);
+  explicit Operands(Dims d = {})
+      : dims(d),
+        inp(Random(size_t(d.N) * d.IC, 1)),
+        weight(Random(size_t(d.OC) * d.IC, 2, 0.3f)),
+        bias(Random(d.OC, 3)),
+        dout(Random(size_t(d.N) * d.OC, 4)),
+        dinp0(Random(size_t(d.N) * d.IC, 5)),
+        dweight0(Random(size_t(d.OC) * d.IC, 6)),
+        dbias0(Random(d.OC, 7)) {}
+  Dims dims;
+  std::vector<float> inp, weight, bias, dout, dinp0, dweight0, dbias0;
 };
 
 // The three Matmul ops' outputs (Forward with and without bias; the backward ones add into
@@ -86,6 +95,7 @@ struct Results {
   std::vector<float> out, out_nobias, dinp, dweight, dbias;
 };
 Results RunMatmuls(Ops& ops, const Operands& x) {
+  const auto [N, IC, OC] = x.dims;
   Results r;
   r.out.assign(size_t(N) * OC, -1.0f), r.out_nobias.assign(size_t(N) * OC, -1.0f);
   r.dinp = x.dinp0, r.dweight = x.dweight0, r.dbias = x.dbias0;
@@ -179,6 +189,27 @@ TEST(Bf16Test, OneDnnBf16MatchesTheFallbackWhereTheCpuHasIt) {
   ExpectNear(got.dinp, want.dinp, 1e-5, "MatmulBackwardInput");
   ExpectNear(got.dweight, want.dweight, 1e-5, "MatmulBackwardWeight");
   ExpectBitwise(got.dbias, want.dbias, "dbias");
+}
+
+// IC = 2048: the backward products' B operand (the weight, then the input) has rows 8 KiB
+// apart in fp32 and 4 KiB in bf16, which Prepare copies to padded rows on oneDNN (cpu_ops.cc).
+// The padded products equal the unpadded paths' up to summation order, on 1 and 2 threads alike.
+TEST(Bf16Test, CacheAliasingRowsAreCopiedToPaddedRowsWithoutChangingTheProducts) {
+  const Operands x(Dims{.N = 100, .IC = 2048, .OC = 72});
+  for (auto [fast_kind, plain_kind] : {std::pair{CpuMatmul::kDnnlF32, CpuMatmul::kSgemm},
+                                       {CpuMatmul::kDnnlBf16, CpuMatmul::kSgemmBf16}}) {
+    absl::StatusOr<std::unique_ptr<Ops>> fast = MakeCpuOpsWith(1, fast_kind);
+    if (!fast.ok()) continue;  // this CPU's oneDNN lacks the path: nothing is padded there
+    SCOPED_TRACE((*fast)->MatmulPath());
+    const Results want = RunMatmuls(**MakeCpuOpsWith(1, plain_kind), x);
+    const Results got = RunMatmuls(**fast, x);
+    ExpectNear(got.dinp, want.dinp, 1e-5, "MatmulBackwardInput");
+    ExpectNear(got.dweight, want.dweight, 1e-5, "MatmulBackwardWeight");
+    ExpectNear(got.out, want.out, 1e-5, "MatmulForward");
+    const Results split = RunMatmuls(**MakeCpuOpsWith(2, fast_kind), x);
+    ExpectBitwise(split.dinp, got.dinp, "MatmulBackwardInput over 2 threads");
+    ExpectBitwise(split.dweight, got.dweight, "MatmulBackwardWeight over 2 threads");
+  }
 }
 
 TEST(Bf16Test, MakeOpsPicksAndLogsThePathAndTheVariableForcesTheFallback) {
