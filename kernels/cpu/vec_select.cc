@@ -3,10 +3,12 @@
 namespace pp::kernels {
 
 size_t AttentionScratchFloats(int T, int hs) {
-  const size_t tp = (static_cast<size_t>(T) + 31) / 32 * 32;  // as RoundUp32 in the kernels
+  const size_t tp = (static_cast<size_t>(T) + 31) / 32 * 32 + 16;  // ScoreStride in the kernels
   const size_t h = static_cast<size_t>(hs);
-  // vt (hs, Tp), dS (T + 3, Tp), acc (4, hs), K, Q, dO (T, hs): see vec_attention.inc
-  return h * tp + (static_cast<size_t>(T) + 3) * tp + 4 * h + 3 * static_cast<size_t>(T) * h;
+  const size_t tile = 8;  // the largest kTile in vec_attention.inc
+  // vt (hs, Tp), dS (T + tile - 1, Tp), acc (tile, hs), K, Q, dO (T, hs): see vec_attention.inc
+  return h * tp + (static_cast<size_t>(T) + tile - 1) * tp + tile * h +
+         3 * static_cast<size_t>(T) * h;
 }
 
 std::vector<const VecKernels*> RunnableVecKernels() {
