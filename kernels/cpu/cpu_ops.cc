@@ -38,6 +38,8 @@ constexpr int64_t kRowsPerTask = 64;
 // (Zen's sgemm: 12 columns; Skylake-X: 16). Cutting at multiples of 48 keeps every element in
 // a full-width tile of the same shape, so a GEMM split over threads gives the bits of one call.
 constexpr int64_t kVecAlign = 16;
+// Elements a block of SumSquares: its partial sums fix the order of the whole sum.
+constexpr size_t kSumBlock = size_t{1} << 16;
 constexpr int64_t kGemmAlign = 48;
 
 // Batch row b of doc_start (B,T), or null without documents.
@@ -140,9 +142,22 @@ class CpuOps final : public Ops {
   void Scale(float* x, float s, size_t n) override {
     for (size_t i = 0; i < n; ++i) x[i] *= s;
   }
+  // Blocks of kSumBlock elements, each summed by one thread (vec_kernels.h sum_squares), then
+  // the blocks' sums in ascending order: the same bits for every thread count.
   double SumSquares(const float* x, size_t n) override {
+    const int64_t blocks = static_cast<int64_t>((n + kSumBlock - 1) / kSumBlock);
+    block_sums_.assign(blocks, 0.0);
+    Split(
+        blocks,
+        [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            const size_t lo = i * kSumBlock, len = std::min(kSumBlock, n - lo);
+            block_sums_[i] = k_.sum_squares(x + lo, len);
+          }
+        },
+        1, 1);
     double s = 0.0;
-    for (size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+    for (double b : block_sums_) s += b;
     return s;
   }
   double Sum(const float* x, size_t n) override {
@@ -294,9 +309,9 @@ class CpuOps final : public Ops {
   // fn(begin, end) over `threads` contiguous parts of [0, total), cut at multiples of align;
   // inline when the pool has one thread or the range is too small to share.
   template <typename Fn>
-  void Split(size_t total, Fn&& fn, int64_t align = kVecAlign) {
+  void Split(size_t total, Fn&& fn, int64_t align = kVecAlign, int64_t per_task = kRowsPerTask) {
     const int64_t n = static_cast<int64_t>(total);
-    const int64_t parts = std::min<int64_t>(pool_.threads(), n / kRowsPerTask);
+    const int64_t parts = std::min<int64_t>(pool_.threads(), n / per_task);
     if (parts <= 1) {
       fn(int64_t{0}, n);
       return;
@@ -396,6 +411,7 @@ class CpuOps final : public Ops {
   std::vector<float> rounded_[2];   // kSgemmBf16
   std::vector<uint16_t> bf16_[2];   // kDnnlBf16
   std::vector<float> padded_;       // kDnnlF32: a B operand copied to padded rows
+  std::vector<double> block_sums_;  // SumSquares
 };
 
 void ConfigureProcess() {

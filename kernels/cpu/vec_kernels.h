@@ -65,6 +65,9 @@ struct VecKernels {
   void (*adamw)(float* params, const float* grads, float* m, float* v, size_t n,
                 const AdamWScalars& a);
   void (*add)(float* acc, const float* x, size_t n);
+  // sum of x[i]^2 in double: 8 lane partials (lane l sums i = l mod 8 in ascending i), then the
+  // lanes in ascending order
+  double (*sum_squares)(const float* x, size_t n);
   void (*residual)(float* out, const float* a, const float* b, size_t n);
   // bfloat16 of x[i], round to nearest, ties to even (NaN stays a quiet NaN, overflow gives
   // Inf): as an fp32 value (the low 16 bits zero) and as its 16 stored bits.

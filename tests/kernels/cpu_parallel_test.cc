@@ -250,6 +250,26 @@ TEST(CpuThreadsTest, EveryOpGivesTheSameBitsOnOneTwoAndThreeThreads) {
   }
 }
 
+// SumSquares sums fixed blocks of 65,536 elements on the pool, then the blocks in order: 5 blocks
+// and a tail here, so 2 and 3 threads split the blocks unevenly. The bits must be those of one
+// thread, and the value that of an exact sum to double rounding over the blocks.
+TEST(CpuThreadsTest, SumSquaresGivesTheSameBitsOnOneTwoAndThreeThreads) {
+  const std::vector<float> x = Random(5 * 65536 + 1234, 7, 3.0f);
+  long double exact = 0;
+  for (float v : x) exact += static_cast<long double>(v) * v;
+  double one = 0;
+  for (int threads : {1, 2, 3}) {
+    auto made = MakeOps("cpu", threads);
+    ASSERT_TRUE(made.ok());
+    float* p = (*made)->Alloc(x.size());
+    (*made)->CopyToDevice(p, x.data(), x.size());
+    const double got = (*made)->SumSquares(p, x.size());
+    (*made)->Free(p);
+    EXPECT_NEAR(got, static_cast<double>(exact), 1e-12 * static_cast<double>(exact)) << threads;
+    if (threads == 1) one = got;
+    EXPECT_EQ(0, std::memcmp(&one, &got, sizeof(double))) << threads << " threads: " << got;
+  }
+}
 
 // The three products at a real block's shapes (B=8, T=128, C=256), in fp32 and bf16, on the path
 // MakeOps takes on this CPU. oneDNN chooses its kernel by shape (a transposed A once took brgemm
