@@ -38,9 +38,14 @@ constexpr int64_t kRowsPerTask = 64;
 // (Zen's sgemm: 12 columns; Skylake-X: 16). Cutting at multiples of 48 keeps every element in
 // a full-width tile of the same shape, so a GEMM split over threads gives the bits of one call.
 constexpr int64_t kVecAlign = 16;
+constexpr int64_t kGemmAlign = 48;
+// oneDNN's products (the A rows copied first for a transposed A, dnnl_gemm.cc) sum every element
+// in the same order at any row count, so their splits cut at whole vectors only: 48 gave the
+// second of two threads 272 of shape (b)'s 512 rows and 528 of (c)'s 1024. The thread-count
+// tests at real block shapes (cpu_parallel_test.cc) hold it to the bits of one call.
+constexpr int64_t kDnnlGemmAlign = 16;
 // Elements a block of SumSquares: its partial sums fix the order of the whole sum.
 constexpr size_t kSumBlock = size_t{1} << 16;
-constexpr int64_t kGemmAlign = 48;
 
 // Batch row b of doc_start (B,T), or null without documents.
 const int32_t* RowStarts(const int32_t* doc_start, int64_t b, int T) {
@@ -324,7 +329,7 @@ class CpuOps final : public Ops {
   }
   template <typename Fn>
   void SplitGemm(size_t total, Fn&& fn) {
-    Split(total, std::forward<Fn>(fn), kGemmAlign);
+    Split(total, std::forward<Fn>(fn), dnnl_ != nullptr ? kDnnlGemmAlign : kGemmAlign);
   }
 
   // A matrix-product operand as the product takes it: fp32 values or bf16 bits (kDnnlBf16), rows
