@@ -361,8 +361,11 @@ class CpuOps final : public Ops {
       Split(n, [&](int64_t b, int64_t e) { k_.round_bf16(out + b, x + b, e - b); });
       return {out, sizeof(float), cols};
     }
-    if (matmul_ == CpuMatmul::kDnnlBf16) {
-      const int ld = b_operand ? PaddedLd(cols, sizeof(uint16_t)) : cols;
+    const bool bf16 = matmul_ == CpuMatmul::kDnnlBf16;
+    const int ld = b_operand && dnnl_ != nullptr
+                       ? PaddedLd(cols, bf16 ? sizeof(uint16_t) : sizeof(float))
+                       : cols;
+    if (bf16) {
       std::vector<uint16_t>& buf = bf16_[slot];
       if (buf.size() < size_t(rows) * ld) buf.resize(size_t(rows) * ld);
       uint16_t* out = buf.data();
@@ -375,7 +378,6 @@ class CpuOps final : public Ops {
       }
       return {out, sizeof(uint16_t), ld};
     }
-    const int ld = b_operand && dnnl_ != nullptr ? PaddedLd(cols, sizeof(float)) : cols;
     if (ld == cols) return {x, sizeof(float), cols};
     if (padded_.size() < size_t(rows) * ld) padded_.resize(size_t(rows) * ld);
     float* out = padded_.data();
@@ -399,7 +401,7 @@ class CpuOps final : public Ops {
   }
 
   void EnsureAttentionScratch(int T, int hs) {
-    const size_t need = AttentionScratchFloats(T, hs);
+    const size_t need = k_.attention_scratch_floats(T, hs);
     for (std::vector<float>& s : scratch_) {
       if (s.size() < need) s.resize(need);
     }

@@ -36,7 +36,8 @@ struct HeadView {
   const int32_t* doc_start = nullptr;
 };
 
-// Floats of attention scratch one thread needs for T and hs (AttentionScratchFloats).
+// Floats of attention scratch enough for every table this CPU runs (the most of their
+// attention_scratch_floats): for callers that try each table with one buffer.
 size_t AttentionScratchFloats(int T, int hs);
 
 struct VecKernels {
@@ -59,6 +60,8 @@ struct VecKernels {
   void (*attention_forward)(float* out, float* att, HeadView head, float* scratch);
   void (*attention_backward)(float* dq, const float* dout, const float* att, HeadView head,
                              float* scratch);
+  // floats of scratch one call of attention_forward or attention_backward needs for T and hs
+  size_t (*attention_scratch_floats)(int T, int hs);
   // rows [n0, n1) of (N,V), the softmax over the first Vr columns (ops.h: the rest is padding)
   void (*cross_entropy_forward)(float* losses, float* probs, const float* logits,
                                 const int32_t* targets, int64_t n0, int64_t n1, int V, int Vr);

@@ -1,14 +1,15 @@
+#include <algorithm>
+
 #include "kernels/cpu/vec_kernels.h"
 
 namespace pp::kernels {
 
 size_t AttentionScratchFloats(int T, int hs) {
-  const size_t tp = (static_cast<size_t>(T) + 31) / 32 * 32 + 16;  // ScoreStride in the kernels
-  const size_t h = static_cast<size_t>(hs);
-  const size_t tile = 8;  // the largest kTile in vec_attention.inc
-  // vt (hs, Tp), dS (T + tile - 1, Tp), acc (tile, hs), K, Q, dO (T, hs): see vec_attention.inc
-  return h * tp + (static_cast<size_t>(T) + tile - 1) * tp + tile * h +
-         3 * static_cast<size_t>(T) * h;
+  size_t most = 0;
+  for (const VecKernels* k : RunnableVecKernels()) {
+    most = std::max(most, k->attention_scratch_floats(T, hs));
+  }
+  return most;
 }
 
 std::vector<const VecKernels*> RunnableVecKernels() {
