@@ -160,7 +160,11 @@ def cpu():
 
 
 def machine(a):
-    """Print the header line and return the measured GEMM peaks, {precision: {threads: GFLOP/s}}."""
+    """Print the header line; return the measured GEMM peaks, {precision: {threads: GFLOP/s}},
+    and the CPU's flags of CPU_FLAGS. The bf16 peak is the faster of the two products on bf16
+    operands: bf16 values and their products are exact in fp32, so where fp32's product is the
+    faster one (Intel without AMX: half the rate in bf16) it is this CPU's bf16 product too, and
+    ours takes it there (docs/jobs.md "Precision")."""
     threads = sorted(set(a.threads) | ({1} if a.part != "single" else set()))
     info = torch_result(run([a.python, os.path.join(HERE, "torch_machine.py"),
                              "--threads=" + ",".join(map(str, threads))], a.timeout))
@@ -175,8 +179,14 @@ def machine(a):
         print(f"GEMM peak {precision} (best of {info['repeats']}): " + "; ".join(
             f"{t} thread{'s' if t != '1' else ''} {p['gflops']:.1f} GFLOP/s ({p['via']}, "
             f"{p['size']}^3)" for t, p in by_threads.items()), flush=True)
-    return {precision: {int(t): p["gflops"] for t, p in by_threads.items()}
-            for precision, by_threads in info["peak"].items()}
+    peaks = {precision: {int(t): p["gflops"] for t, p in by_threads.items()}
+             for precision, by_threads in info["peak"].items()}
+    if "bf16" in peaks and "fp32" in peaks and any(
+            peaks["fp32"][t] > peaks["bf16"][t] for t in peaks["bf16"]):
+        peaks["bf16"] = {t: max(g, peaks["fp32"][t]) for t, g in peaks["bf16"].items()}
+        print("bf16 shares below are of fp32's peak, the faster product on bf16 operands here",
+              flush=True)
+    return peaks, flags
 
 
 def side_line(name, runs, flops, peak):
@@ -275,17 +285,15 @@ def torch_single_cmd(a, shape, precision, threads, compile_it):
             + (["--compile"] if compile_it else []))
 
 
-def without_emulated_bf16(a, peaks):
-    """a.precision, less bf16 where the CPU has no bf16 units (its measured bf16 peak below the
-    fp32 one: 2 GFLOP/s against 81 on an AVX2-only EPYC) and --precision did not ask for it: torch's
-    autocast then runs emulated products some 40 times slower than fp32, hours a run, and its ratio
-    would measure the emulation; ours takes its fp32-speed fallback there."""
-    t = min(peaks["fp32"])
-    if "bf16" not in a.precision or a.precision_given or peaks["bf16"][t] >= peaks["fp32"][t]:
+def without_emulated_bf16(a, flags):
+    """a.precision, less bf16 where the CPU has no bf16 instructions (neither AVX512-BF16 nor
+    AMX-BF16) and --precision did not ask for it: torch's autocast then runs emulated products
+    (2 GFLOP/s against 81 in fp32 on an AVX2-only EPYC), hours a run, and its ratio would measure
+    the emulation; ours takes its fp32-speed fallback there."""
+    if "bf16" not in a.precision or a.precision_given or {"avx512_bf16", "amx_bf16"} & set(flags):
         return a.precision
-    print(f"bf16 not run: this CPU's bf16 products ({peaks['bf16'][t]:.1f} GFLOP/s) are slower than "
-          f"its fp32 ones ({peaks['fp32'][t]:.1f}), no bf16 units; --precision=bf16 runs them anyway",
-          flush=True)
+    print("bf16 not run: this CPU has no bf16 instructions (avx512_bf16, amx_bf16); "
+          "--precision=bf16 runs it anyway", flush=True)
     return [p for p in a.precision if p != "bf16"]
 
 
@@ -402,8 +410,8 @@ def main():
     a = parse()
     if not os.path.exists(CORPUS):
         sys.exit(f"peer_bench: needs {CORPUS} (Debian's base-files)")
-    peaks = machine(a)
-    a.precision = without_emulated_bf16(a, peaks)
+    peaks, flags = machine(a)
+    a.precision = without_emulated_bf16(a, flags)
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as work:
         rows = []
         if a.part in ("single", "all"):

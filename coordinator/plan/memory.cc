@@ -70,7 +70,7 @@ struct StageMemory {
   int64_t scratch = 0;           // bytes
   Swing forward, input_grad;     // bytes, per microbatch
   int64_t boundary = 0;          // bytes of one (N,C) boundary tensor
-  int64_t bf16_operands[2] = {0, 0};  // bytes, bf16 only: the operand buffers its products need
+  int64_t operands[2] = {0, 0};  // bytes: the backend's operand buffers its products need
 };
 
 // Parameters of one unit for TP rank shares (memory.h).
@@ -115,17 +115,23 @@ void CountActivations(Checked& c, const Shapes& s, const common::ActivationTable
   m.boundary = NC;
 }
 
-// The CPU backend's bf16 operand buffers for this stage's products (kernels/cpu/cpu_ops.cc
-// Prepare): slot 0 holds the (N,IC) input or the (N,OC) gradient, slot 1 the (OC,IC) weight or
-// the (N,IC) input, as fp32-sized values on the fallback (the fast path's bf16 needs half).
-// The products are a block's qkv (C -> 3Cl), proj (Cl -> C), fc (C -> 4Cl), mlp.proj (4Cl -> C)
-// and the head's (C -> Vo).
-void CountBf16Operands(Checked& c, const Shapes& s, bool blocks, bool head, StageMemory& m) {
-  int64_t& slot0 = m.bf16_operands[0];
-  int64_t& slot1 = m.bf16_operands[1];
+// The CPU backend's operand buffers for this stage's products (kernels/cpu/cpu_ops.cc Prepare):
+// slot 0 holds the (N,IC) input or the (N,OC) gradient, slot 1 the (OC,IC) weight or the (N,IC)
+// input. In bf16 every operand is converted, as fp32-sized values on the fallback (the fast
+// path's bf16 needs half); in fp32 only slot 1's, copied where its rows would be a multiple of
+// 4 KiB apart. Such rows get 16 floats more (kernels/cpu/cpu_ops.cc PaddedLd) in either
+// precision, on oneDNN, whose presence only the worker knows: counted always. The products are
+// a block's qkv (C -> 3Cl), proj (Cl -> C), fc (C -> 4Cl), mlp.proj (4Cl -> C) and the head's
+// (C -> Vo).
+void CountOperands(Checked& c, const Shapes& s, bool blocks, bool head, bool bf16, StageMemory& m) {
+  int64_t& slot0 = m.operands[0];
+  int64_t& slot1 = m.operands[1];
   auto product = [&](int64_t ic, int64_t oc) {
-    slot0 = std::max(slot0, c.Mul({s.N, std::max(ic, oc), kWord}));
-    slot1 = std::max(slot1, c.Mul({std::max(s.N, oc), ic, kWord}));
+    const bool padded = ic * kWord % 4096 == 0;
+    if (bf16) slot0 = std::max(slot0, c.Mul({s.N, std::max(ic, oc), kWord}));
+    if (bf16 || padded) {
+      slot1 = std::max(slot1, c.Mul({std::max(s.N, oc), padded ? ic + 16 : ic, kWord}));
+    }
   };
   if (blocks) {
     product(s.C, 3 * s.Cl), product(s.Cl, s.C), product(s.C, 4 * s.Cl), product(4 * s.Cl, s.C);
@@ -225,7 +231,7 @@ std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
     const int blocks = std::min(last, model.n_layers()) - std::max(first, 1) + 1;
     held.blocks = std::max(blocks, 0);
     CountActivations(c, s, table.ok() ? *table : common::ActivationTable(), held, mode, m);
-    if (bf16) CountBf16Operands(c, s, blocks > 0, held.head, m);
+    CountOperands(c, s, blocks > 0, held.head, bf16, m);
     first = last + 1;
   }
   return stages;
@@ -251,7 +257,7 @@ absl::StatusOr<MemoryBreakdown> RankFigures(Checked& c, const pp::v1::JobSpec& s
   if (program == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("the schedule has no program for rank ", pp));
   }
-  int64_t params = 0, written = 0, largest = 0, scratch = 0, bf16[2] = {0, 0};
+  int64_t params = 0, written = 0, largest = 0, scratch = 0, operands[2] = {0, 0};
   for (int s = 0; s < schedule.stage_to_rank_size(); ++s) {
     if (schedule.stage_to_rank(s) != pp) continue;
     const StageMemory& m = stages[s];
@@ -260,7 +266,7 @@ absl::StatusOr<MemoryBreakdown> RankFigures(Checked& c, const pp::v1::JobSpec& s
     largest = std::max(largest, m.largest_tensor);
     scratch = c.Add(scratch, m.scratch);
     for (int slot : {0, 1}) {  // one backend per process: each buffer at its largest stage's size
-      bf16[slot] = std::max(bf16[slot], m.bf16_operands[slot]);
+      operands[slot] = std::max(operands[slot], m.operands[slot]);
     }
   }
   Replay replay;
@@ -270,7 +276,7 @@ absl::StatusOr<MemoryBreakdown> RankFigures(Checked& c, const pp::v1::JobSpec& s
   b.gradients = b.parameters;
   b.optimizer = c.Mul({2, b.parameters});
   b.activations = replay.peak_saved;
-  b.scratch = c.Add(scratch, c.Add(bf16[0], bf16[1]));
+  b.scratch = c.Add(scratch, c.Add(operands[0], operands[1]));
   int64_t buckets = 0;
   const int64_t shard = dp == 0 ? c.Mul({2, 3, kWord, written}) : 0;  // host copies, serialized
   int64_t digest = 0;

@@ -8,9 +8,10 @@
 //   rows, attn.proj and mlp.proj columns are this TP rank's share; LayerNorms and the two row-
 //   parallel biases are whole), the embedding Vo C + T C, the head 2 C (+ Vo C untied).
 // - scratch per stage, kept for the job's life: (N,C) and (N,4Cl), plus logits (N,Vo) and
-//   losses (N) on the stage with the head. With train.precision bf16, the backend's two operand
-//   buffers, once per process, each at the largest of the held stages' products: (N,
-//   max(IC,OC)) and (max(N,OC), IC) floats (CountBf16Operands in memory.cc).
+//   losses (N) on the stage with the head. The backend's two operand buffers, once per
+//   process, each at the largest of the held stages' products: with train.precision bf16 (N,
+//   max(IC,OC)) and (max(N,OC), IC) floats, in fp32 only the second and only for IC a multiple of
+//   1024; such rows take 16 floats more (CountOperands in memory.cc).
 // - activations: what StageModel keeps per in-flight microbatch. What each unit saves, with its
 //   shape, and the order a stage's forward and input-gradient allocate and free it under
 //   parallel.recompute is the activation table, common/activations.h, which the worker's model
@@ -46,8 +47,9 @@ namespace pp::plan {
 // Fixed per-process bytes: the binary and shared libraries, gRPC threads and channels, the Gloo
 // context, and the workspaces this model does not count per tensor (OpenBLAS's packing buffer for
 // one thread, which a GEMM touches more of the larger its operands; the oneDNN path's copies of a
-// transposed A, one per pool thread (kernels/cpu/dnnl_gemm.cc), and of a cache-aliasing B, one
-// per process (kernels/cpu/cpu_ops.cc Prepare); malloc arenas' slack).
+// transposed A, one per pool thread (kernels/cpu/dnnl_gemm.cc); malloc arenas' slack). The
+// copies of a cache-aliasing B were in the measurement (1 MiB at d_model 256) and are now also
+// counted in scratch: a small overstatement.
 // Measured with bench/memory (VmHWM in /proc/PID/status minus the rest of this model) on the
 // x86-64 Debian build, one BLAS thread: 28 MiB for a d_model 32 job, 45 to 60 MiB (median 52)
 // over the d_model 256 layouts; the larger figure is taken, as jobs worth admitting are that

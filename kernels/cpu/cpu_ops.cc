@@ -1,18 +1,18 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cblas.h>
-#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_ops_internal.h"
 #include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec_kernels.h"
@@ -353,38 +353,32 @@ class CpuOps final : public Ops {
   // NOTES.md). The copy is made once a product, before the pool splits it; the kernel and its
   // sums are the same.
   Operand Prepare(int slot, const float* x, int rows, int cols, bool b_operand) {
-    const size_t n = size_t(rows) * cols;
-    if (matmul_ == CpuMatmul::kSgemmBf16) {
-      std::vector<float>& buf = rounded_[slot];
-      if (buf.size() < n) buf.resize(n);
-      float* out = buf.data();
-      Split(n, [&](int64_t b, int64_t e) { k_.round_bf16(out + b, x + b, e - b); });
-      return {out, sizeof(float), cols};
-    }
-    const bool bf16 = matmul_ == CpuMatmul::kDnnlBf16;
-    const int ld = b_operand && dnnl_ != nullptr
-                       ? PaddedLd(cols, bf16 ? sizeof(uint16_t) : sizeof(float))
-                       : cols;
-    if (bf16) {
-      std::vector<uint16_t>& buf = bf16_[slot];
-      if (buf.size() < size_t(rows) * ld) buf.resize(size_t(rows) * ld);
-      uint16_t* out = buf.data();
-      if (ld == cols) {
-        Split(n, [&](int64_t b, int64_t e) { k_.to_bf16(out + b, x + b, e - b); });
+    const bool to_bf16 = matmul_ == CpuMatmul::kDnnlBf16;
+    const bool rounds = matmul_ == CpuMatmul::kSgemmBf16 || matmul_ == CpuMatmul::kDnnlF32Bf16;
+    const size_t element = to_bf16 ? sizeof(uint16_t) : sizeof(float);
+    const int ld = b_operand && dnnl_ != nullptr ? PaddedLd(cols, element) : cols;
+    if (!to_bf16 && !rounds && ld == cols) return {x, sizeof(float), cols};
+    std::vector<float>& buf = operands_[slot];  // bf16 bits take half a float each
+    const size_t need = (size_t(rows) * ld * element + sizeof(float) - 1) / sizeof(float);
+    if (buf.size() < need) buf.resize(need);
+    void* out = buf.data();
+    auto convert = [&](int64_t to, int64_t from, int64_t len) {
+      if (to_bf16) {
+        k_.to_bf16(static_cast<uint16_t*>(out) + to, x + from, len);
+      } else if (rounds) {
+        k_.round_bf16(static_cast<float*>(out) + to, x + from, len);
       } else {
-        Split(rows, [&](int64_t b, int64_t e) {
-          for (int64_t r = b; r < e; ++r) k_.to_bf16(out + r * ld, x + r * cols, cols);
-        });
+        std::memcpy(static_cast<float*>(out) + to, x + from, len * sizeof(float));
       }
-      return {out, sizeof(uint16_t), ld};
+    };
+    if (ld == cols) {
+      Split(size_t(rows) * cols, [&](int64_t b, int64_t e) { convert(b, b, e - b); });
+    } else {
+      Split(rows, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) convert(r * ld, r * cols, cols);
+      });
     }
-    if (ld == cols) return {x, sizeof(float), cols};
-    if (padded_.size() < size_t(rows) * ld) padded_.resize(size_t(rows) * ld);
-    float* out = padded_.data();
-    Split(rows, [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) std::memcpy(out + r * ld, x + r * cols, cols * sizeof(float));
-    });
-    return {out, sizeof(float), ld};
+    return {out, element, ld};
   }
   static int PaddedLd(int cols, size_t element_bytes) {
     return size_t(cols) * element_bytes % 4096 == 0 ? cols + int(64 / element_bytes) : cols;
@@ -411,77 +405,20 @@ class CpuOps final : public Ops {
   const VecKernels& k_;
   std::vector<std::vector<float>> scratch_;  // per pool thread: attention tiles
   const CpuMatmul matmul_;
-  const std::unique_ptr<DnnlGemm> dnnl_;  // kDnnlF32 and kDnnlBf16
+  const std::unique_ptr<DnnlGemm> dnnl_;  // the kDnnl* paths
   const std::string path_;
-  // bf16 operands, kept for the backend's life at the largest product's size (the planner's
-  // memory model counts them: coordinator/plan/memory.h).
-  std::vector<float> rounded_[2];   // kSgemmBf16
-  std::vector<uint16_t> bf16_[2];   // kDnnlBf16
-  std::vector<float> padded_;       // kDnnlF32: a B operand copied to padded rows
+  // A product's operands as Prepare made them (bf16 or rounded, padded rows), kept for the
+  // backend's life at the largest product's size (the planner's memory model counts them:
+  // coordinator/plan/memory.h).
+  std::vector<float> operands_[2];
   std::vector<double> block_sums_;  // SumSquares
 };
 
-void ConfigureProcess() {
-  // The pool runs the parallel loops, sgemm included (one row block per thread): OpenBLAS's own
-  // threads would spin beside the pool's and oversubscribe the cores.
-  openblas_set_num_threads(1);
-  // Activations are allocated and freed every microbatch with the same sizes: keep freed memory
-  // in the heap instead of returning it to the kernel, which made every step page-fault anew.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-}
-
-const char* kFallbackWhat =
-    "operands rounded to bf16 in fp32 buffers, fp32 OpenBLAS sgemm (exact bf16 products, fp32 "
-    "sums; no faster than fp32)";
-
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Ops>> MakeCpuOpsWith(int threads, CpuMatmul matmul) {
-  ConfigureProcess();
-  std::unique_ptr<DnnlGemm> dnnl;
-  std::string path = "fp32: OpenBLAS sgemm";
-  if (matmul == CpuMatmul::kDnnlF32 || matmul == CpuMatmul::kDnnlBf16) {
-    const bool bf16 = matmul == CpuMatmul::kDnnlBf16;
-    absl::StatusOr<std::unique_ptr<DnnlGemm>> made =
-        DnnlGemm::Create(bf16 ? DnnlGemm::Type::kBf16 : DnnlGemm::Type::kF32);
-    if (!made.ok()) return made.status();
-    dnnl = std::move(*made);
-    path = absl::StrCat(bf16 ? "bf16" : "fp32", ": oneDNN matmul (", dnnl->Impl(), ")");
-  } else if (matmul == CpuMatmul::kSgemmBf16) {
-    path = absl::StrCat("bf16: fallback, ", kFallbackWhat);
-  }
-  return std::unique_ptr<Ops>(
-      std::make_unique<CpuOps>(std::max(1, threads), matmul, std::move(dnnl), std::move(path)));
-}
-
-// fp32 products run on oneDNN where its f32 matmul is an AVX-512 brgemm: on such CPUs it is
-// 1.5-1.9x OpenBLAS 0.3.21 on a step's shapes (bench/NOTES.md "Speed"), and the choice depends
-// only on the CPU, so every process of a machine computes the same bits.
-std::unique_ptr<Ops> MakeFp32CpuOps(int threads) {
-  if (const char* force = std::getenv(kForceFp32OpenBlasEnv);
-      force == nullptr || std::string(force) != "1") {
-    absl::StatusOr<std::unique_ptr<Ops>> dnnl = MakeCpuOpsWith(threads, CpuMatmul::kDnnlF32);
-    if (dnnl.ok() && absl::StrContains((*dnnl)->MatmulPath(), "avx512")) return std::move(*dnnl);
-  }
-  return *MakeCpuOpsWith(threads, CpuMatmul::kSgemm);
-}
-
-std::unique_ptr<Ops> MakeCpuOps(int threads, common::Precision precision) {
-  if (precision == common::Precision::kFp32) return MakeFp32CpuOps(threads);
-  std::string why;
-  if (const char* force = std::getenv(kForceBf16FallbackEnv);
-      force != nullptr && std::string(force) == "1") {
-    why = absl::StrCat(kForceBf16FallbackEnv, "=1 forces it");
-  } else {
-    absl::StatusOr<std::unique_ptr<Ops>> fast = MakeCpuOpsWith(threads, CpuMatmul::kDnnlBf16);
-    if (fast.ok()) return std::move(*fast);
-    why = std::string(fast.status().message());
-  }
-  ConfigureProcess();
-  return std::make_unique<CpuOps>(
-      std::max(1, threads), CpuMatmul::kSgemmBf16, nullptr,
-      absl::StrCat("bf16: fallback, ", kFallbackWhat, ", because ", why));
+std::unique_ptr<Ops> NewCpuOps(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl,
+                               std::string path) {
+  return std::make_unique<CpuOps>(threads, matmul, std::move(dnnl), std::move(path));
 }
 
 }  // namespace pp::kernels

@@ -1,22 +1,24 @@
 // The CPU backend in bf16 (kernels/cpu/cpu_ops.h): the conversion rounds to nearest even in every
-// kernel table; the fallback's three Matmul ops are bitwise the fp32 ops on bf16-rounded operands
+// kernel table; the fallbacks' three Matmul ops are bitwise the fp32 ops on bf16-rounded operands
 // (dbias from the unrounded gradient) for every thread count; the oneDNN path's plumbing
 // (transposes as strides, += as a sum post-op, row blocks over the pool) matches OpenBLAS in f32,
 // and its bf16 primitive matches the fallback where this CPU can create it; MakeOps picks and logs
-// the path, and PP_BF16_FALLBACK=1 forces the fallback.
+// the path, PP_BF16_FALLBACK=1 forces the fallback and PP_BF16_ONEDNN=1 oneDNN's bf16 matmul.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tests/kernels/kernel_test_util.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/vec_kernels.h"
 #include "kernels/ops.h"
+#include "tests/kernels/kernel_test_util.h"
 
 namespace pp::kernels {
 namespace {
@@ -129,28 +131,34 @@ void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, d
   EXPECT_LE(worst, rel) << what;
 }
 
-TEST(Bf16Test, FallbackIsSgemmOnRoundedOperandsForEveryThreadCount) {
+// Both fallbacks: OpenBLAS, and oneDNN's f32 matmul where this CPU has it.
+TEST(Bf16Test, FallbackIsTheFp32ProductOnRoundedOperandsForEveryThreadCount) {
   const Operands x;
   Operands rounded = x;
   rounded.inp = Rounded(x.inp), rounded.weight = Rounded(x.weight), rounded.dout = Rounded(x.dout);
-  for (int threads : {1, 2, 3}) {
-    SCOPED_TRACE(threads);
-    absl::StatusOr<std::unique_ptr<Ops>> bf16 = MakeCpuOpsWith(threads, CpuMatmul::kSgemmBf16);
-    ASSERT_TRUE(bf16.ok()) << bf16.status();
-    std::unique_ptr<Ops> fp32 = *MakeCpuOpsWith(threads, CpuMatmul::kSgemm);
-    const Results got = RunMatmuls(**bf16, x);
-    const Results want = RunMatmuls(*fp32, rounded);
-    ExpectBitwise(got.out, want.out, "MatmulForward");
-    ExpectBitwise(got.out_nobias, want.out_nobias, "MatmulForward without bias");
-    ExpectBitwise(got.dinp, want.dinp, "MatmulBackwardInput");
-    ExpectBitwise(got.dweight, want.dweight, "MatmulBackwardWeight dweight");
-    // dbias is a column sum of the unrounded gradient, as in fp32.
-    const Results fp32_raw = RunMatmuls(*fp32, x);
-    ExpectBitwise(got.dbias, fp32_raw.dbias, "MatmulBackwardWeight dbias");
-    // And bf16 is not fp32: the rounding reached every product.
-    EXPECT_NE(std::memcmp(got.out.data(), fp32_raw.out.data(), got.out.size() * 4), 0);
-    EXPECT_NE(std::memcmp(got.dinp.data(), fp32_raw.dinp.data(), got.dinp.size() * 4), 0);
-    EXPECT_NE(std::memcmp(got.dweight.data(), fp32_raw.dweight.data(), got.dweight.size() * 4), 0);
+  for (auto [bf16_kind, fp32_kind] : {std::pair{CpuMatmul::kSgemmBf16, CpuMatmul::kSgemm},
+                                      {CpuMatmul::kDnnlF32Bf16, CpuMatmul::kDnnlF32}}) {
+    for (int threads : {1, 2, 3}) {
+      absl::StatusOr<std::unique_ptr<Ops>> bf16 = MakeCpuOpsWith(threads, bf16_kind);
+      if (!bf16.ok() && bf16_kind == CpuMatmul::kDnnlF32Bf16) break;  // no oneDNN in this build
+      ASSERT_TRUE(bf16.ok()) << bf16.status();
+      SCOPED_TRACE((*bf16)->MatmulPath() + ", threads " + std::to_string(threads));
+      std::unique_ptr<Ops> fp32 = *MakeCpuOpsWith(threads, fp32_kind);
+      const Results got = RunMatmuls(**bf16, x);
+      const Results want = RunMatmuls(*fp32, rounded);
+      ExpectBitwise(got.out, want.out, "MatmulForward");
+      ExpectBitwise(got.out_nobias, want.out_nobias, "MatmulForward without bias");
+      ExpectBitwise(got.dinp, want.dinp, "MatmulBackwardInput");
+      ExpectBitwise(got.dweight, want.dweight, "MatmulBackwardWeight dweight");
+      // dbias is a column sum of the unrounded gradient, as in fp32.
+      const Results fp32_raw = RunMatmuls(*fp32, x);
+      ExpectBitwise(got.dbias, fp32_raw.dbias, "MatmulBackwardWeight dbias");
+      // And bf16 is not fp32: the rounding reached every product.
+      EXPECT_NE(std::memcmp(got.out.data(), fp32_raw.out.data(), got.out.size() * 4), 0);
+      EXPECT_NE(std::memcmp(got.dinp.data(), fp32_raw.dinp.data(), got.dinp.size() * 4), 0);
+      EXPECT_NE(std::memcmp(got.dweight.data(), fp32_raw.dweight.data(), got.dweight.size() * 4),
+                0);
+    }
   }
 }
 
@@ -197,6 +205,7 @@ TEST(Bf16Test, OneDnnBf16MatchesTheFallbackWhereTheCpuHasIt) {
 TEST(Bf16Test, CacheAliasingRowsAreCopiedToPaddedRowsWithoutChangingTheProducts) {
   const Operands x(Dims{.N = 100, .IC = 2048, .OC = 72});
   for (auto [fast_kind, plain_kind] : {std::pair{CpuMatmul::kDnnlF32, CpuMatmul::kSgemm},
+                                       {CpuMatmul::kDnnlF32Bf16, CpuMatmul::kSgemmBf16},
                                        {CpuMatmul::kDnnlBf16, CpuMatmul::kSgemmBf16}}) {
     absl::StatusOr<std::unique_ptr<Ops>> fast = MakeCpuOpsWith(1, fast_kind);
     if (!fast.ok()) continue;  // this CPU's oneDNN lacks the path: nothing is padded there
@@ -212,38 +221,65 @@ TEST(Bf16Test, CacheAliasingRowsAreCopiedToPaddedRowsWithoutChangingTheProducts)
   }
 }
 
-TEST(Bf16Test, MakeOpsPicksAndLogsThePathAndTheVariableForcesTheFallback) {
+// bf16 takes oneDNN's bf16 matmul where it runs on AMX tiles or the CPU is not Intel's (whose
+// cores without AMX run it at half the fp32 rate), else the fallback on fp32's product, naming why.
+TEST(Bf16Test, MakeOpsPicksAndLogsThePathAndTheVariablesForceEither) {
   unsetenv(kForceBf16FallbackEnv);
-  const bool fast = MakeCpuOpsWith(1, CpuMatmul::kDnnlBf16).ok();
+  unsetenv(kForceBf16OneDnnEnv);
+  absl::StatusOr<std::unique_ptr<Ops>> onednn = MakeCpuOpsWith(1, CpuMatmul::kDnnlBf16);
+  const bool fast = onednn.ok() && ((*onednn)->MatmulPath().find("amx") != std::string::npos ||
+                                    !__builtin_cpu_is("intel"));
   ::testing::internal::CaptureStderr();
   absl::StatusOr<std::unique_ptr<Ops>> chosen = MakeOps("cpu", 1, Precision::kBf16);
   const std::string chosen_log = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(chosen.ok()) << chosen.status();
   const std::string path = (*chosen)->MatmulPath();
+  std::cout << "bf16 path: " << path << "\n";
   if (fast) {
-    EXPECT_EQ(path.rfind("bf16: oneDNN matmul (", 0), 0u) << path;
+    EXPECT_EQ(path, (*onednn)->MatmulPath());
   } else {
     EXPECT_EQ(path.rfind("bf16: fallback, ", 0), 0u) << path;
-    EXPECT_NE(path.find("because "), std::string::npos) << path;
+    EXPECT_NE(path.find(onednn.ok() ? "has no AMX tiles" : "because "), std::string::npos) << path;
   }
   EXPECT_EQ(chosen_log, "pp: cpu matmuls in " + path + "\n");
 
+  // PP_BF16_ONEDNN=1 takes oneDNN's bf16 matmul wherever it exists.
+  setenv(kForceBf16OneDnnEnv, "1", 1);
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<std::unique_ptr<Ops>> taken = MakeOps("cpu", 1, Precision::kBf16);
+  ::testing::internal::GetCapturedStderr();
+  unsetenv(kForceBf16OneDnnEnv);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(
+      (*taken)->MatmulPath().rfind(onednn.ok() ? "bf16: oneDNN matmul (" : "bf16: fallback, ", 0),
+      0u)
+      << (*taken)->MatmulPath();
+
+  // PP_BF16_FALLBACK=1 forces the fallback, whatever PP_BF16_ONEDNN says.
   setenv(kForceBf16FallbackEnv, "1", 1);
+  setenv(kForceBf16OneDnnEnv, "1", 1);
   ::testing::internal::CaptureStderr();
   absl::StatusOr<std::unique_ptr<Ops>> forced = MakeOps("cpu", 2, Precision::kBf16);
   const std::string forced_log = ::testing::internal::GetCapturedStderr();
   unsetenv(kForceBf16FallbackEnv);
+  unsetenv(kForceBf16OneDnnEnv);
   ASSERT_TRUE(forced.ok()) << forced.status();
   EXPECT_EQ((*forced)->MatmulPath().rfind("bf16: fallback, ", 0), 0u) << (*forced)->MatmulPath();
   EXPECT_NE(forced_log.find("because PP_BF16_FALLBACK=1 forces it"), std::string::npos)
       << forced_log;
-  // The forced backend computes the fallback's bits.
+  // The forced backend computes fp32's product on rounded operands, bit for bit.
   const Operands x;
-  const Results want = RunMatmuls(**MakeCpuOpsWith(2, CpuMatmul::kSgemmBf16), x);
-  ExpectBitwise(RunMatmuls(**forced, x).dweight, want.dweight, "forced fallback");
+  Operands rounded = x;
+  rounded.inp = Rounded(x.inp), rounded.weight = Rounded(x.weight), rounded.dout = Rounded(x.dout);
+  absl::StatusOr<std::unique_ptr<Ops>> fp32 = MakeOps("cpu", 2);
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  ExpectBitwise(RunMatmuls(**forced, x).dweight, RunMatmuls(**fp32, rounded).dweight,
+                "forced fallback");
+}
 
-  // fp32 logs nothing; its path is oneDNN where that is an AVX-512 kernel, else OpenBLAS, and
-  // PP_FP32_OPENBLAS=1 forces OpenBLAS.
+// fp32 logs nothing; its path is oneDNN where that is an AVX-512 kernel, else OpenBLAS, and
+// PP_FP32_OPENBLAS=1 forces OpenBLAS.
+TEST(Bf16Test, Fp32TakesOneDnnOnAvx512AndTheVariableForcesOpenBlas) {
   absl::StatusOr<std::unique_ptr<Ops>> dnnl = MakeCpuOpsWith(1, CpuMatmul::kDnnlF32);
   const bool avx512 = dnnl.ok() && (*dnnl)->MatmulPath().find("avx512") != std::string::npos;
   ::testing::internal::CaptureStderr();

@@ -97,6 +97,22 @@ TEST(MemoryTest, Bf16CountsTheOperandBuffersOncePerRank) {
   EXPECT_EQ(whole[0].bytes.scratch, whole_fp32[0].bytes.scratch + 1536);
 }
 
+// At C = 256 the MLP projection's IC is 4C = 1024: its B operands (the (256,1024) weight, the
+// (4,1024) input) have rows 4 KiB apart, which the backend copies to rows of 1040 floats in fp32
+// too. Scratch: (N,C) 4096 + (N,4C) 16384 + logits 256 + losses 16, then that copy, (256,1040)
+// floats. bf16 adds only buffer 0, (N, 1024) floats: the largest buffer 1 is the same copy.
+TEST(MemoryTest, RowsFourKibApartCountTheirPaddedCopyInBothPrecisions) {
+  pp::v1::JobSpec spec = TinySpec(1, 1);
+  spec.mutable_model()->set_d_model(256);
+  const std::vector<RankMemory> fp32 = Estimate(spec, {4});
+  ASSERT_EQ(fp32.size(), 1u);
+  EXPECT_EQ(fp32[0].bytes.scratch, 4096 + 16384 + 256 + 16 + 256 * 1040 * 4);
+  spec.mutable_train()->set_precision("bf16");
+  const std::vector<RankMemory> bf16 = Estimate(spec, {4});
+  ASSERT_EQ(bf16.size(), 1u);
+  EXPECT_EQ(bf16[0].bytes.scratch, fp32[0].bytes.scratch + 4 * 1024 * 4);
+}
+
 TEST(MemoryTest, ACheckpointBeforeTheLastStepAddsToTheStepPeak) {
   pp::v1::JobSpec spec = TinySpec(2, 2);
   spec.mutable_train()->set_steps(4);

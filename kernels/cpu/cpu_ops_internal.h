@@ -1,0 +1,21 @@
+// Between the CPU backend (cpu_ops.cc: the ops) and its constructors (cpu_ops_make.cc: which
+// matmul path this CPU takes, and why); nothing else includes it.
+#ifndef PP_KERNELS_CPU_CPU_OPS_INTERNAL_H_
+#define PP_KERNELS_CPU_CPU_OPS_INTERNAL_H_
+
+#include <memory>
+#include <string>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/dnnl_gemm.h"
+
+namespace pp::kernels {
+
+// The backend on `matmul`, its MatmulPath `path`. REQUIRES: threads >= 1; dnnl set exactly for
+// the kDnnl* paths, of their operand type (kBf16 for kDnnlBf16, else kF32).
+std::unique_ptr<Ops> NewCpuOps(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl,
+                               std::string path);
+
+}  // namespace pp::kernels
+
+#endif  // PP_KERNELS_CPU_CPU_OPS_INTERNAL_H_

@@ -1,0 +1,110 @@
+// Which matmul path the CPU backend takes on this CPU (cpu_ops.h), and the process settings
+// every path needs.
+#include <cblas.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_ops_internal.h"
+#include "kernels/cpu/dnnl_gemm.h"
+
+namespace pp::kernels {
+namespace {
+
+void ConfigureProcess() {
+  // The pool runs the parallel loops, sgemm included (one row block per thread): OpenBLAS's own
+  // threads would spin beside the pool's and oversubscribe the cores.
+  openblas_set_num_threads(1);
+  // Activations are allocated and freed every microbatch with the same sizes: keep freed memory
+  // in the heap instead of returning it to the kernel, which made every step page-fault anew.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+bool EnvIsOne(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::string(value) == "1";
+}
+
+// The fallback's words, after "bf16: fallback, ": its fp32 product named as in fp32's path.
+std::string FallbackWhat(absl::string_view fp32_product) {
+  return absl::StrCat("operands rounded to bf16 in fp32 buffers, fp32 ", fp32_product,
+                      " (exact bf16 products, fp32 sums)");
+}
+
+absl::StatusOr<std::unique_ptr<Ops>> Make(int threads, CpuMatmul matmul,
+                                          absl::string_view why = "") {
+  ConfigureProcess();
+  std::unique_ptr<DnnlGemm> dnnl;
+  std::string path = "fp32: OpenBLAS sgemm";
+  if (matmul == CpuMatmul::kDnnlF32 || matmul == CpuMatmul::kDnnlBf16 ||
+      matmul == CpuMatmul::kDnnlF32Bf16) {
+    const bool bf16 = matmul == CpuMatmul::kDnnlBf16;
+    absl::StatusOr<std::unique_ptr<DnnlGemm>> made =
+        DnnlGemm::Create(bf16 ? DnnlGemm::Type::kBf16 : DnnlGemm::Type::kF32);
+    if (!made.ok()) return made.status();
+    dnnl = std::move(*made);
+    const std::string product = absl::StrCat("oneDNN matmul (", dnnl->Impl(), ")");
+    path = matmul == CpuMatmul::kDnnlF32Bf16
+               ? absl::StrCat("bf16: fallback, ", FallbackWhat(product))
+               : absl::StrCat(bf16 ? "bf16" : "fp32", ": ", product);
+  } else if (matmul == CpuMatmul::kSgemmBf16) {
+    path = absl::StrCat("bf16: fallback, ", FallbackWhat("OpenBLAS sgemm"));
+  }
+  if (!why.empty()) absl::StrAppend(&path, ", because ", why);
+  return NewCpuOps(std::max(1, threads), matmul, std::move(dnnl), std::move(path));
+}
+
+// fp32 products run on oneDNN where its f32 matmul is an AVX-512 brgemm: on such CPUs it is
+// 1.5-1.9x OpenBLAS 0.3.21 on a step's shapes (bench/NOTES.md "Speed"), and the choice depends
+// only on the CPU, so every process of a machine computes the same bits.
+bool Fp32OnOneDnn() {
+  if (EnvIsOne(kForceFp32OpenBlasEnv)) return false;
+  absl::StatusOr<std::unique_ptr<DnnlGemm>> f32 = DnnlGemm::Create(DnnlGemm::Type::kF32);
+  return f32.ok() && absl::StrContains((*f32)->Impl(), "avx512");
+}
+
+// Why bf16 does not take oneDNN's bf16 matmul on this CPU, or "" where it does. Intel cores
+// without AMX tiles run its AVX512-BF16 kernel at half their fp32 rate (an Emerald Rapids VM:
+// 83 against 166 GFLOP/s at 2048^3 in torch's oneDNN 3.13, a shape-(b) step at 138 against 218
+// tok/s in ours; bench/NOTES.md), so there the fp32 product of rounded operands is faster,
+// while AMD's Zen 4 runs it at 1.9x its fp32 rate. The choice depends only on the CPU and the
+// environment, so every process of a machine computes the same bits.
+std::string WhyNotOneDnnBf16() {
+  if (EnvIsOne(kForceBf16FallbackEnv)) return absl::StrCat(kForceBf16FallbackEnv, "=1 forces it");
+  absl::StatusOr<std::unique_ptr<DnnlGemm>> bf16 = DnnlGemm::Create(DnnlGemm::Type::kBf16);
+  if (!bf16.ok()) return std::string(bf16.status().message());
+  const std::string impl = (*bf16)->Impl();
+  if (EnvIsOne(kForceBf16OneDnnEnv) || absl::StrContains(impl, "amx") ||
+      !__builtin_cpu_is("intel")) {
+    return "";
+  }
+  return absl::StrCat("oneDNN's bf16 matmul here (", impl,
+                      ") has no AMX tiles, and Intel cores run it at half their fp32 rate (",
+                      kForceBf16OneDnnEnv, "=1 takes it)");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Ops>> MakeCpuOpsWith(int threads, CpuMatmul matmul) {
+  return Make(threads, matmul);
+}
+
+std::unique_ptr<Ops> MakeCpuOps(int threads, common::Precision precision) {
+  if (precision == common::Precision::kFp32) {
+    return *Make(threads, Fp32OnOneDnn() ? CpuMatmul::kDnnlF32 : CpuMatmul::kSgemm);
+  }
+  const std::string why = WhyNotOneDnnBf16();
+  if (why.empty()) return *Make(threads, CpuMatmul::kDnnlBf16);
+  return *Make(threads, Fp32OnOneDnn() ? CpuMatmul::kDnnlF32Bf16 : CpuMatmul::kSgemmBf16, why);
+}
+
+}  // namespace pp::kernels
