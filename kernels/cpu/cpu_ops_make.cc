@@ -72,6 +72,14 @@ bool Fp32OnOneDnn() {
   return f32.ok() && absl::StrContains((*f32)->Impl(), "avx512");
 }
 
+bool IntelCpu() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_is("intel");
+#else
+  return false;
+#endif
+}
+
 // Why bf16 does not take oneDNN's bf16 matmul on this CPU, or "" where it does. Intel cores
 // without AMX tiles run its AVX512-BF16 kernel at half their fp32 rate (an Emerald Rapids VM:
 // 83 against 166 GFLOP/s at 2048^3 in torch's oneDNN 3.13, a shape-(b) step at 138 against 218
@@ -83,8 +91,7 @@ std::string WhyNotOneDnnBf16() {
   absl::StatusOr<std::unique_ptr<DnnlGemm>> bf16 = DnnlGemm::Create(DnnlGemm::Type::kBf16);
   if (!bf16.ok()) return std::string(bf16.status().message());
   const std::string impl = (*bf16)->Impl();
-  if (EnvIsOne(kForceBf16OneDnnEnv) || absl::StrContains(impl, "amx") ||
-      !__builtin_cpu_is("intel")) {
+  if (EnvIsOne(kForceBf16OneDnnEnv) || absl::StrContains(impl, "amx") || !IntelCpu()) {
     return "";
   }
   return absl::StrCat("oneDNN's bf16 matmul here (", impl,

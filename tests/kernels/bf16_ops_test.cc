@@ -227,8 +227,13 @@ TEST(Bf16Test, MakeOpsPicksAndLogsThePathAndTheVariablesForceEither) {
   unsetenv(kForceBf16FallbackEnv);
   unsetenv(kForceBf16OneDnnEnv);
   absl::StatusOr<std::unique_ptr<Ops>> onednn = MakeCpuOpsWith(1, CpuMatmul::kDnnlBf16);
-  const bool fast = onednn.ok() && ((*onednn)->MatmulPath().find("amx") != std::string::npos ||
-                                    !__builtin_cpu_is("intel"));
+#if defined(__x86_64__) && defined(__GNUC__)
+  const bool intel = __builtin_cpu_is("intel");
+#else
+  const bool intel = false;
+#endif
+  const bool fast =
+      onednn.ok() && ((*onednn)->MatmulPath().find("amx") != std::string::npos || !intel);
   ::testing::internal::CaptureStderr();
   absl::StatusOr<std::unique_ptr<Ops>> chosen = MakeOps("cpu", 1, Precision::kBf16);
   const std::string chosen_log = ::testing::internal::GetCapturedStderr();
