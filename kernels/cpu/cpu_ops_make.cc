@@ -40,22 +40,17 @@ std::string FallbackWhat(absl::string_view fp32_product) {
                       " (exact bf16 products, fp32 sums)");
 }
 
-absl::StatusOr<std::unique_ptr<Ops>> Make(int threads, CpuMatmul matmul,
-                                          absl::string_view why = "") {
+// The backend on `matmul` with `dnnl` (set exactly for the kDnnl* paths), its path named, and
+// for a fallback `why`.
+std::unique_ptr<Ops> Build(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl,
+                           absl::string_view why = "") {
   ConfigureProcess();
-  std::unique_ptr<DnnlGemm> dnnl;
   std::string path = "fp32: OpenBLAS sgemm";
-  if (matmul == CpuMatmul::kDnnlF32 || matmul == CpuMatmul::kDnnlBf16 ||
-      matmul == CpuMatmul::kDnnlF32Bf16) {
-    const bool bf16 = matmul == CpuMatmul::kDnnlBf16;
-    absl::StatusOr<std::unique_ptr<DnnlGemm>> made =
-        DnnlGemm::Create(bf16 ? DnnlGemm::Type::kBf16 : DnnlGemm::Type::kF32);
-    if (!made.ok()) return made.status();
-    dnnl = std::move(*made);
+  if (dnnl != nullptr) {
     const std::string product = absl::StrCat("oneDNN matmul (", dnnl->Impl(), ")");
     path = matmul == CpuMatmul::kDnnlF32Bf16
                ? absl::StrCat("bf16: fallback, ", FallbackWhat(product))
-               : absl::StrCat(bf16 ? "bf16" : "fp32", ": ", product);
+               : absl::StrCat(matmul == CpuMatmul::kDnnlBf16 ? "bf16" : "fp32", ": ", product);
   } else if (matmul == CpuMatmul::kSgemmBf16) {
     path = absl::StrCat("bf16: fallback, ", FallbackWhat("OpenBLAS sgemm"));
   }
@@ -63,13 +58,15 @@ absl::StatusOr<std::unique_ptr<Ops>> Make(int threads, CpuMatmul matmul,
   return NewCpuOps(std::max(1, threads), matmul, std::move(dnnl), std::move(path));
 }
 
-// fp32 products run on oneDNN where its f32 matmul is an AVX-512 brgemm: on such CPUs it is
-// 1.5-1.9x OpenBLAS 0.3.21 on a step's shapes (bench/NOTES.md "Speed"), and the choice depends
-// only on the CPU, so every process of a machine computes the same bits.
-bool Fp32OnOneDnn() {
-  if (EnvIsOne(kForceFp32OpenBlasEnv)) return false;
+// oneDNN's f32 matmul where fp32 products run on it, else null. They do where it is an AVX-512
+// brgemm: on such CPUs it is 1.5-1.9x OpenBLAS 0.3.21 on a step's shapes (bench/NOTES.md
+// "Speed"), and the choice depends only on the CPU, so every process of a machine computes the
+// same bits.
+std::unique_ptr<DnnlGemm> Fp32OnOneDnn() {
+  if (EnvIsOne(kForceFp32OpenBlasEnv)) return nullptr;
   absl::StatusOr<std::unique_ptr<DnnlGemm>> f32 = DnnlGemm::Create(DnnlGemm::Type::kF32);
-  return f32.ok() && absl::StrContains((*f32)->Impl(), "avx512");
+  if (!f32.ok() || !absl::StrContains((*f32)->Impl(), "avx512")) return nullptr;
+  return std::move(*f32);
 }
 
 bool IntelCpu() {
@@ -80,18 +77,19 @@ bool IntelCpu() {
 #endif
 }
 
-// Why bf16 does not take oneDNN's bf16 matmul on this CPU, or "" where it does. Intel cores
-// without AMX tiles run its AVX512-BF16 kernel at half their fp32 rate (an Emerald Rapids VM:
-// 83 against 166 GFLOP/s at 2048^3 in torch's oneDNN 3.13, a shape-(b) step at 138 against 218
-// tok/s in ours; bench/NOTES.md), so there the fp32 product of rounded operands is faster,
-// while AMD's Zen 4 runs it at 1.9x its fp32 rate. The choice depends only on the CPU and the
-// environment, so every process of a machine computes the same bits.
-std::string WhyNotOneDnnBf16() {
+// Why bf16 does not take oneDNN's bf16 matmul on this CPU, or "" where it does (and then
+// *bf16 holds it). Intel cores without AMX tiles run its AVX512-BF16 kernel at half their fp32
+// rate (an Emerald Rapids VM: 83 against 166 GFLOP/s at 2048^3 in torch's oneDNN 3.13, a
+// shape-(b) step at 138 against 218 tok/s in ours; bench/NOTES.md), so there the fp32 product of
+// rounded operands is faster, while AMD's Zen 4 runs it at 1.9x its fp32 rate. The choice depends
+// only on the CPU and the environment, so every process of a machine computes the same bits.
+std::string WhyNotOneDnnBf16(std::unique_ptr<DnnlGemm>* bf16) {
   if (EnvIsOne(kForceBf16FallbackEnv)) return absl::StrCat(kForceBf16FallbackEnv, "=1 forces it");
-  absl::StatusOr<std::unique_ptr<DnnlGemm>> bf16 = DnnlGemm::Create(DnnlGemm::Type::kBf16);
-  if (!bf16.ok()) return std::string(bf16.status().message());
-  const std::string impl = (*bf16)->Impl();
+  absl::StatusOr<std::unique_ptr<DnnlGemm>> made = DnnlGemm::Create(DnnlGemm::Type::kBf16);
+  if (!made.ok()) return std::string(made.status().message());
+  const std::string impl = (*made)->Impl();
   if (EnvIsOne(kForceBf16OneDnnEnv) || absl::StrContains(impl, "amx") || !IntelCpu()) {
+    *bf16 = std::move(*made);
     return "";
   }
   return absl::StrCat("oneDNN's bf16 matmul here (", impl,
@@ -102,16 +100,29 @@ std::string WhyNotOneDnnBf16() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Ops>> MakeCpuOpsWith(int threads, CpuMatmul matmul) {
-  return Make(threads, matmul);
+  std::unique_ptr<DnnlGemm> dnnl;
+  if (matmul == CpuMatmul::kDnnlF32 || matmul == CpuMatmul::kDnnlBf16 ||
+      matmul == CpuMatmul::kDnnlF32Bf16) {
+    absl::StatusOr<std::unique_ptr<DnnlGemm>> made = DnnlGemm::Create(
+        matmul == CpuMatmul::kDnnlBf16 ? DnnlGemm::Type::kBf16 : DnnlGemm::Type::kF32);
+    if (!made.ok()) return made.status();
+    dnnl = std::move(*made);
+  }
+  return Build(threads, matmul, std::move(dnnl));
 }
 
 std::unique_ptr<Ops> MakeCpuOps(int threads, common::Precision precision) {
   if (precision == common::Precision::kFp32) {
-    return *Make(threads, Fp32OnOneDnn() ? CpuMatmul::kDnnlF32 : CpuMatmul::kSgemm);
+    std::unique_ptr<DnnlGemm> f32 = Fp32OnOneDnn();
+    const CpuMatmul matmul = f32 != nullptr ? CpuMatmul::kDnnlF32 : CpuMatmul::kSgemm;
+    return Build(threads, matmul, std::move(f32));
   }
-  const std::string why = WhyNotOneDnnBf16();
-  if (why.empty()) return *Make(threads, CpuMatmul::kDnnlBf16);
-  return *Make(threads, Fp32OnOneDnn() ? CpuMatmul::kDnnlF32Bf16 : CpuMatmul::kSgemmBf16, why);
+  std::unique_ptr<DnnlGemm> bf16;
+  const std::string why = WhyNotOneDnnBf16(&bf16);
+  if (why.empty()) return Build(threads, CpuMatmul::kDnnlBf16, std::move(bf16));
+  std::unique_ptr<DnnlGemm> f32 = Fp32OnOneDnn();
+  const CpuMatmul matmul = f32 != nullptr ? CpuMatmul::kDnnlF32Bf16 : CpuMatmul::kSgemmBf16;
+  return Build(threads, matmul, std::move(f32), why);
 }
 
 }  // namespace pp::kernels

@@ -142,6 +142,28 @@ TEST(VecKernelsTest, AttentionBackwardMatchesFiniteDifferencesInEveryTable) {
   }
 }
 
+// GELU far into both tails, where its vector form could lose accuracy: s = 1 - r near 0 was a
+// cancellation on AVX2 (GELU(-100) = -6e-6), and a reciprocal estimate of exp(176) + 1 broke its
+// gradient at 1000. 15 inputs: the last vector is a partial one.
+TEST(VecKernelsTest, GeluMatchesDoubleAtBothEndsInEveryTable) {
+  const std::vector<float> x = {-1000, -100, -20, -5, -3, -1,  -1e-3f, 0,
+                                1e-3f, 1,    3,   5,  20, 100, 1000};
+  const double k = std::sqrt(2 / M_PI);
+  for (const VecKernels* t : RunnableVecKernels()) {
+    std::vector<float> y(x.size()), g(x.size(), 0.5f);
+    const std::vector<float> ones(x.size(), 1.0f);
+    t->gelu_forward(y.data(), x.data(), x.size());
+    t->gelu_backward(g.data(), x.data(), ones.data(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double v = x[i], th = std::tanh(k * (v + 0.044715 * v * v * v));
+      const double want = 0.5 * v * (1 + th);
+      const double grad = 0.5 * (1 + th) + 0.5 * v * (1 - th * th) * k * (1 + 3 * 0.044715 * v * v);
+      EXPECT_NEAR(y[i], want, 1e-6 * (1 + std::abs(want))) << t->isa << " GELU(" << v << ")";
+      EXPECT_NEAR(g[i] - 0.5, grad, 1e-5 * (1 + std::abs(grad))) << t->isa << " GELU'(" << v << ")";
+    }
+  }
+}
+
 TEST(VecKernelsTest, RowKernelsAgreeAcrossTables) {
   // no multiple of 16: every tail path runs; the cross-entropy masks 5 padding columns
   const int N = 3, C = 77, V = 45, Vr = 40;
