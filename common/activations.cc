@@ -19,7 +19,7 @@ using A = Activation;
 struct Row {
   A id;
   const char* name;
-  enum Shape { kN, kNC, kN3Cl, kNCl, kAtt, kN4Cl, kNV } shape;
+  enum Shape { kN, kNC, kN3Cl, kNCl, kNNHl2, kN4Cl, kNV } shape;
 };
 constexpr Row kRows[kNumActivations] = {
     {A::kTokens, "tokens", Row::kN},
@@ -30,7 +30,7 @@ constexpr Row kRows[kNumActivations] = {
     {A::kRstd1, "rstd1", Row::kN},
     {A::kQkv, "qkv", Row::kN3Cl},
     {A::kAtty, "atty", Row::kNCl},
-    {A::kAtt, "att", Row::kAtt},
+    {A::kAttStats, "att_stats", Row::kNNHl2},
     {A::kRes2, "res2", Row::kNC},
     {A::kLn2, "ln2", Row::kNC},
     {A::kMean2, "mean2", Row::kN},
@@ -61,12 +61,12 @@ constexpr bool RowsInEnumOrder() {
 static_assert(RowsInEnumOrder(), "kRows: one row per Activation, in enum order");
 
 // A block's forward (layers.cc BlockForward), in allocation order.
-constexpr A kBlockForward[] = {A::kLn1,  A::kMean1, A::kRstd1, A::kQkv,   A::kAtty, A::kAtt,
+constexpr A kBlockForward[] = {A::kLn1,  A::kMean1, A::kRstd1, A::kQkv,   A::kAtty, A::kAttStats,
                                A::kRes2, A::kLn2,   A::kMean2, A::kRstd2, A::kFch,  A::kFchGelu};
 constexpr A kHeadForward[] = {A::kLnf, A::kMeanF, A::kRstdF, A::kProbs};
 // Input-gradients: allocated in this order, then the forward tensors W does not read are freed.
 constexpr A kBlockInputGrad[] = {A::kDfch, A::kDln2, A::kDres2, A::kDqkv, A::kDln1};
-constexpr A kBlockInputGradFrees[] = {A::kQkv, A::kAtt, A::kFch};
+constexpr A kBlockInputGradFrees[] = {A::kQkv, A::kAttStats, A::kFch};
 constexpr A kHeadInputGrad[] = {A::kDlogits, A::kDlnf};
 constexpr A kHeadInputGradFrees[] = {A::kProbs};
 
@@ -173,9 +173,8 @@ absl::StatusOr<ActivationTable> ActivationTable::Make(const ActivationDims& d) {
       case Row::kNCl:
         elements = CheckedProduct({*N, Cl});
         break;
-      case Row::kAtt:
-        elements = d.sequence_squares > 0 ? CheckedProduct({NHl, d.sequence_squares})
-                                          : CheckedProduct({d.B, NHl, d.T, d.T});
+      case Row::kNNHl2:
+        elements = CheckedProduct({*N, NHl, 2});
         break;
       case Row::kN4Cl:
         elements = CheckedProduct({*N, 4, Cl});
@@ -205,7 +204,7 @@ std::vector<SavedTensor> ActivationTable::SavedByForward(UnitKind kind, Recomput
   }
   if (mode == Recompute::kFull) return out;
   for (A id : ForwardTensors(kind)) {
-    if (mode == Recompute::kSelective && id == A::kAtt) continue;
+    if (mode == Recompute::kSelective && id == A::kAttStats) continue;
     out.push_back((*this)[id]);
   }
   return out;
@@ -233,8 +232,8 @@ std::vector<ActivationEvent> ActivationTable::ForwardEvents(UnitKind kind, Recom
   std::vector<ActivationEvent> out;
   for (A id : ForwardTensors(kind)) {
     out.push_back({unit, +1, (*this)[id]});
-    // Selective: the probabilities die as soon as the attention has used them.
-    if (mode == Recompute::kSelective && id == A::kAtt) out.push_back({unit, -1, (*this)[id]});
+    // Selective: the attention stats die as soon as the attention has used them.
+    if (mode == Recompute::kSelective && id == A::kAttStats) out.push_back({unit, -1, (*this)[id]});
   }
   return out;
 }
@@ -243,7 +242,7 @@ std::vector<ActivationEvent> ActivationTable::InputGradientEvents(UnitKind kind,
                                                                   int unit) const {
   std::vector<ActivationEvent> out;
   if (kind == UnitKind::kBlock) {
-    if (mode == Recompute::kSelective) out.push_back({unit, +1, (*this)[A::kAtt]});
+    if (mode == Recompute::kSelective) out.push_back({unit, +1, (*this)[A::kAttStats]});
     for (A id : kBlockInputGrad) out.push_back({unit, +1, (*this)[id]});
     for (A id : kBlockInputGradFrees) out.push_back({unit, -1, (*this)[id]});
   } else if (kind == UnitKind::kHead) {

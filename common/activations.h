@@ -15,7 +15,7 @@
 // - A unit keeps the gradient of its output (kDout: a block's dy, the embedding's dout) from the
 //   input-gradient to the weight-gradient. The next unit's input-gradient allocates it, or, for the
 //   stage's last unit (not the head), the copy of the received gradient.
-// - Recompute (common/recompute.h): selective frees each block's probabilities right after the
+// - Recompute (common/recompute.h): selective frees each block's attention stats right after the
 //   attention and allocates them again first in its input-gradient; full keeps the stage's inputs
 //   only, and its input-gradient replays the forward first (into a throw-away (N,C) output on a
 //   non-last stage). From the input-gradient on, every mode's state is none's.
@@ -39,34 +39,34 @@ enum class UnitKind { kEmbedding, kBlock, kHead };
 
 // Every tensor a unit's per-microbatch state can hold; shapes in the comments.
 enum class Activation {
-  kTokens,   // (N) int32, the embedding's input
-  kTargets,  // (N) int32, the head's
-  kInput,    // (N,C) a block's or the head's input x
-  kLn1,      // (N,C) block: ln_1 out
-  kMean1,    // (N)
-  kRstd1,    // (N)
-  kQkv,      // (N,3Cl)
-  kAtty,     // (N,Cl) attention output
-  kAtt,      // (B,NHl,T,T) attention probabilities; a packed row's (NHl, sum L_i^2)
-  kRes2,     // (N,C) x + attn
-  kLn2,      // (N,C)
-  kMean2,    // (N)
-  kRstd2,    // (N)
-  kFch,      // (N,4Cl) mlp.fc out
-  kFchGelu,  // (N,4Cl) gelu(fc)
-  kLnf,      // (N,C) head: ln_f out
-  kMeanF,    // (N)
-  kRstdF,    // (N)
-  kProbs,    // (N,V) softmax
-  kDout,     // (N,C) gradient of the unit's output (embedding, block)
-  kDfch,     // (N,4Cl) block input-gradient
-  kDln2,     // (N,C)
-  kDres2,    // (N,C)
-  kDqkv,     // (N,3Cl)
-  kDln1,     // (N,C)
-  kDlogits,  // (N,V) head input-gradient
-  kDlnf,     // (N,C)
-  kDiscard,  // (N,C) full recomputation: the replayed forward's output on a non-last stage
+  kTokens,    // (N) int32, the embedding's input
+  kTargets,   // (N) int32, the head's
+  kInput,     // (N,C) a block's or the head's input x
+  kLn1,       // (N,C) block: ln_1 out
+  kMean1,     // (N)
+  kRstd1,     // (N)
+  kQkv,       // (N,3Cl)
+  kAtty,      // (N,Cl) attention output
+  kAttStats,  // (B,NHl,T,2) attention softmax row stats (kernels/ops.h); packed: (N,NHl,2)
+  kRes2,      // (N,C) x + attn
+  kLn2,       // (N,C)
+  kMean2,     // (N)
+  kRstd2,     // (N)
+  kFch,       // (N,4Cl) mlp.fc out
+  kFchGelu,   // (N,4Cl) gelu(fc)
+  kLnf,       // (N,C) head: ln_f out
+  kMeanF,     // (N)
+  kRstdF,     // (N)
+  kProbs,     // (N,V) softmax
+  kDout,      // (N,C) gradient of the unit's output (embedding, block)
+  kDfch,      // (N,4Cl) block input-gradient
+  kDln2,      // (N,C)
+  kDres2,     // (N,C)
+  kDqkv,      // (N,3Cl)
+  kDln1,      // (N,C)
+  kDlogits,   // (N,V) head input-gradient
+  kDlnf,      // (N,C)
+  kDiscard,   // (N,C) full recomputation: the replayed forward's output on a non-last stage
 };
 inline constexpr int kNumActivations = static_cast<int>(Activation::kDiscard) + 1;
 
@@ -78,9 +78,6 @@ struct ActivationDims {
   int64_t vocab = 0;  // vocab_size, padding included
   int64_t tp = 1;     // tensor-parallel degree (every TP rank holds an equal share)
   Precision precision = Precision::kFp32;
-  // A packed row (common/packing.h; B = 1, T = its tokens): sum over its sequences of length^2,
-  // so kAtt is (NHl, sum L_i^2), the probabilities each sequence keeps. 0: B x T^2 (windows).
-  int64_t sequence_squares = 0;
 };
 
 struct SavedTensor {

@@ -55,11 +55,6 @@ int64_t MaxMicrobatchTokens(const pp::v1::JobSpec& spec) {
   return static_cast<int64_t>(spec.train().microbatch_size()) * spec.model().seq_len();
 }
 
-int64_t MaxSequenceSquares(const pp::v1::JobSpec& spec) {
-  const int64_t K = spec.train().tokens_per_microbatch(), L = PieceLimit(spec);
-  return (K / L) * L * L + (K % L) * (K % L);
-}
-
 absl::StatusOr<PackedRows> PackRows(int64_t n_tokens, const TokenReader& read, int32_t end_of_text,
                                     int64_t piece_limit, int64_t budget) {
   constexpr int64_t kChunk = int64_t{1} << 20;

@@ -48,10 +48,6 @@ int64_t PieceLimit(const pp::v1::JobSpec& spec);
 // microbatch_size x seq_len. What activation memory and boundary buffers are sized for.
 int64_t MaxMicrobatchTokens(const pp::v1::JobSpec& spec);
 
-// The most sum of squared sequence lengths a row may hold (full pieces of L, then the rest):
-// what its attention probabilities are sized for at most. REQUIRES PacksMicrobatches.
-int64_t MaxSequenceSquares(const pp::v1::JobSpec& spec);
-
 // The rows above. starts has G + 1 entries: starts[0] = 0, starts[G] = N - 1.
 struct PackedRows {
   std::vector<int64_t> starts;
@@ -71,7 +67,7 @@ absl::StatusOr<PackedRows> PackRows(int64_t n_tokens, const TokenReader& read, i
 std::vector<int32_t> RowSequences(const int32_t* inputs, int64_t n, int32_t end_of_text,
                                   int64_t piece_limit);
 
-// sum over the sequences of length^2: the attention probabilities a row keeps per head.
+// sum over the sequences of length^2: the attention pairs a row computes per head (its work).
 int64_t SequenceSquares(const std::vector<int32_t>& sequences);
 
 // The step loss of packed microbatches, the mean over every token of the step: microbatch j's

@@ -50,28 +50,22 @@ bool CudaDeviceAvailable() {
 }
 
 // Sequence i's tensors are row slices of the packed ones: its qkv rows [cu[i], cu[i+1]) of 3C,
-// its output rows of C, and its (1,NH,L,L) probabilities one after the other.
-void AttentionForwardVarlen(Ops& ops, float* out, float* att, const float* qkv, const int32_t* cu,
+// its output rows of C, and its (1,NH,L,2) stats, 2 NH floats a token before it.
+void AttentionForwardVarlen(Ops& ops, float* out, float* stats, const float* qkv, const int32_t* cu,
                             int S, int C, int NH) {
-  size_t att_offset = 0;
   for (int i = 0; i < S; ++i) {
     const size_t first = static_cast<size_t>(cu[i]);
-    const int L = cu[i + 1] - cu[i];
-    ops.AttentionForward(out + first * C, att + att_offset, qkv + first * 3 * C, nullptr, 1, L, C,
-                         NH);
-    att_offset += static_cast<size_t>(NH) * L * L;
+    ops.AttentionForward(out + first * C, stats + first * 2 * NH, qkv + first * 3 * C, nullptr, 1,
+                         cu[i + 1] - cu[i], C, NH);
   }
 }
 
 void AttentionBackwardVarlen(Ops& ops, float* dqkv, const float* dout, const float* qkv,
-                             const float* att, const int32_t* cu, int S, int C, int NH) {
-  size_t att_offset = 0;
+                             const float* stats, const int32_t* cu, int S, int C, int NH) {
   for (int i = 0; i < S; ++i) {
     const size_t first = static_cast<size_t>(cu[i]);
-    const int L = cu[i + 1] - cu[i];
     ops.AttentionBackward(dqkv + first * 3 * C, dout + first * C, qkv + first * 3 * C,
-                          att + att_offset, nullptr, 1, L, C, NH);
-    att_offset += static_cast<size_t>(NH) * L * L;
+                          stats + first * 2 * NH, nullptr, 1, cu[i + 1] - cu[i], C, NH);
   }
 }
 

@@ -106,21 +106,25 @@ class Ops {
 
   // ---- causal self-attention ------------------------------------------------------------------
   // qkv (B,T,3C) with q, k, v in that order and heads as contiguous slices of C
-  // -> out (B,T,C), att (B,NH,T,T) the softmax probabilities (kept for backward)
+  // -> out (B,T,C), stats (B,NH,T,2): each softmax row's maximum score and the reciprocal of its
+  // sum of exponentials, all the backward keeps (it recomputes the probabilities from qkv and
+  // these, the same bits as the forward's), so no (T,T) matrix outlives a call.
   // doc_start (B,T) or null: packed documents (issue 33), several documents in one row of T
   // tokens that must not see each other. doc_start[b,t] is the position in row b where the
   // document of token (b,t) starts: doc_start[b,0] == 0, and doc_start[b,t] is doc_start[b,t-1]
-  // (same document) or t (a new one). Query t attends keys doc_start[b,t]..t (block-causal);
-  // att entries outside that range are exactly zero. null means plain causal attention (every
-  // start 0), and all zeros gives the same bits as null. The CPU computes no masked work (up to
-  // the vector tile around the diagonal and the document's start) and aborts on a doc_start
-  // that breaks the rule; CUDA multiplies the whole T x T blocks and masks in the softmax.
-  virtual void AttentionForward(float* out, float* att, const float* qkv, const int32_t* doc_start,
-                                int B, int T, int C, int NH) = 0;
-  // dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) and doc_start (B,T) or null as given to the
+  // (same document) or t (a new one). Query t attends keys doc_start[b,t]..t (block-causal).
+  // null means plain causal attention (every start 0), and all zeros gives the same bits as
+  // null. The CPU computes no masked work (up to the vector tile around the diagonal and the
+  // document's start), holds one query tile's scores at a time in the forward and one head's
+  // (T,T) in the backward, and aborts on a doc_start that breaks the rule; CUDA multiplies the
+  // whole T x T blocks into a scratch of the call and masks in the softmax.
+  virtual void AttentionForward(float* out, float* stats, const float* qkv,
+                                const int32_t* doc_start, int B, int T, int C, int NH) = 0;
+  // dout (B,T,C), qkv (B,T,3C), stats (B,NH,T,2) and doc_start (B,T) or null as given to the
   // forward -> dqkv (B,T,3C) +=
-  virtual void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                                 const int32_t* doc_start, int B, int T, int C, int NH) = 0;
+  virtual void AttentionBackward(float* dqkv, const float* dout, const float* qkv,
+                                 const float* stats, const int32_t* doc_start, int B, int T, int C,
+                                 int NH) = 0;
 
   // ---- GELU (tanh approximation) --------------------------------------------------------------
   virtual void GeluForward(float* out, const float* inp, size_t n) = 0;
@@ -163,13 +167,13 @@ bool CudaDeviceAvailable();
 // One row of n = cu[S] tokens holding S sequences, sequence i its tokens [cu[i], cu[i+1]), each
 // attending causally to itself alone; the backend's causal kernel runs once per sequence at its
 // own length, so no masked or padded pair is computed on either backend.
-// qkv (n,3C) -> out (n,C), att (NH, sum_i L_i^2): sequence i's (NH,L_i,L_i) probabilities at
-// offset NH * sum_{k<i} L_k^2. cu: host memory, S + 1 entries, cu[0] = 0, increasing.
-void AttentionForwardVarlen(Ops& ops, float* out, float* att, const float* qkv, const int32_t* cu,
+// qkv (n,3C) -> out (n,C), stats (NH * n, 2): sequence i's (NH,L_i,2) at offset 2 NH cu[i].
+// cu: host memory, S + 1 entries, cu[0] = 0, increasing.
+void AttentionForwardVarlen(Ops& ops, float* out, float* stats, const float* qkv, const int32_t* cu,
                             int S, int C, int NH);
-// dout (n,C), qkv (n,3C), att as the forward left it -> dqkv (n,3C) +=
+// dout (n,C), qkv (n,3C), stats as the forward left them -> dqkv (n,3C) +=
 void AttentionBackwardVarlen(Ops& ops, float* dqkv, const float* dout, const float* qkv,
-                             const float* att, const int32_t* cu, int S, int C, int NH);
+                             const float* stats, const int32_t* cu, int S, int C, int NH);
 
 }  // namespace pp::kernels
 

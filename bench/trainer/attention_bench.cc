@@ -46,21 +46,21 @@ struct Inputs {
 // Median forward and backward seconds of all heads on table k.
 std::pair<double, double> Time(const VecKernels& k, const Inputs& in, int repeats) {
   const int T = in.T, C = in.C;
-  std::vector<float> out(size_t(T) * C), att(size_t(in.NH) * T * T), dqkv(in.qkv.size());
+  std::vector<float> out(size_t(T) * C), stats(size_t(in.NH) * T * 2), dqkv(in.qkv.size());
   std::vector<float> scratch(AttentionScratchFloats(T, in.hs));
   std::vector<double> fwd, bwd;
   for (int r = 0; r <= repeats; ++r) {  // run 0 warms the caches and pages
     const double t0 = Seconds();
     for (int h = 0; h < in.NH; ++h) {
       const HeadView head{in.qkv.data() + h * in.hs, T, C, in.hs};
-      k.attention_forward(out.data() + h * in.hs, att.data() + size_t(h) * T * T, head,
+      k.attention_forward(out.data() + h * in.hs, stats.data() + size_t(h) * T * 2, head,
                           scratch.data());
     }
     const double t1 = Seconds();
     for (int h = 0; h < in.NH; ++h) {
       const HeadView head{in.qkv.data() + h * in.hs, T, C, in.hs};
       k.attention_backward(dqkv.data() + h * in.hs, in.dout.data() + h * in.hs,
-                           att.data() + size_t(h) * T * T, head, scratch.data());
+                           stats.data() + size_t(h) * T * 2, head, scratch.data());
     }
     const double t2 = Seconds();
     if (r > 0) fwd.push_back(t1 - t0), bwd.push_back(t2 - t1);

@@ -212,7 +212,7 @@ std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
   dims.B = s.B, dims.T = s.T, dims.C = s.C, dims.n_heads = model.n_heads(), dims.vocab = s.Vo;
   if (common::PacksMicrobatches(spec)) {  // the fullest row a packed step may hold
     s.N = common::MaxMicrobatchTokens(spec);
-    dims.B = 1, dims.T = s.N, dims.sequence_squares = common::MaxSequenceSquares(spec);
+    dims.B = 1, dims.T = s.N;
   }
   dims.tp = tp;
   dims.precision = bf16 ? common::Precision::kBf16 : common::Precision::kFp32;

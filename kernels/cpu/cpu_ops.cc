@@ -249,8 +249,8 @@ class CpuOps final : public Ops {
     });
   }
 
-  // One task per (batch, head); every head writes its own slices of out, att and dqkv.
-  void AttentionForward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
+  // One task per (batch, head); every head writes its own slices of out, stats and dqkv.
+  void AttentionForward(float* out, float* stats, const float* qkv, const int32_t* doc_start, int B,
                         int T, int C, int NH) override {
     const int hs = C / NH;
     CheckDocStarts(doc_start, B, T, "AttentionForward");
@@ -258,11 +258,11 @@ class CpuOps final : public Ops {
     pool_.Run(int64_t(B) * NH, [&](int64_t i, int worker) {
       const int64_t b = i / NH, h = i % NH;
       const HeadView head{qkv + b * T * 3 * C + h * hs, T, C, hs, RowStarts(doc_start, b, T)};
-      k_.attention_forward(out + b * T * C + h * hs, att + i * T * T, head,
+      k_.attention_forward(out + b * T * C + h * hs, stats + i * T * 2, head,
                            scratch_[worker].data());
     });
   }
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* stats,
                          const int32_t* doc_start, int B, int T, int C, int NH) override {
     const int hs = C / NH;
     CheckDocStarts(doc_start, B, T, "AttentionBackward");
@@ -271,7 +271,7 @@ class CpuOps final : public Ops {
       const int64_t b = i / NH, h = i % NH;
       const int64_t qoff = b * T * 3 * C + h * hs;
       const HeadView head{qkv + qoff, T, C, hs, RowStarts(doc_start, b, T)};
-      k_.attention_backward(dqkv + qoff, dout + b * T * C + h * hs, att + i * T * T, head,
+      k_.attention_backward(dqkv + qoff, dout + b * T * C + h * hs, stats + i * T * 2, head,
                             scratch_[worker].data());
     });
   }

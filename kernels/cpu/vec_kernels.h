@@ -27,8 +27,8 @@ struct AdamWScalars {
 
 // One (batch, head) of causal attention. q points at the head's first query (qkv + b*T*3C +
 // h*hs); rows are 3C apart, k and v rows are q + C and q + 2C. out points at the head's slice
-// of (B,T,C) (rows C apart), att at its (T,T) probabilities. doc_start points at the batch
-// row's (T) document starts (ops.h: query t sees keys doc_start[t]..t), or is null for plain
+// of (B,T,C) (rows C apart), stats at its (T,2) softmax row stats (ops.h). doc_start points at the
+// batch row's (T) document starts (ops.h: query t sees keys doc_start[t]..t), or is null for plain
 // causal attention (the same bits as all zeros).
 struct HeadView {
   const float* q;
@@ -57,8 +57,8 @@ struct VecKernels {
   void (*column_sums)(float* acc, const float* x, int N, int ld, int c0, int c1);
   void (*gelu_forward)(float* out, const float* inp, size_t n);
   void (*gelu_backward)(float* dinp, const float* inp, const float* dout, size_t n);
-  void (*attention_forward)(float* out, float* att, HeadView head, float* scratch);
-  void (*attention_backward)(float* dq, const float* dout, const float* att, HeadView head,
+  void (*attention_forward)(float* out, float* stats, HeadView head, float* scratch);
+  void (*attention_backward)(float* dq, const float* dout, const float* stats, HeadView head,
                              float* scratch);
   // floats of scratch one call of attention_forward or attention_backward needs for T and hs
   size_t (*attention_scratch_floats)(int T, int hs);

@@ -197,48 +197,50 @@ class CudaOps final : public Ops {
 
   // Attention products per batch row b, each one strided-batched call over the NH heads. Head h
   // of q, k, v is the row-major (T,hs) slice at qkv + b*T*3C + {0,C,2C} + h*hs (row stride 3C);
-  // its (T,T) att block sits at att + (b*NH + h)*T*T; its out slice at out + b*T*C + h*hs (row
-  // stride C). Unlike the CPU backend, the full T x T scores are multiplied, and the softmax
-  // zeroes the future and, with doc_start (ops.h), the keys before each query's document.
-  void AttentionForward(float* out, float* att, const float* qkv, const int32_t* doc_start, int B,
+  // its (T,T) probabilities sit at p + (b*NH + h)*T*T in a scratch of the call from the stream's
+  // pool; its out slice at out + b*T*C + h*hs (row stride C). Unlike the CPU backend, the full
+  // T x T scores are multiplied, and the softmax zeroes the future and, with doc_start (ops.h),
+  // the keys before each query's document.
+  void AttentionForward(float* out, float* stats, const float* qkv, const int32_t* doc_start, int B,
                         int T, int C, int NH) override {
     Use();
     const Heads hd(T, C, NH);
-    for (int b = 0; b < B; ++b) {
-      // S = scale Q K^T  <=>  S^T (T,T) = K Q^T
-      GemmBatched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd.hs, hd.scale, hd.Qkv(qkv, b, 1), hd.c3,
-                  hd.hs, hd.Qkv(qkv, b, 0), hd.c3, hd.hs, 0.0f, hd.Att(att, b), T, hd.tt, NH,
-                  "AttentionForward scores");
-    }
-    cuda::CausalSoftmax(stream_, att, doc_start, static_cast<size_t>(B) * NH * T, T, NH);
+    const size_t rows = static_cast<size_t>(B) * NH * T;
+    float* p = Scratch(rows * T);
+    Scores(p, qkv, B, hd, "AttentionForward scores");
+    cuda::CausalSoftmax(stream_, p, stats, doc_start, rows, T, NH);
     Launched("AttentionForward softmax");
     for (int b = 0; b < B; ++b) {
       // out = P V  <=>  out^T (hs,T) = V^T P^T
       GemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, hd.hs, T, T, 1.0f, hd.Qkv(qkv, b, 2), hd.c3, hd.hs,
-                  hd.Att(att, b), T, hd.tt, 0.0f, hd.Out(out, b), C, hd.hs, NH,
+                  hd.Att(p, b), T, hd.tt, 0.0f, hd.Out(out, b), C, hd.hs, NH,
                   "AttentionForward values");
     }
+    Check(cudaFreeAsync(p, stream_), "AttentionForward scratch free");
   }
-  // dP = dout V^T, dV += P^T dout, dS = P (dP - rowsum(P dP)), dQ += scale dS K,
-  // dK += scale dS^T Q; dS lives in a (B,NH,T,T) scratch from the stream's pool.
-  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+  // P again from the scores and stats, dP = dout V^T, dV += P^T dout,
+  // dS = P (dP - rowsum(P dP)), dQ += scale dS K, dK += scale dS^T Q; P and dS live in
+  // (B,NH,T,T) scratches of the call from the stream's pool.
+  void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* stats,
                          const int32_t* doc_start, int B, int T, int C, int NH) override {
     Use();
     const Heads hd(T, C, NH);
     const size_t rows = static_cast<size_t>(B) * NH * T;
-    float* ds = nullptr;
-    Check(cudaMallocAsync(reinterpret_cast<void**>(&ds), rows * T * sizeof(float), stream_),
-          "AttentionBackward scratch");
+    float* p = Scratch(rows * T);
+    float* ds = Scratch(rows * T);
+    Scores(p, qkv, B, hd, "AttentionBackward scores");
+    cuda::CausalSoftmaxAgain(stream_, p, stats, doc_start, rows, T, NH);
+    Launched("AttentionBackward probabilities");
     for (int b = 0; b < B; ++b) {
       const float* dy = hd.Out(dout, b);
       // dP^T (T,T) = V dout^T
       GemmBatched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd.hs, 1.0f, hd.Qkv(qkv, b, 2), hd.c3, hd.hs,
                   dy, C, hd.hs, 0.0f, hd.Att(ds, b), T, hd.tt, NH, "AttentionBackward dP");
       // dV^T (hs,T) += dout^T P
-      GemmBatched(CUBLAS_OP_N, CUBLAS_OP_T, hd.hs, T, T, 1.0f, dy, C, hd.hs, hd.Att(att, b), T,
-                  hd.tt, 1.0f, hd.Qkv(dqkv, b, 2), hd.c3, hd.hs, NH, "AttentionBackward dV");
+      GemmBatched(CUBLAS_OP_N, CUBLAS_OP_T, hd.hs, T, T, 1.0f, dy, C, hd.hs, hd.Att(p, b), T, hd.tt,
+                  1.0f, hd.Qkv(dqkv, b, 2), hd.c3, hd.hs, NH, "AttentionBackward dV");
     }
-    cuda::CausalSoftmaxBackward(stream_, ds, att, doc_start, rows, T, NH);
+    cuda::CausalSoftmaxBackward(stream_, ds, p, doc_start, rows, T, NH);
     Launched("AttentionBackward softmax");
     for (int b = 0; b < B; ++b) {
       // dQ^T (hs,T) += scale K^T dS^T
@@ -250,7 +252,8 @@ class CudaOps final : public Ops {
                   hd.hs, hd.Att(ds, b), T, hd.tt, 1.0f, hd.Qkv(dqkv, b, 1), hd.c3, hd.hs, NH,
                   "AttentionBackward dK");
     }
-    Check(cudaFreeAsync(ds, stream_), "AttentionBackward scratch free");
+    Check(cudaFreeAsync(ds, stream_), "AttentionBackward dS free");
+    Check(cudaFreeAsync(p, stream_), "AttentionBackward probabilities free");
   }
 
   void GeluForward(float* out, const float* inp, size_t n) override {
@@ -402,6 +405,8 @@ class CudaOps final : public Ops {
           what);
   }
 
+  float* Scratch(size_t floats) { return static_cast<float*>(AllocRaw(floats * sizeof(float))); }
+
   // Where the heads of batch row b live (see AttentionForward).
   struct Heads {
     Heads(int T, int C, int NH)
@@ -425,6 +430,15 @@ class CudaOps final : public Ops {
     int nh;
     float scale;
   };
+
+  // p (B,NH,T,T) = scale Q K^T for every head  <=>  S^T (T,T) = K Q^T
+  void Scores(float* p, const float* qkv, int B, const Heads& hd, const char* what) {
+    for (int b = 0; b < B; ++b) {
+      GemmBatched(CUBLAS_OP_T, CUBLAS_OP_N, hd.T, hd.T, hd.hs, hd.scale, hd.Qkv(qkv, b, 1), hd.c3,
+                  hd.hs, hd.Qkv(qkv, b, 0), hd.c3, hd.hs, 0.0f, hd.Att(p, b), hd.T, hd.tt, hd.nh,
+                  what);
+    }
+  }
 
   const int device_;
   const cudaStream_t stream_;

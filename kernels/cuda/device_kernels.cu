@@ -208,9 +208,10 @@ __device__ int RowStart(const int32_t* doc_start, size_t r, int t, int T, int NH
   return s < 0 ? 0 : (s > t ? t : s);
 }
 
-// att (rows,T) scores -> softmax over columns s..t, zeros outside
-__global__ void CausalSoftmaxKernel(float* att, const int32_t* doc_start, size_t rows, int T,
-                                    int NH) {
+// att (rows,T) scores -> softmax over columns s..t, zeros outside; stats (rows,2) the row's
+// maximum and 1 / sum (ops.h), from which CausalSoftmaxAgainKernel gives the same bits
+__global__ void CausalSoftmaxKernel(float* att, float* stats, const int32_t* doc_start, size_t rows,
+                                    int T, int NH) {
   const size_t r = static_cast<size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (r >= rows) return;
@@ -227,6 +228,21 @@ __global__ void CausalSoftmaxKernel(float* att, const int32_t* doc_start, size_t
   }
   const float inv_sum = 1.0f / WarpSum(sum);
   for (int j = lane; j < T; j += kWarp) p[j] = j >= s && j <= t ? p[j] * inv_sum : 0.0f;
+  if (lane == 0) stats[2 * r] = max_score, stats[2 * r + 1] = inv_sum;
+}
+
+// att (rows,T) scores -> the probabilities CausalSoftmaxKernel gave, from its stats
+__global__ void CausalSoftmaxAgainKernel(float* att, const float* stats, const int32_t* doc_start,
+                                         size_t rows, int T, int NH) {
+  const size_t r = static_cast<size_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (r >= rows) return;
+  const int t = static_cast<int>(r % T), s = RowStart(doc_start, r, t, T, NH);
+  const float max_score = stats[2 * r], inv_sum = stats[2 * r + 1];
+  float* p = att + r * T;
+  for (int j = lane; j < T; j += kWarp) {
+    p[j] = j >= s && j <= t ? expf(p[j] - max_score) * inv_sum : 0.0f;
+  }
 }
 
 // dp (rows,T) holds dP = dout V^T on entry; on exit dS = P (dP - sum_j P dP) on columns s..t,
@@ -415,10 +431,17 @@ void BiasBackward(cudaStream_t stream, float* dbias, const float* dout, int N, i
       nullptr, dbias, dout, nullptr, nullptr, nullptr, N, OC);
 }
 
-void CausalSoftmax(cudaStream_t stream, float* att, const int32_t* doc_start, size_t rows, int T,
-                   int NH) {
+void CausalSoftmax(cudaStream_t stream, float* att, float* stats, const int32_t* doc_start,
+                   size_t rows, int T, int NH) {
   if (rows == 0) return;
-  CausalSoftmaxKernel<<<WarpRowGrid(rows), kBlock, 0, stream>>>(att, doc_start, rows, T, NH);
+  CausalSoftmaxKernel<<<WarpRowGrid(rows), kBlock, 0, stream>>>(att, stats, doc_start, rows, T, NH);
+}
+
+void CausalSoftmaxAgain(cudaStream_t stream, float* att, const float* stats,
+                        const int32_t* doc_start, size_t rows, int T, int NH) {
+  if (rows == 0) return;
+  CausalSoftmaxAgainKernel<<<WarpRowGrid(rows), kBlock, 0, stream>>>(att, stats, doc_start, rows, T,
+                                                                     NH);
 }
 
 void CausalSoftmaxBackward(cudaStream_t stream, float* dp, const float* att,

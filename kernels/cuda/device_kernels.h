@@ -48,9 +48,13 @@ void BiasBackward(cudaStream_t stream, float* dbias, const float* dout, int N, i
 
 // Row r of att (rows,T) is query position t = r % T of batch row b = r / (NH T) (rows = B*NH*T);
 // its columns are doc_start[b,t]..t, doc_start (B,T) as in ops.h, or 0..t when it is null.
-// att: scores -> softmax probabilities over those columns, zeros outside them
-void CausalSoftmax(cudaStream_t stream, float* att, const int32_t* doc_start, size_t rows, int T,
-                   int NH);
+// att: scores -> softmax probabilities over those columns, zeros outside them; stats (rows,2):
+// each row's maximum score and 1 / sum of exponentials (ops.h)
+void CausalSoftmax(cudaStream_t stream, float* att, float* stats, const int32_t* doc_start,
+                   size_t rows, int T, int NH);
+// att: the same scores -> CausalSoftmax's probabilities again, bit for bit, from its stats
+void CausalSoftmaxAgain(cudaStream_t stream, float* att, const float* stats,
+                        const int32_t* doc_start, size_t rows, int T, int NH);
 // dp: dP -> dS = P (dP - rowsum(P dP)) over those columns, zeros outside them
 void CausalSoftmaxBackward(cudaStream_t stream, float* dp, const float* att,
                            const int32_t* doc_start, size_t rows, int T, int NH);

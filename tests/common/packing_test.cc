@@ -149,7 +149,6 @@ TEST(PackingSpecTest, AnUnsetMicrobatchSizeDefaultsToOneRow) {
   EXPECT_TRUE(ValidateJobSpecFields(spec).ok()) << ValidateJobSpecFields(spec);
   EXPECT_EQ(MaxMicrobatchTokens(spec), 40);
   EXPECT_EQ(PieceLimit(spec), 16);
-  EXPECT_EQ(MaxSequenceSquares(spec), 2 * 16 * 16 + 8 * 8);  // 40 = 16 + 16 + 8
 }
 
 TEST(PackingSpecTest, BadBudgetsAndMissingCompanionsAreRefusedNamingTheField) {

@@ -196,26 +196,32 @@ TEST_F(CpuOpsTest, AttentionForwardAndBackward) {
   const int B = 2, T = 5, C = 8, NH = 2;
   auto qkv = Random(B * T * 3 * C, 30), r = Random(B * T * C, 31);
   Vec Q = ToDouble(qkv), R = ToDouble(r);
-  float *out = ops_->Alloc(B * T * C), *att = ops_->Alloc(B * NH * T * T);
-  owned_.insert(owned_.end(), {out, att});
+  float *out = ops_->Alloc(B * T * C), *stats = ops_->Alloc(B * NH * T * 2);
+  owned_.insert(owned_.end(), {out, stats});
   float* dq = Dev(qkv);
-  ops_->AttentionForward(out, att, dq, nullptr, B, T, C, NH);
+  ops_->AttentionForward(out, stats, dq, nullptr, B, T, C, NH);
   ExpectForward(Host(out, B * T * C), RefAttention(Q, B, T, C, NH), "attention");
-  auto probs = Host(att, B * NH * T * T);
+  // stats (B,NH,T,2): each row's maximum score over keys 0..t and 1 / sum of exponentials
+  const std::vector<float> got = Host(stats, B * NH * T * 2);
+  const int hs = C / NH;
   for (int row = 0; row < B * NH * T; ++row) {
-    int t = row % T;
-    double sum = 0;
-    for (int j = 0; j < T; ++j) {
-      if (j > t) {
-        EXPECT_EQ(probs[row * T + j], 0.0f) << "future position " << j << " of row " << t;
+    const int b = row / (NH * T), h = row / T % NH, t = row % T;
+    std::vector<double> scores(t + 1);
+    for (int j = 0; j <= t; ++j) {
+      for (int d = 0; d < hs; ++d) {
+        scores[j] += Q[(b * T + t) * 3 * C + h * hs + d] * Q[(b * T + j) * 3 * C + C + h * hs + d];
       }
-      sum += probs[row * T + j];
+      scores[j] /= std::sqrt(double(hs));
     }
-    EXPECT_NEAR(sum, 1.0, 1e-6);
+    const double mx = *std::max_element(scores.begin(), scores.end());
+    double sum = 0;
+    for (double s : scores) sum += std::exp(s - mx);
+    EXPECT_NEAR(got[2 * row], mx, 1e-6 + 1e-6 * std::abs(mx)) << "row " << row << " max";
+    EXPECT_NEAR(got[2 * row + 1], 1.0 / sum, 1e-6 / sum) << "row " << row << " 1 / sum";
   }
   auto pre = Random(B * T * 3 * C, 32);
   float* g = Dev(pre);
-  ops_->AttentionBackward(g, Dev(r), dq, att, nullptr, B, T, C, NH);
+  ops_->AttentionBackward(g, Dev(r), dq, stats, nullptr, B, T, C, NH);
   ExpectGradient([&](const Vec& v) { return Dot(R, RefAttention(v, B, T, C, NH)); }, Q,
                  Added(g, pre), "attention dqkv");
 }
@@ -352,7 +358,7 @@ TEST_F(CpuOpsTest, AttentionAndMatmulAreDeterministic) {
   float *dq = Dev(qkv), *dr = Dev(r);
   std::vector<float> first;
   for (int rep = 0; rep < 2; ++rep) {
-    float *out = ops_->Alloc(B * T * C), *att = ops_->Alloc(B * NH * T * T);
+    float *out = ops_->Alloc(B * T * C), *att = ops_->Alloc(B * NH * T * 2);  // att: the stats
     float* g = ops_->Alloc(B * T * 3 * C);
     float* w = ops_->Alloc(3 * C * C);
     owned_.insert(owned_.end(), {out, att, g, w});

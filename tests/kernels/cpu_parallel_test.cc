@@ -58,9 +58,9 @@ TEST(ThreadPoolTest, ManyRunsInARowAndAfterTheHelpersSlept) {
 // ---- every table this CPU runs, against double references ------------------------------------
 // out (T, hs) and P (T, T) of one head in double; qkv rows 3C apart as the kernels see them.
 void RefHead(const std::vector<float>& qkv, int T, int C, int hs, std::vector<double>* out,
-             std::vector<double>* probs) {
+             std::vector<double>* stats) {
   out->assign(static_cast<size_t>(T) * hs, 0.0);
-  probs->assign(static_cast<size_t>(T) * T, 0.0);
+  stats->assign(static_cast<size_t>(T) * 2, 0.0);
   for (int t = 0; t < T; ++t) {
     double mx = -1e300, sum = 0;
     std::vector<double> s(t + 1);
@@ -71,8 +71,8 @@ void RefHead(const std::vector<float>& qkv, int T, int C, int hs, std::vector<do
       mx = std::max(mx, s[j]);
     }
     for (int j = 0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    (*stats)[2 * t] = mx, (*stats)[2 * t + 1] = 1.0 / sum;
     for (int j = 0; j <= t; ++j) {
-      (*probs)[t * T + j] = s[j] / sum;
       for (int i = 0; i < hs; ++i) (*out)[t * hs + i] += s[j] / sum * qkv[j * 3 * C + 2 * C + i];
     }
   }
@@ -82,9 +82,8 @@ void RefHead(const std::vector<float>& qkv, int T, int C, int hs, std::vector<do
 double RefObjective(const std::vector<double>& qkv, const std::vector<float>& r, int T, int C,
                     int hs) {
   std::vector<float> f(qkv.begin(), qkv.end());
-  std::vector<double> out, probs;
-  RefHead(f, T, C, hs, &out, &probs);
-  (void)probs;
+  std::vector<double> out, stats;
+  RefHead(f, T, C, hs, &out, &stats);
   double s = 0;
   for (int t = 0; t < T; ++t) {
     for (int i = 0; i < hs; ++i) s += r[t * C + i] * out[t * hs + i];
@@ -100,16 +99,17 @@ TEST(VecKernelsTest, AttentionForwardOnOddShapesInEveryTable) {
   for (Shape sh : {Shape{1, 8}, Shape{7, 20}, Shape{37, 20}, Shape{130, 64}, Shape{33, 48}}) {
     const int C = sh.hs;  // one head: C = hs
     auto qkv = Random(static_cast<size_t>(sh.T) * 3 * C, sh.T * 7 + sh.hs, 2.0f);
-    std::vector<double> want_out, want_p;
-    RefHead(qkv, sh.T, C, sh.hs, &want_out, &want_p);
+    std::vector<double> want_out, want_stats;
+    RefHead(qkv, sh.T, C, sh.hs, &want_out, &want_stats);
     for (const VecKernels* k : RunnableVecKernels()) {
       std::vector<float> out(static_cast<size_t>(sh.T) * C, -1.0f);
-      std::vector<float> att(static_cast<size_t>(sh.T) * sh.T, -1.0f);
+      std::vector<float> stats(static_cast<size_t>(sh.T) * 2, -1.0f);
       std::vector<float> scratch(AttentionScratchFloats(sh.T, sh.hs));
-      k->attention_forward(out.data(), att.data(), HeadView{qkv.data(), sh.T, C, sh.hs},
+      k->attention_forward(out.data(), stats.data(), HeadView{qkv.data(), sh.T, C, sh.hs},
                            scratch.data());
-      for (size_t i = 0; i < att.size(); ++i) {
-        ASSERT_NEAR(att[i], want_p[i], 2e-6) << k->isa << " T " << sh.T << " att " << i;
+      for (size_t i = 0; i < stats.size(); ++i) {
+        ASSERT_NEAR(stats[i], want_stats[i], 2e-6 + 2e-6 * std::abs(want_stats[i]))
+            << k->isa << " T " << sh.T << " stats " << i;
       }
       for (size_t i = 0; i < out.size(); ++i) {
         ASSERT_NEAR(out[i], want_out[i], 2e-5 + 2e-5 * std::abs(want_out[i]))
@@ -122,15 +122,15 @@ TEST(VecKernelsTest, AttentionForwardOnOddShapesInEveryTable) {
 TEST(VecKernelsTest, AttentionBackwardMatchesFiniteDifferencesInEveryTable) {
   const int T = 9, hs = 20, C = hs;
   auto qkv = Random(static_cast<size_t>(T) * 3 * C, 90, 1.5f), r = Random(T * C, 91);
-  std::vector<double> out, probs;
-  RefHead(qkv, T, C, hs, &out, &probs);
-  std::vector<float> att(probs.begin(), probs.end());
+  std::vector<double> out, ref_stats;
+  RefHead(qkv, T, C, hs, &out, &ref_stats);
+  std::vector<float> stats(ref_stats.begin(), ref_stats.end());
   std::vector<double> x(qkv.begin(), qkv.end());
   for (const VecKernels* k : RunnableVecKernels()) {
     auto pre = Random(qkv.size(), 92);
     std::vector<float> g = pre;
     std::vector<float> scratch(AttentionScratchFloats(T, hs));
-    k->attention_backward(g.data(), r.data(), att.data(), HeadView{qkv.data(), T, C, hs},
+    k->attention_backward(g.data(), r.data(), stats.data(), HeadView{qkv.data(), T, C, hs},
                           scratch.data());
     for (size_t i = 0; i < x.size(); ++i) {
       std::vector<double> xp = x, xm = x;
@@ -219,7 +219,7 @@ std::vector<float> RunEveryOp(int threads) {
   float* w = dev(Random(3 * C * C, 4, 0.2f));
   float* bias = dev(Random(3 * C, 5));
   float *ln = ops.Alloc(N * C), *mean = ops.Alloc(N), *rstd = ops.Alloc(N);
-  float *qkv = ops.Alloc(N * 3 * C), *out = ops.Alloc(N * C), *att = ops.Alloc(B * NH * T * T);
+  float *qkv = ops.Alloc(N * 3 * C), *out = ops.Alloc(N * C), *att = ops.Alloc(B * NH * T * 2);
   ops.LayerNormForward(ln, mean, rstd, x, lw, lb, N, C);
   ops.MatmulForward(qkv, ln, w, bias, N, C, 3 * C);
   ops.AttentionForward(out, att, qkv, nullptr, B, T, C, NH);
@@ -245,11 +245,25 @@ std::vector<float> RunEveryOp(int threads) {
   ops.AdamW(w, dw, m, v, 3 * C * C, a);
   ops.Add(dx, ln, N * C);
   ops.ResidualForward(ln, dx, x, N * C);
-  for (auto [p, n] : std::vector<std::pair<float*, size_t>>{
-           {ln, N * C}, {mean, N}, {rstd, N}, {qkv, N * 3 * C}, {out, N * C},
-           {att, B * NH * T * T}, {dqkv, N * 3 * C}, {dln, N * C}, {dx, N * C}, {dw, 3 * C * C},
-           {db, 3 * C}, {dlw, C}, {dlb, C}, {gel, N * 3 * C}, {losses, N}, {probs, N * V},
-           {w, 3 * C * C}, {m, 3 * C * C}, {v, 3 * C * C}}) {
+  for (auto [p, n] : std::vector<std::pair<float*, size_t>>{{ln, N * C},
+                                                            {mean, N},
+                                                            {rstd, N},
+                                                            {qkv, N * 3 * C},
+                                                            {out, N * C},
+                                                            {att, B * NH * T * 2},
+                                                            {dqkv, N * 3 * C},
+                                                            {dln, N * C},
+                                                            {dx, N * C},
+                                                            {dw, 3 * C * C},
+                                                            {db, 3 * C},
+                                                            {dlw, C},
+                                                            {dlb, C},
+                                                            {gel, N * 3 * C},
+                                                            {losses, N},
+                                                            {probs, N * V},
+                                                            {w, 3 * C * C},
+                                                            {m, 3 * C * C},
+                                                            {v, 3 * C * C}}) {
     keep(p, n);
   }
   for (float* p : {x, lw, lb, w, bias, ln, mean, rstd, qkv, out, att, dqkv, dln, dx, dw, db, dlw,

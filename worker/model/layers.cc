@@ -25,15 +25,15 @@ const float* StageModel::Impl::RowBias(const ModelTensor& bias) const {
   return tp_rank_ == 0 ? bias.value : nullptr;
 }
 
-// qkv (N,3Cl) -> out (N,Cl), att: per sequence of a packed row (kernels/ops.h
-// AttentionForwardVarlen), else (B,NHl,T,T) block-causal per document (doc_start or null).
-void StageModel::Impl::Attention(float* out, float* att, const float* qkv,
+// qkv (N,3Cl) -> out (N,Cl), stats (N,NHl,2 in ops.h's order): per sequence of a packed row
+// (kernels/ops.h AttentionForwardVarlen), else block-causal per document (doc_start or null).
+void StageModel::Impl::Attention(float* out, float* stats, const float* qkv,
                                  const int32_t* doc_start) {
   if (packed()) {
-    kernels::AttentionForwardVarlen(*ops_, out, att, qkv, cur_sequences_->data(), NumSequences(),
+    kernels::AttentionForwardVarlen(*ops_, out, stats, qkv, cur_sequences_->data(), NumSequences(),
                                     Cl_, NHl_);
   } else {
-    ops_->AttentionForward(out, att, qkv, doc_start, B_, T_, Cl_, NHl_);
+    ops_->AttentionForward(out, stats, qkv, doc_start, B_, T_, Cl_, NHl_);
   }
 }
 
@@ -49,9 +49,9 @@ absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const
                          w[kLn1B].value, N, C);
   s.qkv = NewOut(u, A::kQkv);  // (N,3Cl)
   ops_->MatmulForward(s.qkv.get(), s.ln1.get(), w[kQkvW].value, w[kQkvB].value, N, C, 3 * Cl);
-  s.atty = NewOut(u, A::kAtty), s.att = NewOut(u, A::kAtt);  // (N,Cl), (B,NH,T,T)
-  Attention(s.atty.get(), s.att.get(), s.qkv.get(), doc_start);
-  if (opt_.recompute == Recompute::kSelective) s.att.Release();  // back before the backward
+  s.atty = NewOut(u, A::kAtty), s.att_stats = NewOut(u, A::kAttStats);  // (N,Cl), (B,NH,T,2)
+  Attention(s.atty.get(), s.att_stats.get(), s.qkv.get(), doc_start);
+  if (opt_.recompute == Recompute::kSelective) s.att_stats.Release();  // back before the backward
   ops_->MatmulForward(tmp_c_, s.atty.get(), w[kProjW].value, RowBias(w[kProjB]), N, Cl, C);
   if (absl::Status st = AllReduce(tmp_c_); !st.ok()) return st;
   s.res2 = NewOut(u, A::kRes2);
@@ -73,9 +73,9 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
                                                   const int32_t* doc_start, const float* x, FBuf dy,
                                                   float* dx) {
   const int C = C_, Cl = Cl_, NH = NHl_, N = static_cast<int>(N_);
-  if (s.att.get() == nullptr) {  // selective recomputation: the probabilities, from qkv again
-    s.att = NewOut(s.unit, A::kAtt);  // (B,NH,T,T)
-    Attention(tmp_c_, s.att.get(), s.qkv.get(), doc_start);  // the output is unused
+  if (s.att_stats.get() == nullptr) {  // selective recomputation: the stats, from qkv again
+    s.att_stats = NewOut(s.unit, A::kAttStats);                    // (B,NH,T,2)
+    Attention(tmp_c_, s.att_stats.get(), s.qkv.get(), doc_start);  // the output is unused
   }
   s.dy = std::move(dy);
   ops_->Zero(tmp_4c_, N_ * 4 * Cl);  // d fch_gelu
@@ -93,11 +93,11 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
   ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, Cl, C);
   s.dqkv = NewF(s.unit, A::kDqkv);
   if (packed()) {
-    kernels::AttentionBackwardVarlen(*ops_, s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(),
+    kernels::AttentionBackwardVarlen(*ops_, s.dqkv.get(), tmp_c_, s.qkv.get(), s.att_stats.get(),
                                      cur_sequences_->data(), NumSequences(), Cl, NH);
   } else {
-    ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att.get(), doc_start, B_, T_, Cl,
-                            NH);
+    ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att_stats.get(), doc_start, B_, T_,
+                            Cl, NH);
   }
   s.dln1 = NewF(s.unit, A::kDln1);
   ops_->MatmulBackwardInput(s.dln1.get(), s.dqkv.get(), w[kQkvW].value, N, C, 3 * Cl);
@@ -105,7 +105,7 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
   ops_->Copy(dx, s.dres2.get(), N_ * C);
   ops_->LayerNormBackwardInput(dx, s.dln1.get(), x, w[kLn1W].value, s.mean1.get(), s.rstd1.get(),
                                N, C);
-  s.qkv.Release(), s.att.Release(), s.fch.Release();  // the weight part does not read them
+  s.qkv.Release(), s.att_stats.Release(), s.fch.Release();  // the weight part does not read them
   return absl::OkStatus();
 }
 

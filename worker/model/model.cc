@@ -325,7 +325,7 @@ absl::Status StageModel::Impl::LoadShape(MbState& st, const StageInput& in) {
   st.sequences.assign(in.sequences, in.sequences + S + 1);
   st.step_tokens = in.step_tokens;
   common::ActivationDims dims = dims_;
-  dims.B = 1, dims.T = st.T, dims.sequence_squares = common::SequenceSquares(st.sequences);
+  dims.B = 1, dims.T = st.T;
   absl::StatusOr<common::ActivationTable> acts = common::ActivationTable::Make(dims);
   if (!acts.ok()) return acts.status();
   st.packed_acts = *std::move(acts);

@@ -14,8 +14,8 @@
 //   seeded with 1/(B*T*M), so gradients sum to those of the step loss = sum_j loss_j / M; a packed
 //   microbatch's with 1/StageInput.step_tokens, for the step loss = the mean over its tokens.
 // - Packed microbatches (StageInput.sequences): each microbatch has its own length n; the saved
-//   state and every op are sized by it (the activation table of (1,n) with the attention's
-//   probabilities per sequence), so a short microbatch costs and keeps less.
+//   state and every op are sized by it (the activation table of (1,n)), so a short microbatch
+//   costs and keeps less.
 // - Packed documents (StageInput.doc_start): every block attends within each document only,
 //   and with ModelConfig.document_positions the embedding gives token t of a document starting
 //   at s the position t - s. A first stage with document_positions needs doc_start. Every stage

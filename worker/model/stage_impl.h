@@ -8,9 +8,10 @@
 // Recomputation in Large Transformer Models"): kFull keeps a microbatch's inputs only (tokens,
 // the input activation, targets, document starts and positions) between its forward and its
 // input-gradient, which runs the forward again first; kSelective drops each block's attention
-// probabilities (B,NH,T,T) right after the attention and recomputes them from qkv just before
-// the attention backward. The kernels are deterministic, so recomputed tensors are the bits the
-// forward made and the gradients equal kNone's bitwise.
+// stats (B,NH,T,2; the attention keeps no (T,T) probabilities, kernels/ops.h) right after the
+// attention and recomputes them from qkv just before the attention backward. The kernels are
+// deterministic, so recomputed tensors are the bits the forward made and the gradients equal
+// kNone's bitwise.
 #ifndef PP_WORKER_MODEL_STAGE_IMPL_H_
 #define PP_WORKER_MODEL_STAGE_IMPL_H_
 
@@ -79,7 +80,7 @@ using IBuf = Buf<int32_t>;
 // unit whose live-bytes count they charge.
 struct BlockSaved {
   int unit = 0;
-  FBuf ln1, mean1, rstd1, qkv, att, atty, res2, ln2, mean2, rstd2, fch, fch_gelu;
+  FBuf ln1, mean1, rstd1, qkv, att_stats, atty, res2, ln2, mean2, rstd2, fch, fch_gelu;
   FBuf dy, dfch, dln2, dres2, dqkv, dln1;  // dy: the table's kDout
 };
 struct HeadSaved {
@@ -200,7 +201,7 @@ class StageModel::Impl {
   const float* RowBias(const ModelTensor& bias) const;
   // The current microbatch's attention: per packed sequence, or over (B,T) with doc_start
   // (backend memory or null; kernels/ops.h).
-  void Attention(float* out, float* att, const float* qkv, const int32_t* doc_start);
+  void Attention(float* out, float* stats, const float* qkv, const int32_t* doc_start);
   // doc_start (B,T) backend memory or null: the attention's (kernels/ops.h).
   absl::Status BlockForward(ModelTensor* w, internal::BlockSaved& s, const int32_t* doc_start,
                             const float* x, float* y);

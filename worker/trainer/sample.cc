@@ -190,10 +190,10 @@ absl::StatusOr<std::vector<float>> Decoder::Logits(const std::vector<int32_t>& t
   Buffers buf{m.ops.get(), {}};
   float* x = m.Embed(tokens.data(), N, 0, buf);
   const int C = m.cfg.d_model, NH = m.cfg.n_heads;
-  float* probs = buf.Get(size_t(NH) * N * N);
+  float* stats = buf.Get(size_t(NH) * N * 2);  // kernels/ops.h; unused here
   for (int l = 0; l < m.cfg.n_layers; ++l) {
     m.Block(l, x, N, buf, [&](const float* qkv, float* out) {
-      m.ops->AttentionForward(out, probs, qkv, nullptr, 1, N, C, NH);
+      m.ops->AttentionForward(out, stats, qkv, nullptr, 1, N, C, NH);
     });
   }
   return m.Head(x, N, buf);

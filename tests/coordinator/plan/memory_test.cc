@@ -47,11 +47,11 @@ TEST(MemoryTest, TwoStagesOneFOneBByHand) {
   EXPECT_EQ(r0.optimizer, 1032 * 8);
   // tmp (N,C) 128 + (N,4C) 512.
   EXPECT_EQ(r0.scratch, 640);
-  // A block's forward keeps 3 (N,C) + 4 (N) + 12 (N,C) + probabilities (1,2,4,4) = 2112 bytes;
-  // stage 0 adds its tokens (16) and the embedding output (128): 2256 per microbatch. The
+  // A block's forward keeps 3 (N,C) + 4 (N) + 12 (N,C) + attention stats (1,2,4,2) = 2048
+  // bytes; stage 0 adds its tokens (16) and the embedding output (128): 2192 per microbatch. The
   // input-gradient peaks 1536 above that (grad_out copy, dx, dfch, dln2, dres2, dqkv, dln1).
-  // 1F1B on rank 0 runs F0 F1 B0 B1: the peak is in B0 with two forwards saved, 2 x 2256 + 1536.
-  EXPECT_EQ(r0.activations, 2 * 2256 + 1536);
+  // 1F1B on rank 0 runs F0 F1 B0 B1: the peak is in B0 with two forwards saved, 2 x 2192 + 1536.
+  EXPECT_EQ(r0.activations, 2 * 2192 + 1536);
   // Two gradient receives posted at the step's start, two sent activations kept to its end.
   EXPECT_EQ(r0.communication, 4 * 128);
   // The shard: values and two moments (12 bytes a parameter), as host tensors and serialized.
@@ -63,9 +63,9 @@ TEST(MemoryTest, TwoStagesOneFOneBByHand) {
   const MemoryBreakdown& r1 = ranks[1].bytes;
   EXPECT_EQ(r1.parameters, 1016 * 4);
   EXPECT_EQ(r1.scratch, 640 + 256 + 16);  // and logits (N,16), losses (N)
-  // Forward: input copy 128, block output 128, block 2112, head (targets, ln_f, mean, rstd,
-  // softmax) 432 = 2800; the input-gradient peaks 1536 above it. F0 B0 F1 B1: one at a time.
-  EXPECT_EQ(r1.activations, 2800 + 1536);
+  // Forward: input copy 128, block output 128, block 2048, head (targets, ln_f, mean, rstd,
+  // softmax) 432 = 2736; the input-gradient peaks 1536 above it. F0 B0 F1 B1: one at a time.
+  EXPECT_EQ(r1.activations, 2736 + 1536);
   // At B0's peak: mb 1's received activation and B0's grad_in.
   EXPECT_EQ(r1.communication, 2 * 128);
   EXPECT_EQ(r1.total, kProcessBaselineBytes + 16 * 1016 + 912 + 24 * 1016);
@@ -120,7 +120,7 @@ TEST(MemoryTest, ACheckpointBeforeTheLastStepAddsToTheStepPeak) {
   const std::vector<RankMemory> ranks = Estimate(spec, {2, 2});
   ASSERT_EQ(ranks.size(), 2u);
   EXPECT_EQ(ranks[0].bytes.total,
-            kProcessBaselineBytes + 16 * 1032 + 640 + (2 * 2256 + 1536 + 4 * 128) + 24 * 1032);
+            kProcessBaselineBytes + 16 * 1032 + 640 + (2 * 2192 + 1536 + 4 * 128) + 24 * 1032);
   // checkpoint.autoEverySteps: ppcoord may pick any interval, so a checkpoint mid-run counts even
   // when every_steps says only at the end.
   spec.mutable_checkpoint()->set_every_steps(0);
@@ -137,11 +137,11 @@ TEST(MemoryTest, GPipeHoldsEveryMicrobatchAndDataParallelAddsBuckets) {
   const std::vector<RankMemory> ranks = Estimate(spec, {4});
   ASSERT_EQ(ranks.size(), 2u);
   // One stage with every unit: forward = tokens 16 + 3 block inputs and the head's 384 +
-  // 2 x 2112 + head 432 = 5056. The input-gradient: head gradient 128, dlogits 256, dlnf 128
-  // (softmax freed: 256 left); per block dx 128 and 1280 more before 1024 are freed: block 1
-  // reaches 256 + 1408 = 1664 and leaves 640, block 0 reaches 640 + 1408 = 2048.
-  // GPipe runs F0 F1 F2, then B0 at 3 x 5056 + 2048.
-  EXPECT_EQ(ranks[0].bytes.activations, 3 * 5056 + 2048);
+  // 2 x 2048 + head 432 = 4928. The input-gradient: head gradient 128, dlogits 256, dlnf 128
+  // (softmax freed: 256 left); per block dx 128 and 1280 more before 960 are freed: block 1
+  // reaches 256 + 1408 = 1664 and leaves 704, block 0 reaches 704 + 1408 = 2112.
+  // GPipe runs F0 F1 F2, then B0 at 3 x 4928 + 2112.
+  EXPECT_EQ(ranks[0].bytes.activations, 3 * 4928 + 2112);
   // No pipeline boundary; gradients (2048 params, 8192 bytes) fit one bucket: flat + all-reduce.
   EXPECT_EQ(ranks[0].bytes.parameters, 2048 * 4);
   EXPECT_EQ(ranks[0].bytes.communication, 2 * 2048 * 4);

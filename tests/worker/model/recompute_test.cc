@@ -67,8 +67,8 @@ Live Measure(ModelTest& t, std::vector<std::unique_ptr<StageModel>>& stages, con
 TEST_F(RecomputeTest, HeldBytesAreTheMemoryModelsAndFewer) {
   const ModelConfig c = Tiny();
   const int B = 2;
-  const int64_t N = B * c.seq_len, NC = N * c.d_model * 4, att = int64_t{B} * c.n_heads *
-                                                                c.seq_len * c.seq_len * 4;
+  const int64_t N = B * c.seq_len, NC = N * c.d_model * 4,
+                att = int64_t{B} * c.n_heads * c.seq_len * 2 * 4;  // a block's attention stats
   const std::vector<int> firsts = {0, 1, 3}, units = {1, 2, 2};
   const Batch batch = MakeBatches(c, B, 1, 21)[0];
   Live none;
@@ -94,7 +94,7 @@ TEST_F(RecomputeTest, HeldBytesAreTheMemoryModelsAndFewer) {
     std::cout << " bytes\n";
     if (mode == Recompute::kFull) {  // the inputs: tokens; the input copy; the copy, targets
       EXPECT_EQ(live.forward, (std::vector<int64_t>{N * 4, NC, NC + N * 4}));
-    } else {  // each block's probabilities fewer: no block on stage 0, two on 1, one on 2
+    } else {  // each block's attention stats fewer: no block on stage 0, two on 1, one on 2
       EXPECT_EQ(live.forward, (std::vector<int64_t>{none.forward[0], none.forward[1] - 2 * att,
                                                     none.forward[2] - att}));
     }
