@@ -47,7 +47,7 @@ enum class Activation {
   kRstd1,     // (N)
   kQkv,       // (N,3Cl)
   kAtty,      // (N,Cl) attention output
-  kAttStats,  // (B,NHl,T,2) attention softmax row stats (kernels/ops.h); packed: (N,NHl,2)
+  kAttStats,  // (B,NHl,T,2) attention softmax row stats (kernels/ops.h); packed: N x NHl x 2
   kRes2,      // (N,C) x + attn
   kLn2,       // (N,C)
   kMean2,     // (N)

@@ -25,8 +25,9 @@ const float* StageModel::Impl::RowBias(const ModelTensor& bias) const {
   return tp_rank_ == 0 ? bias.value : nullptr;
 }
 
-// qkv (N,3Cl) -> out (N,Cl), stats (N,NHl,2 in ops.h's order): per sequence of a packed row
-// (kernels/ops.h AttentionForwardVarlen), else block-causal per document (doc_start or null).
+// qkv (N,3Cl) -> out (N,Cl), stats (B,NHl,T,2): per sequence of a packed row, each sequence's
+// (NHl,L,2) after the last (kernels/ops.h AttentionForwardVarlen), else block-causal per document
+// (doc_start or null).
 void StageModel::Impl::Attention(float* out, float* stats, const float* qkv,
                                  const int32_t* doc_start) {
   if (packed()) {
