@@ -6,7 +6,13 @@
 //   memory for CUDA), obtained from Alloc/AllocInt. Shapes are row-major and given in comments.
 // - Forward ops overwrite their outputs. Backward ops ADD into their gradient outputs (+=), so
 //   residual branches and gradient accumulation over microbatches need no extra pass; callers
-//   zero gradient buffers when a new accumulation starts.
+//   zero gradient buffers when a new accumulation starts. MatmulBackwardInput and GeluBackward
+//   overwrite instead: their gradients are never summed with another (the model's callers zeroed
+//   them first, a pass as long as the output for nothing).
+// - A weight (the weight of MatmulForward and MatmulBackwardInput) changes only through
+//   CopyToDevice, Copy, Zero, Add, Scale or AdamW between the products that read it, never as
+//   another op's output: a backend may keep it in its product's operand type until then (the
+//   CPU's bf16 does: kernels/cpu/weight_copies.h).
 // - Backward is split the zero-bubble way: *BackwardInput ops produce the gradient flowing to the
 //   op's input, *BackwardWeight ops produce parameter gradients. A full backward is exactly the
 //   input part followed by the weight part, so both orders give bitwise identical results.
@@ -97,7 +103,8 @@ class Ops {
   // inp (N,IC), weight (OC,IC), bias (OC) or null -> out (N,OC) = inp weight^T + bias
   virtual void MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
                              int N, int IC, int OC) = 0;
-  // dout (N,OC), weight (OC,IC) -> dinp (N,IC) +=
+  // dout (N,OC), weight (OC,IC) -> dinp (N,IC) = dout weight, overwritten (not read: no zero-fill
+  // before it)
   virtual void MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N,
                                    int IC, int OC) = 0;
   // dout (N,OC), inp (N,IC) -> dweight (OC,IC) +=, dbias (OC) += (dbias may be null)
@@ -128,7 +135,7 @@ class Ops {
 
   // ---- GELU (tanh approximation) --------------------------------------------------------------
   virtual void GeluForward(float* out, const float* inp, size_t n) = 0;
-  // dout (n) -> dinp (n) +=
+  // dout (n) -> dinp (n) = dout * gelu'(inp), overwritten
   virtual void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
 
   // ---- softmax cross-entropy ------------------------------------------------------------------

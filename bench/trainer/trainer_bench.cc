@@ -79,7 +79,7 @@ Rate SgemmRate(pp::kernels::Ops& ops, Layout layout, int n, int k, int m) {
   const auto call = [&] {
     switch (layout) {
       case Layout::kNT: ops.MatmulForward(c, a, w, nullptr, n, k, m); break;     // c(n,m) = a w^T
-      case Layout::kNN: ops.MatmulBackwardInput(a, c, w, n, k, m); break;        // a(n,k) += c w
+      case Layout::kNN: ops.MatmulBackwardInput(a, c, w, n, k, m); break;        // a(n,k) := c w
       case Layout::kTN: ops.MatmulBackwardWeight(w, nullptr, c, a, n, k, m); break;  // w += c^T a
     }
   };

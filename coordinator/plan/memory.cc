@@ -71,6 +71,7 @@ struct StageMemory {
   Swing forward, input_grad;     // bytes, per microbatch
   int64_t boundary = 0;          // bytes of one (N,C) boundary tensor
   int64_t operands[2] = {0, 0};  // bytes: the backend's operand buffers its products need
+  int64_t weight_copies = 0;     // bytes: bf16's converted weights (CountOperands)
 };
 
 // Parameters of one unit for TP rank shares (memory.h).
@@ -115,28 +116,36 @@ void CountActivations(Checked& c, const Shapes& s, const common::ActivationTable
   m.boundary = NC;
 }
 
-// The CPU backend's operand buffers for this stage's products (kernels/cpu/cpu_ops.cc Prepare):
-// slot 0 holds the (N,IC) input or the (N,OC) gradient, slot 1 the (OC,IC) weight or the (N,IC)
-// input. In bf16 every operand is converted, as fp32-sized values on the fallback (the fast
-// path's bf16 needs half); in fp32 only slot 1's, copied where its rows would be a multiple of
-// 4 KiB apart. Such rows get 16 floats more (kernels/cpu/cpu_ops.cc PaddedLd) in either
-// precision, on oneDNN, whose presence only the worker knows: counted always. The products are
-// a block's qkv (C -> 3Cl), proj (Cl -> C), fc (C -> 4Cl), mlp.proj (4Cl -> C) and the head's
-// (C -> Vo).
-void CountOperands(Checked& c, const Shapes& s, bool blocks, bool head, bool bf16, StageMemory& m) {
+// The CPU backend's operand buffers for this stage's products (kernels/cpu/cpu_ops.cc Prepare
+// and Weight): slot 0 holds the (N,IC) input or the (N,OC) gradient, slot 1 a B operand: in fp32
+// the (OC,IC) weight or the (N,IC) input, copied only where its rows would be a multiple of 4 KiB
+// apart (such rows get 16 floats more, kernels/cpu/cpu_ops.cc PaddedLd, on oneDNN, whose presence
+// only the worker knows: counted always); in bf16 every operand is converted, as fp32-sized
+// values on the fallback (the fast path's bf16 needs half), and slot 1 holds only the (N,IC)
+// input, since each weight keeps its own converted copy (kernels/cpu/weight_copies.h) for the
+// backend's life: (OC,IC), and (OC,IC+16) more where padded. The products are a block's qkv (C ->
+// 3Cl), proj (Cl -> C), fc (C -> 4Cl), mlp.proj (4Cl -> C) and the head's (C -> Vo).
+void CountOperands(Checked& c, const Shapes& s, int64_t blocks, bool head, bool bf16,
+                   StageMemory& m) {
   int64_t& slot0 = m.operands[0];
   int64_t& slot1 = m.operands[1];
-  auto product = [&](int64_t ic, int64_t oc) {
+  auto product = [&](int64_t ic, int64_t oc, int64_t count) {
     const bool padded = ic * kWord % 4096 == 0;
-    if (bf16) slot0 = std::max(slot0, c.Mul({s.N, std::max(ic, oc), kWord}));
-    if (bf16 || padded) {
-      slot1 = std::max(slot1, c.Mul({std::max(s.N, oc), padded ? ic + 16 : ic, kWord}));
+    const int64_t ld = padded ? ic + 16 : ic;
+    if (bf16) {
+      slot0 = std::max(slot0, c.Mul({s.N, std::max(ic, oc), kWord}));
+      slot1 = std::max(slot1, c.Mul({s.N, ld, kWord}));
+      const int64_t copies = c.Mul({oc, padded ? ic + ld : ic, kWord});
+      m.weight_copies = c.Add(m.weight_copies, c.Mul({count, copies}));
+    } else if (padded) {
+      slot1 = std::max(slot1, c.Mul({std::max(s.N, oc), ld, kWord}));
     }
   };
-  if (blocks) {
-    product(s.C, 3 * s.Cl), product(s.Cl, s.C), product(s.C, 4 * s.Cl), product(4 * s.Cl, s.C);
+  if (blocks > 0) {
+    product(s.C, 3 * s.Cl, blocks), product(s.Cl, s.C, blocks);
+    product(s.C, 4 * s.Cl, blocks), product(4 * s.Cl, s.C, blocks);
   }
-  if (head) product(s.C, s.Vo);
+  if (head) product(s.C, s.Vo, 1);
 }
 
 // Live bytes while replaying one rank's program: the model's saved state and the executor's
@@ -231,7 +240,7 @@ std::vector<StageMemory> StageFigures(Checked& c, const pp::v1::JobSpec& spec,
     const int blocks = std::min(last, model.n_layers()) - std::max(first, 1) + 1;
     held.blocks = std::max(blocks, 0);
     CountActivations(c, s, table.ok() ? *table : common::ActivationTable(), held, mode, m);
-    CountOperands(c, s, blocks > 0, held.head, bf16, m);
+    CountOperands(c, s, held.blocks, held.head, bf16, m);
     first = last + 1;
   }
   return stages;
@@ -264,7 +273,7 @@ absl::StatusOr<MemoryBreakdown> RankFigures(Checked& c, const pp::v1::JobSpec& s
     params = c.Add(params, m.params);
     written = c.Add(written, tp == 0 ? m.params : m.written_params);
     largest = std::max(largest, m.largest_tensor);
-    scratch = c.Add(scratch, m.scratch);
+    scratch = c.Add(scratch, c.Add(m.scratch, m.weight_copies));
     for (int slot : {0, 1}) {  // one backend per process: each buffer at its largest stage's size
       operands[slot] = std::max(operands[slot], m.operands[slot]);
     }

@@ -10,8 +10,10 @@
 // - scratch per stage, kept for the job's life: (N,C) and (N,4Cl), plus logits (N,Vo) and
 //   losses (N) on the stage with the head. The backend's two operand buffers, once per
 //   process, each at the largest of the held stages' products: with train.precision bf16 (N,
-//   max(IC,OC)) and (max(N,OC), IC) floats, in fp32 only the second and only for IC a multiple of
-//   1024; such rows take 16 floats more (CountOperands in memory.cc).
+//   max(IC,OC)) and (N, IC) floats, in fp32 only a (max(N,OC), IC) one and only for IC a multiple
+//   of 1024; such rows take 16 floats more. In bf16 each held weight's converted copy, kept from
+//   one optimizer step to the next: 4 bytes per weight-matrix element, twice for those with padded
+//   rows (CountOperands in memory.cc).
 // - activations: what StageModel keeps per in-flight microbatch. What each unit saves, with its
 //   shape, and the order a stage's forward and input-gradient allocate and free it under
 //   parallel.recompute is the activation table, common/activations.h, which the worker's model

@@ -1,6 +1,7 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cblas.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "kernels/cpu/dnnl_gemm.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec_kernels.h"
+#include "kernels/cpu/weight_copies.h"
 
 namespace pp::kernels {
 namespace {
@@ -125,8 +127,12 @@ class CpuOps final : public Ops {
   int32_t* AllocInt(size_t n) override {
     return static_cast<int32_t*>(AlignedZeroed(n * sizeof(int32_t)));
   }
-  void Free(void* p) override { std::free(p); }
+  void Free(void* p) override {
+    if (p != nullptr) weights_.Forget(p, malloc_usable_size(p));
+    std::free(p);
+  }
   void CopyToDevice(float* dst, const float* src, size_t n) override {
+    weights_.Invalidate(dst, n * sizeof(float));
     std::memcpy(dst, src, n * sizeof(float));
   }
   void CopyToHost(float* dst, const float* src, size_t n) override {
@@ -136,15 +142,21 @@ class CpuOps final : public Ops {
     std::memcpy(dst, src, n * sizeof(int32_t));
   }
   void Copy(float* dst, const float* src, size_t n) override {
+    weights_.Invalidate(dst, n * sizeof(float));
     std::memcpy(dst, src, n * sizeof(float));
   }
-  void Zero(float* x, size_t n) override { std::memset(x, 0, n * sizeof(float)); }
+  void Zero(float* x, size_t n) override {
+    weights_.Invalidate(x, n * sizeof(float));
+    std::memset(x, 0, n * sizeof(float));
+  }
   void Synchronize() override {}
 
   void Add(float* acc, const float* x, size_t n) override {
+    weights_.Invalidate(acc, n * sizeof(float));
     Split(n, [&](int64_t b, int64_t e) { k_.add(acc + b, x + b, e - b); });
   }
   void Scale(float* x, float s, size_t n) override {
+    weights_.Invalidate(x, n * sizeof(float));
     for (size_t i = 0; i < n; ++i) x[i] *= s;
   }
   // Blocks of kSumBlock elements, each summed by one thread (vec_kernels.h sum_squares), then
@@ -217,24 +229,20 @@ class CpuOps final : public Ops {
     });
   }
 
-  // The bias fills out first, then the product adds inp weight^T: one pass over out.
   void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
                      int IC, int OC) override {
-    const Operand a = Prepare(0, inp, N, IC, false), w = Prepare(1, weight, OC, IC, false);
+    const Operand a = Prepare(0, inp, N, IC, false), w = Weight(weight, OC, IC, false);
     SplitGemm(N, [&](int64_t b, int64_t e) {
-      if (bias != nullptr) {
-        for (int64_t n = b; n < e; ++n) std::memcpy(out + n * OC, bias, OC * sizeof(float));
-      }
-      Product(false, true, int(e - b), OC, IC, a.Row(b), a.ld, w.Row(0), w.ld, bias != nullptr,
+      Product(false, true, int(e - b), OC, IC, a.Row(b), a.ld, w.Row(0), w.ld, false, bias,
               out + b * OC, OC);
     });
   }
   void MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int IC,
                            int OC) override {
-    const Operand d = Prepare(0, dout, N, OC, false), w = Prepare(1, weight, OC, IC, true);
+    const Operand d = Prepare(0, dout, N, OC, false), w = Weight(weight, OC, IC, true);
     SplitGemm(N, [&](int64_t b, int64_t e) {
-      Product(false, false, int(e - b), IC, OC, d.Row(b), d.ld, w.Row(0), w.ld, true, dinp + b * IC,
-              IC);
+      Product(false, false, int(e - b), IC, OC, d.Row(b), d.ld, w.Row(0), w.ld, false, nullptr,
+              dinp + b * IC, IC);
     });
   }
   // dweight rows [o0, o1) = dout[:, o0:o1]^T inp: each block sums over all N rows. dbias sums
@@ -243,8 +251,8 @@ class CpuOps final : public Ops {
                             int N, int IC, int OC) override {
     const Operand d = Prepare(0, dout, N, OC, false), x = Prepare(1, inp, N, IC, true);
     SplitGemm(OC, [&](int64_t b, int64_t e) {
-      Product(true, false, int(e - b), IC, N, d.At(b), d.ld, x.Row(0), x.ld, true, dweight + b * IC,
-              IC);
+      Product(true, false, int(e - b), IC, N, d.At(b), d.ld, x.Row(0), x.ld, true, nullptr,
+              dweight + b * IC, IC);
       if (dbias != nullptr) k_.column_sums(dbias, dout, N, OC, int(b), int(e));
     });
   }
@@ -301,6 +309,7 @@ class CpuOps final : public Ops {
 
   void AdamW(float* params, const float* grads, float* m, float* v, size_t n,
              const AdamWParams& a) override {
+    weights_.Invalidate(params, n * sizeof(float));
     const AdamWScalars s{
         a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_scale,
         static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta1), a.step)),
@@ -353,19 +362,41 @@ class CpuOps final : public Ops {
   // NOTES.md). The copy is made once a product, before the pool splits it; the kernel and its
   // sums are the same.
   Operand Prepare(int slot, const float* x, int rows, int cols, bool b_operand) {
-    const bool to_bf16 = matmul_ == CpuMatmul::kDnnlBf16;
-    const bool rounds = matmul_ == CpuMatmul::kSgemmBf16 || matmul_ == CpuMatmul::kDnnlF32Bf16;
-    const size_t element = to_bf16 ? sizeof(uint16_t) : sizeof(float);
-    const int ld = b_operand && dnnl_ != nullptr ? PaddedLd(cols, element) : cols;
-    if (!to_bf16 && !rounds && ld == cols) return {x, sizeof(float), cols};
-    std::vector<float>& buf = operands_[slot];  // bf16 bits take half a float each
+    const int ld = b_operand && dnnl_ != nullptr ? PaddedLd(cols, OperandBytes()) : cols;
+    if (!bf16() && ld == cols) return {x, sizeof(float), cols};
+    return Convert(operands_[slot], x, rows, cols, ld);
+  }
+  // A weight (rows, cols) as Prepare makes it, converted in bf16 only when its copy is stale
+  // (weight_copies.h): once per optimizer step, not once per product. The forward and the input
+  // gradient read the same rows (B transposed and untransposed), so one copy serves both, except
+  // where the latter's rows are padded: a transposed B with padded rows took oneDNN's gemm:jit
+  // instead of brgemm at some row counts, whose sums differ (the bits would depend on the split).
+  Operand Weight(const float* w, int rows, int cols, bool b_operand) {
+    if (!bf16()) return Prepare(1, w, rows, cols, b_operand);
+    const int ld = b_operand && dnnl_ != nullptr ? PaddedLd(cols, OperandBytes()) : cols;
+    WeightCopies::Copy& copy = weights_.Find(w, rows, cols);
+    const int layout = ld == cols ? 0 : 1;
+    if (!copy.fresh[layout]) {
+      Convert(copy.data[layout], w, rows, cols, ld);
+      copy.fresh[layout] = true;
+    }
+    return {copy.data[layout].data(), OperandBytes(), ld};
+  }
+  bool bf16() const { return matmul_ != CpuMatmul::kSgemm && matmul_ != CpuMatmul::kDnnlF32; }
+  size_t OperandBytes() const {
+    return matmul_ == CpuMatmul::kDnnlBf16 ? sizeof(uint16_t) : sizeof(float);
+  }
+  // x (rows, cols) into buf as operand rows ld apart: bf16 bits, bf16-rounded floats, or (fp32)
+  // a copy.
+  Operand Convert(std::vector<float>& buf, const float* x, int rows, int cols, int ld) {
+    const size_t element = OperandBytes();
     const size_t need = (size_t(rows) * ld * element + sizeof(float) - 1) / sizeof(float);
     if (buf.size() < need) buf.resize(need);
     void* out = buf.data();
     auto convert = [&](int64_t to, int64_t from, int64_t len) {
-      if (to_bf16) {
+      if (matmul_ == CpuMatmul::kDnnlBf16) {
         k_.to_bf16(static_cast<uint16_t*>(out) + to, x + from, len);
-      } else if (rounds) {
+      } else if (bf16()) {
         k_.round_bf16(static_cast<float*>(out) + to, x + from, len);
       } else {
         std::memcpy(static_cast<float*>(out) + to, x + from, len * sizeof(float));
@@ -383,15 +414,21 @@ class CpuOps final : public Ops {
   static int PaddedLd(int cols, size_t element_bytes) {
     return size_t(cols) * element_bytes % 4096 == 0 ? cols + int(64 / element_bytes) : cols;
   }
-  // C (m,n) = op(A) op(B) (+ C), row-major, on the backend's product (cblas_sgemm or oneDNN).
+  // C (m,n) = op(A) op(B) (+ C when accumulate) (+ bias (n) on every row, when not null),
+  // row-major, on the backend's product. oneDNN adds the bias in its epilogue (no pass over C
+  // before it); cblas_sgemm adds onto C filled with the bias. Either way each element is its
+  // finished sum plus its bias, one rounding. REQUIRES: !accumulate when bias is given.
   void Product(bool ta, bool tb, int m, int n, int k, const void* a, int lda, const void* b,
-               int ldb, bool accumulate, float* c, int ldc) {
+               int ldb, bool accumulate, const float* bias, float* c, int ldc) {
     if (dnnl_ != nullptr) {
-      dnnl_->Run(ta, tb, m, n, k, a, lda, b, ldb, accumulate, c, ldc);
+      dnnl_->Run(ta, tb, m, n, k, a, lda, b, ldb, accumulate, bias, c, ldc);
       return;
     }
+    if (bias != nullptr) {
+      for (int i = 0; i < m; ++i) std::memcpy(c + int64_t{i} * ldc, bias, n * sizeof(float));
+    }
     Gemm(ta, tb, m, n, k, 1.0f, static_cast<const float*>(a), lda, static_cast<const float*>(b),
-         ldb, accumulate ? 1.0f : 0.0f, c, ldc);
+         ldb, accumulate || bias != nullptr ? 1.0f : 0.0f, c, ldc);
   }
 
   void EnsureAttentionScratch(int T, int hs) {
@@ -411,6 +448,9 @@ class CpuOps final : public Ops {
   // backend's life at the largest product's size (the planner's memory model counts them:
   // coordinator/plan/memory.h).
   std::vector<float> operands_[2];
+  // bf16: every weight's operand since its last write (Weight), kept for the backend's life (the
+  // memory model counts them too).
+  WeightCopies weights_;
   std::vector<double> block_sums_;  // SumSquares
 };
 

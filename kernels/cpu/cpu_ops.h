@@ -9,6 +9,8 @@
 //   (oneDNN's f32 matmul or OpenBLAS sgemm, as fp32 picks). The numerics are those of bf16: a
 //   product of two bf16 values is exact in fp32 and the sums are fp32, as on the fast path
 //   (whose summation order is oneDNN's, so its bits may differ).
+// On both, a weight is converted once after each write, not before each product
+// (weight_copies.h; ops.h says which ops may write a weight).
 #ifndef PP_KERNELS_CPU_CPU_OPS_H_
 #define PP_KERNELS_CPU_CPU_OPS_H_
 

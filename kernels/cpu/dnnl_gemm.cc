@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -20,8 +21,8 @@ namespace {
 using dims = dnnl::memory::dims;
 using dt = dnnl::memory::data_type;
 
-// ta, tb, m, n, k, lda, ldb, ldc, accumulate: everything a primitive depends on.
-using ShapeKey = std::tuple<bool, bool, int, int, int, int, int, int, bool>;
+// ta, tb, m, n, k, lda, ldb, ldc, accumulate, bias: everything a primitive depends on.
+using ShapeKey = std::tuple<bool, bool, int, int, int, int, int, int, bool, bool>;
 
 class DnnlGemmImpl final : public DnnlGemm {
  public:
@@ -32,12 +33,12 @@ class DnnlGemmImpl final : public DnnlGemm {
 
   // Creates one small primitive, so an unsupported type fails at start-up, not in a step.
   void Probe() {
-    const Entry& e = Get(ShapeKey{false, true, 64, 64, 64, 64, 64, 64, false});
+    const Entry& e = Get(ShapeKey{false, true, 64, 64, 64, 64, 64, 64, false, false});
     impl_ = e.pd.impl_info_str();
   }
 
   void Run(bool ta, bool tb, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
-           bool accumulate, float* c, int ldc) override {
+           bool accumulate, const float* bias, float* c, int ldc) override {
     if (m == 0 || n == 0) return;
     try {
       omp_set_num_threads(1);  // this thread's OpenMP teams; the pool does the parallelism
@@ -53,7 +54,7 @@ class DnnlGemmImpl final : public DnnlGemm {
         Transpose(stream, m, k, a, lda, rows.data());
         a = rows.data(), lda = k, ta = false;
       }
-      const Entry& e = Get(ShapeKey{ta, tb, m, n, k, lda, ldb, ldc, accumulate});
+      const Entry& e = Get(ShapeKey{ta, tb, m, n, k, lda, ldb, ldc, accumulate, bias != nullptr});
       thread_local std::vector<char> scratch;
       const size_t scratch_bytes = e.pd.scratchpad_desc().get_size();
       if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
@@ -61,10 +62,15 @@ class DnnlGemmImpl final : public DnnlGemm {
       dnnl::memory bm(e.pd.weights_desc(), engine_, const_cast<void*>(b));
       dnnl::memory cm(e.pd.dst_desc(), engine_, c);
       dnnl::memory sm(e.pd.scratchpad_desc(), engine_, scratch.data());
-      e.prim.execute(stream, {{DNNL_ARG_SRC, am},
-                              {DNNL_ARG_WEIGHTS, bm},
-                              {DNNL_ARG_DST, cm},
-                              {DNNL_ARG_SCRATCHPAD, sm}});
+      std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, am},
+                                                 {DNNL_ARG_WEIGHTS, bm},
+                                                 {DNNL_ARG_DST, cm},
+                                                 {DNNL_ARG_SCRATCHPAD, sm}};
+      if (bias != nullptr) {
+        args.emplace(DNNL_ARG_BIAS,
+                     dnnl::memory(e.pd.bias_desc(), engine_, const_cast<float*>(bias)));
+      }
+      e.prim.execute(stream, args);
       stream.wait();
     } catch (const dnnl::error& err) {
       std::fprintf(stderr, "pp::kernels onednn: matmul m=%d n=%d k=%d failed: %s\n", m, n, k,
@@ -84,7 +90,7 @@ class DnnlGemmImpl final : public DnnlGemm {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    const auto [ta, tb, m, n, k, lda, ldb, ldc, accumulate] = key;
+    const auto [ta, tb, m, n, k, lda, ldb, ldc, accumulate, has_bias] = key;
     // A transpose is only a stride swap: element (i, j) of op(A) is at A[j*lda + i] when ta.
     const dnnl::memory::desc a(dims{m, k}, type_, ta ? dims{1, lda} : dims{lda, 1});
     const dnnl::memory::desc b(dims{k, n}, type_, tb ? dims{1, ldb} : dims{ldb, 1});
@@ -96,7 +102,10 @@ class DnnlGemmImpl final : public DnnlGemm {
       ops.append_sum(1.0f);  // dst = product + dst, the += of the Ops contract
       attr.set_post_ops(ops);
     }
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine_);
+    const dnnl::matmul::desc desc =
+        has_bias ? dnnl::matmul::desc(a, b, dnnl::memory::desc(dims{1, n}, dt::f32, dims{n, 1}), c)
+                 : dnnl::matmul::desc(a, b, c);
+    dnnl::matmul::primitive_desc pd(desc, attr, engine_);
     dnnl::matmul prim(pd);
     return cache_.emplace(key, Entry{pd, prim}).first->second;
   }

@@ -31,11 +31,12 @@ class DnnlGemm {
 
   // oneDNN's name of the implementation the probe got, e.g. "brg:avx512_core_amx_bf16".
   virtual std::string Impl() const = 0;
-  // C (m,n) = op(A) op(B) (+ C when accumulate), row-major with leading dimensions lda, ldb,
-  // ldc; op(A) is (m,k), A is stored (k,m) when ta; op(B) is (k,n), B is stored (n,k) when tb.
-  // A and B hold elements of the Create type (float or uint16_t bf16 bits).
+  // C (m,n) = op(A) op(B) (+ C when accumulate) (+ bias broadcast over rows, when not null),
+  // row-major with leading dimensions lda, ldb, ldc; op(A) is (m,k), A is stored (k,m) when ta;
+  // op(B) is (k,n), B is stored (n,k) when tb. A and B hold elements of the Create type (float or
+  // uint16_t bf16 bits); bias (n) is f32, added to each finished sum in the product's epilogue.
   virtual void Run(bool ta, bool tb, int m, int n, int k, const void* a, int lda, const void* b,
-                   int ldb, bool accumulate, float* c, int ldc) = 0;
+                   int ldb, bool accumulate, const float* bias, float* c, int ldc) = 0;
 };
 
 }  // namespace pp::kernels

@@ -56,6 +56,7 @@ struct VecKernels {
   // acc[c] += sum over rows n of x[n*ld + c], for c in [c0, c1), rows in ascending order
   void (*column_sums)(float* acc, const float* x, int N, int ld, int c0, int c1);
   void (*gelu_forward)(float* out, const float* inp, size_t n);
+  // dinp = dout * gelu'(inp), overwritten
   void (*gelu_backward)(float* dinp, const float* inp, const float* dout, size_t n);
   void (*attention_forward)(float* out, float* stats, HeadView head, float* scratch);
   void (*attention_backward)(float* dq, const float* dout, const float* stats, HeadView head,

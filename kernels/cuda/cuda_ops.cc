@@ -176,11 +176,11 @@ class CudaOps final : public Ops {
       Launched("MatmulForward bias");
     }
   }
-  // dinp (N,IC) += dout (N,OC) weight (OC,IC)  <=>  dinp^T (IC,N) += weight^T (IC,OC) dout^T
+  // dinp (N,IC) = dout (N,OC) weight (OC,IC)  <=>  dinp^T (IC,N) = weight^T (IC,OC) dout^T
   void MatmulBackwardInput(float* dinp, const float* dout, const float* weight, int N, int IC,
                            int OC) override {
     Use();
-    Gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, 1.0f, dinp, IC,
+    Gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dout, OC, 0.0f, dinp, IC,
          "MatmulBackwardInput");
   }
   // dweight (OC,IC) += dout^T (OC,N) inp (N,IC)  <=>  dweight^T (IC,OC) += inp^T (IC,N) dout

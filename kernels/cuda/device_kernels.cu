@@ -281,7 +281,7 @@ __global__ void GeluBackwardKernel(float* dinp, const float* inp, const float* d
     const float th = tanhf(kGeluScale * (x + kGeluCubic * x * x * x));
     const float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kGeluScale *
                                                  (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] += local * dout[i];
+    dinp[i] = local * dout[i];
   }
 }
 

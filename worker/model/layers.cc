@@ -79,19 +79,17 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
     Attention(tmp_c_, s.att_stats.get(), s.qkv.get(), doc_start);  // the output is unused
   }
   s.dy = std::move(dy);
-  ops_->Zero(tmp_4c_, N_ * 4 * Cl);  // d fch_gelu
-  ops_->MatmulBackwardInput(tmp_4c_, s.dy.get(), w[kFc2W].value, N, 4 * Cl, C);
-  s.dfch = NewF(s.unit, A::kDfch);
+  ops_->MatmulBackwardInput(tmp_4c_, s.dy.get(), w[kFc2W].value, N, 4 * Cl, C);  // d fch_gelu
+  s.dfch = NewOut(s.unit, A::kDfch);
   ops_->GeluBackward(s.dfch.get(), s.fch.get(), tmp_4c_, N_ * 4 * Cl);
-  s.dln2 = NewF(s.unit, A::kDln2);
+  s.dln2 = NewOut(s.unit, A::kDln2);
   ops_->MatmulBackwardInput(s.dln2.get(), s.dfch.get(), w[kFcW].value, N, C, 4 * Cl);
   if (absl::Status st = AllReduce(s.dln2.get()); !st.ok()) return st;
   s.dres2 = NewOut(s.unit, A::kDres2);
   ops_->Copy(s.dres2.get(), s.dy.get(), N_ * C);
   ops_->LayerNormBackwardInput(s.dres2.get(), s.dln2.get(), s.res2.get(), w[kLn2W].value,
                                s.mean2.get(), s.rstd2.get(), N, C);
-  ops_->Zero(tmp_c_, N_ * Cl);  // d atty (N,Cl)
-  ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, Cl, C);
+  ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, Cl, C);  // d atty (N,Cl)
   s.dqkv = NewF(s.unit, A::kDqkv);
   if (packed()) {
     kernels::AttentionBackwardVarlen(*ops_, s.dqkv.get(), tmp_c_, s.qkv.get(), s.att_stats.get(),
@@ -100,7 +98,7 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
     ops_->AttentionBackward(s.dqkv.get(), tmp_c_, s.qkv.get(), s.att_stats.get(), doc_start, B_, T_,
                             Cl, NH);
   }
-  s.dln1 = NewF(s.unit, A::kDln1);
+  s.dln1 = NewOut(s.unit, A::kDln1);
   ops_->MatmulBackwardInput(s.dln1.get(), s.dqkv.get(), w[kQkvW].value, N, C, 3 * Cl);
   if (absl::Status st = AllReduce(s.dln1.get()); !st.ok()) return st;
   ops_->Copy(dx, s.dres2.get(), N_ * C);
@@ -148,7 +146,7 @@ void StageModel::Impl::HeadBackwardInput(HeadSaved& s, const float* x, float* dx
                                : 1.0f / static_cast<float>(N_ * opt_.microbatches);
   s.dlogits = NewF(s.unit, A::kDlogits);
   ops_->CrossEntropyBackward(s.dlogits.get(), s.probs.get(), s.targets.get(), dloss, N, V, Vr);
-  s.dlnf = NewF(s.unit, A::kDlnf);
+  s.dlnf = NewOut(s.unit, A::kDlnf);
   ops_->MatmulBackwardInput(s.dlnf.get(), s.dlogits.get(), head_weight_->value, N, C, V);
   ops_->Zero(dx, N_ * C);
   ops_->LayerNormBackwardInput(dx, s.dlnf.get(), x, head_[0].value, s.mean.get(), s.rstd.get(), N,

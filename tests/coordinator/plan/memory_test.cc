@@ -71,11 +71,13 @@ TEST(MemoryTest, TwoStagesOneFOneBByHand) {
   EXPECT_EQ(r1.total, kProcessBaselineBytes + 16 * 1016 + 912 + 24 * 1016);
 }
 
-// bf16 adds the backend's two operand buffers, each at the largest product's need. A block's
-// products (IC -> OC) are qkv 8 -> 24, proj 8 -> 8, fc 8 -> 32, mlp.proj 32 -> 8: buffer 0 holds
-// (N, max(IC,OC)), at most 4 x 32 floats; buffer 1 (max(N,OC), IC), at most 32 x 8 (fc's weight,
-// mlp.proj's 8 x 32). The head's 8 -> 16 needs less (64 and 128 floats). (128 + 256) x 4 bytes.
-TEST(MemoryTest, Bf16CountsTheOperandBuffersOncePerRank) {
+// bf16 adds the backend's two operand buffers, each at the largest product's need, and each held
+// weight's converted copy. A block's products (IC -> OC) are qkv 8 -> 24, proj 8 -> 8, fc 8 ->
+// 32, mlp.proj 32 -> 8: buffer 0 holds (N, max(IC,OC)), at most 4 x 32 floats; buffer 1 the
+// (N, IC) input, at most 4 x 32 (mlp.proj's). The copies: a block's 768 weight elements, 3072
+// bytes; the head's (16,8), 512 bytes. Rank 0 (a block): 512 + 512 + 3072; rank 1 (a block and
+// the head) 512 more.
+TEST(MemoryTest, Bf16CountsTheOperandBuffersOncePerRankAndEachWeightsCopy) {
   pp::v1::JobSpec spec = TinySpec(2, 2);
   const std::vector<RankMemory> fp32 = Estimate(spec, {2, 2});
   spec.mutable_train()->set_precision("bf16");
@@ -83,34 +85,40 @@ TEST(MemoryTest, Bf16CountsTheOperandBuffersOncePerRank) {
   ASSERT_EQ(fp32.size(), 2u);
   ASSERT_EQ(bf16.size(), 2u);
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(bf16[r].bytes.scratch, fp32[r].bytes.scratch + 1536) << r;
-    EXPECT_EQ(bf16[r].bytes.total, fp32[r].bytes.total + 1536) << r;
+    const int64_t added = 512 + 512 + 3072 + (r == 1 ? 512 : 0);
+    EXPECT_EQ(bf16[r].bytes.scratch, fp32[r].bytes.scratch + added) << r;
+    EXPECT_EQ(bf16[r].bytes.total, fp32[r].bytes.total + added) << r;
     EXPECT_EQ(bf16[r].bytes.activations, fp32[r].bytes.activations) << r;
   }
-  // One rank holding both stages keeps one pair of buffers, not one per stage.
+  // One rank holding both stages keeps one pair of buffers, not one per stage, and every copy.
   spec.mutable_parallel()->set_pipeline(1);
   const std::vector<RankMemory> whole = Estimate(spec, {4});
   spec.mutable_train()->set_precision("fp32");
   const std::vector<RankMemory> whole_fp32 = Estimate(spec, {4});
   ASSERT_EQ(whole.size(), 1u);
   ASSERT_EQ(whole_fp32.size(), 1u);
-  EXPECT_EQ(whole[0].bytes.scratch, whole_fp32[0].bytes.scratch + 1536);
+  EXPECT_EQ(whole[0].bytes.scratch, whole_fp32[0].bytes.scratch + 512 + 512 + 2 * 3072 + 512);
 }
 
 // At C = 256 the MLP projection's IC is 4C = 1024: its B operands (the (256,1024) weight, the
 // (4,1024) input) have rows 4 KiB apart, which the backend copies to rows of 1040 floats in fp32
 // too. Scratch: (N,C) 4096 + (N,4C) 16384 + logits 256 + losses 16, then that copy, (256,1040)
-// floats. bf16 adds only buffer 0, (N, 1024) floats: the largest buffer 1 is the same copy.
+// floats. bf16 instead: buffer 0 (N, 1024) floats, buffer 1 (N, 1040), and the weights' copies:
+// a block's qkv 768 x 256, proj 256 x 256, fc 1024 x 256 and mlp.proj 256 x (1024 + 1040) (both
+// layouts) floats, twice, and the head's 16 x 256.
 TEST(MemoryTest, RowsFourKibApartCountTheirPaddedCopyInBothPrecisions) {
   pp::v1::JobSpec spec = TinySpec(1, 1);
   spec.mutable_model()->set_d_model(256);
   const std::vector<RankMemory> fp32 = Estimate(spec, {4});
   ASSERT_EQ(fp32.size(), 1u);
-  EXPECT_EQ(fp32[0].bytes.scratch, 4096 + 16384 + 256 + 16 + 256 * 1040 * 4);
+  const int64_t rest = 4096 + 16384 + 256 + 16;
+  EXPECT_EQ(fp32[0].bytes.scratch, rest + 256 * 1040 * 4);
   spec.mutable_train()->set_precision("bf16");
   const std::vector<RankMemory> bf16 = Estimate(spec, {4});
   ASSERT_EQ(bf16.size(), 1u);
-  EXPECT_EQ(bf16[0].bytes.scratch, fp32[0].bytes.scratch + 4 * 1024 * 4);
+  const int64_t block_copies = (768 * 256 + 256 * 256 + 1024 * 256 + 256 * (1024 + 1040)) * 4;
+  EXPECT_EQ(bf16[0].bytes.scratch,
+            rest + 4 * 1024 * 4 + 4 * 1040 * 4 + 2 * block_copies + 16 * 256 * 4);
 }
 
 TEST(MemoryTest, ACheckpointBeforeTheLastStepAddsToTheStepPeak) {
