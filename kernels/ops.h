@@ -6,9 +6,9 @@
 //   memory for CUDA), obtained from Alloc/AllocInt. Shapes are row-major and given in comments.
 // - Forward ops overwrite their outputs. Backward ops ADD into their gradient outputs (+=), so
 //   residual branches and gradient accumulation over microbatches need no extra pass; callers
-//   zero gradient buffers when a new accumulation starts. MatmulBackwardInput and GeluBackward
-//   overwrite instead: their gradients are never summed with another (the model's callers zeroed
-//   them first, a pass as long as the output for nothing).
+//   zero gradient buffers when a new accumulation starts. MatmulBackwardInput, AttentionBackward
+//   and GeluBackward overwrite instead: their gradients are never summed with another (the
+//   model's callers zeroed them first, a pass as long as the output for nothing).
 // - A weight (the weight of MatmulForward and MatmulBackwardInput) changes only through
 //   CopyToDevice, Copy, Zero, Add, Scale or AdamW between the products that read it, never as
 //   another op's output: a backend may keep it in its product's operand type until then (the
@@ -128,7 +128,7 @@ class Ops {
   virtual void AttentionForward(float* out, float* stats, const float* qkv,
                                 const int32_t* doc_start, int B, int T, int C, int NH) = 0;
   // dout (B,T,C), qkv (B,T,3C), stats (B,NH,T,2) and doc_start (B,T) or null as given to the
-  // forward -> dqkv (B,T,3C) +=
+  // forward -> dqkv (B,T,3C), overwritten
   virtual void AttentionBackward(float* dqkv, const float* dout, const float* qkv,
                                  const float* stats, const int32_t* doc_start, int B, int T, int C,
                                  int NH) = 0;
@@ -178,7 +178,7 @@ bool CudaDeviceAvailable();
 // cu: host memory, S + 1 entries, cu[0] = 0, increasing.
 void AttentionForwardVarlen(Ops& ops, float* out, float* stats, const float* qkv, const int32_t* cu,
                             int S, int C, int NH);
-// dout (n,C), qkv (n,3C), stats as the forward left them -> dqkv (n,3C) +=
+// dout (n,C), qkv (n,3C), stats as the forward left them -> dqkv (n,3C), overwritten
 void AttentionBackwardVarlen(Ops& ops, float* dqkv, const float* dout, const float* qkv,
                              const float* stats, const int32_t* cu, int S, int C, int NH);
 

@@ -236,20 +236,20 @@ class CudaOps final : public Ops {
       // dP^T (T,T) = V dout^T
       GemmBatched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd.hs, 1.0f, hd.Qkv(qkv, b, 2), hd.c3, hd.hs,
                   dy, C, hd.hs, 0.0f, hd.Att(ds, b), T, hd.tt, NH, "AttentionBackward dP");
-      // dV^T (hs,T) += dout^T P
+      // dV^T (hs,T) = dout^T P
       GemmBatched(CUBLAS_OP_N, CUBLAS_OP_T, hd.hs, T, T, 1.0f, dy, C, hd.hs, hd.Att(p, b), T, hd.tt,
-                  1.0f, hd.Qkv(dqkv, b, 2), hd.c3, hd.hs, NH, "AttentionBackward dV");
+                  0.0f, hd.Qkv(dqkv, b, 2), hd.c3, hd.hs, NH, "AttentionBackward dV");
     }
     cuda::CausalSoftmaxBackward(stream_, ds, p, doc_start, rows, T, NH);
     Launched("AttentionBackward softmax");
     for (int b = 0; b < B; ++b) {
-      // dQ^T (hs,T) += scale K^T dS^T
-      GemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, hd.hs, T, T, hd.scale, hd.Qkv(qkv, b, 1), hd.c3,
-                  hd.hs, hd.Att(ds, b), T, hd.tt, 1.0f, hd.Qkv(dqkv, b, 0), hd.c3, hd.hs, NH,
+      // dQ^T (hs,T) = scale K^T dS^T
+      GemmBatched(CUBLAS_OP_N, CUBLAS_OP_N, hd.hs, T, T, hd.scale, hd.Qkv(qkv, b, 1), hd.c3, hd.hs,
+                  hd.Att(ds, b), T, hd.tt, 0.0f, hd.Qkv(dqkv, b, 0), hd.c3, hd.hs, NH,
                   "AttentionBackward dQ");
-      // dK^T (hs,T) += scale Q^T dS
-      GemmBatched(CUBLAS_OP_N, CUBLAS_OP_T, hd.hs, T, T, hd.scale, hd.Qkv(qkv, b, 0), hd.c3,
-                  hd.hs, hd.Att(ds, b), T, hd.tt, 1.0f, hd.Qkv(dqkv, b, 1), hd.c3, hd.hs, NH,
+      // dK^T (hs,T) = scale Q^T dS
+      GemmBatched(CUBLAS_OP_N, CUBLAS_OP_T, hd.hs, T, T, hd.scale, hd.Qkv(qkv, b, 0), hd.c3, hd.hs,
+                  hd.Att(ds, b), T, hd.tt, 0.0f, hd.Qkv(dqkv, b, 1), hd.c3, hd.hs, NH,
                   "AttentionBackward dK");
     }
     Check(cudaFreeAsync(ds, stream_), "AttentionBackward dS free");

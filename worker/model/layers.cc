@@ -90,7 +90,7 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
   ops_->LayerNormBackwardInput(s.dres2.get(), s.dln2.get(), s.res2.get(), w[kLn2W].value,
                                s.mean2.get(), s.rstd2.get(), N, C);
   ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, Cl, C);  // d atty (N,Cl)
-  s.dqkv = NewF(s.unit, A::kDqkv);
+  s.dqkv = NewOut(s.unit, A::kDqkv);
   if (packed()) {
     kernels::AttentionBackwardVarlen(*ops_, s.dqkv.get(), tmp_c_, s.qkv.get(), s.att_stats.get(),
                                      cur_sequences_->data(), NumSequences(), Cl, NH);
