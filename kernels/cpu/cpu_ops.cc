@@ -369,8 +369,9 @@ class CpuOps final : public Ops {
   // A weight (rows, cols) as Prepare makes it, converted in bf16 only when its copy is stale
   // (weight_copies.h): once per optimizer step, not once per product. The forward and the input
   // gradient read the same rows (B transposed and untransposed), so one copy serves both, except
-  // where the latter's rows are padded: a transposed B with padded rows took oneDNN's gemm:jit
-  // instead of brgemm at some row counts, whose sums differ (the bits would depend on the split).
+  // where the latter's rows are padded: oneDNN takes gemm:jit for a transposed B with padded rows
+  // (DNNL_VERBOSE at shape (b)) and brgemm for unpadded ones, which sum in another order, and it
+  // picks between the two by shape: the forward keeps its unpadded copy.
   Operand Weight(const float* w, int rows, int cols, bool b_operand) {
     if (!bf16()) return Prepare(1, w, rows, cols, b_operand);
     const int ld = b_operand && dnnl_ != nullptr ? PaddedLd(cols, OperandBytes()) : cols;

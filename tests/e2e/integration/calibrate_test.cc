@@ -3,6 +3,7 @@
 // measured; a worker refuses a hostile request and a spec whose data lies outside its data_root.
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -76,16 +77,19 @@ TEST_F(CalibrateTest, ThreeWorkersAtOnceAnswerWithinTheBudget) {
     EXPECT_FALSE(c.machine().empty());
     EXPECT_EQ(c.machine(), answers[0].machine());
     EXPECT_GE(c.cores(), 1);
+    // Both sizes of every unit. Which costs more is ranks_test's to check, on a lone rank: here
+    // the three workers' start-ups fall into each other's timing windows.
     ASSERT_EQ(c.units_size(), 3 * 2);
-    double block1 = 0, block8 = 0;
+    std::set<std::pair<std::string, int>> seen;
     for (const pp::v1::UnitCost& u : c.units()) {
       EXPECT_GT(u.forward(), 0) << u.ShortDebugString();
       EXPECT_GT(u.backward(), 0) << u.ShortDebugString();
       EXPECT_GT(u.backward_input(), 0) << u.ShortDebugString();
       EXPECT_GT(u.backward_weight(), 0) << u.ShortDebugString();
-      if (u.unit() == "block") (u.sequences() == 1 ? block1 : block8) = u.forward();
+      seen.insert({u.unit(), u.sequences()});
     }
-    EXPECT_GT(block8, block1);
+    EXPECT_EQ(seen.size(), 6u);
+    EXPECT_TRUE(seen.count({"block", 1}) && seen.count({"block", 8}));
     if (r < 2) {
       EXPECT_GT(c.link_latency_seconds(), 0);
       EXPECT_GT(c.link_bytes_per_second(), 0);
