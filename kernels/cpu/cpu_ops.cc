@@ -362,7 +362,7 @@ class CpuOps final : public Ops {
   // NOTES.md). The copy is made once a product, before the pool splits it; the kernel and its
   // sums are the same.
   Operand Prepare(int slot, const float* x, int rows, int cols, bool b_operand) {
-    const int ld = b_operand && dnnl_ != nullptr ? PaddedLd(cols, OperandBytes()) : cols;
+    const int ld = OperandLd(cols, b_operand);
     if (!bf16() && ld == cols) return {x, sizeof(float), cols};
     return Convert(operands_[slot], x, rows, cols, ld);
   }
@@ -374,7 +374,7 @@ class CpuOps final : public Ops {
   // picks between the two by shape: the forward keeps its unpadded copy.
   Operand Weight(const float* w, int rows, int cols, bool b_operand) {
     if (!bf16()) return Prepare(1, w, rows, cols, b_operand);
-    const int ld = b_operand && dnnl_ != nullptr ? PaddedLd(cols, OperandBytes()) : cols;
+    const int ld = OperandLd(cols, b_operand);
     WeightCopies::Copy& copy = weights_.Find(w, rows, cols);
     const int layout = ld == cols ? 0 : 1;
     if (!copy.fresh[layout]) {
@@ -411,6 +411,10 @@ class CpuOps final : public Ops {
       });
     }
     return {out, element, ld};
+  }
+  // Where rows of an operand of `cols` columns start: padded for a B on oneDNN (Prepare).
+  int OperandLd(int cols, bool b_operand) const {
+    return b_operand && dnnl_ != nullptr ? PaddedLd(cols, OperandBytes()) : cols;
   }
   static int PaddedLd(int cols, size_t element_bytes) {
     return size_t(cols) * element_bytes % 4096 == 0 ? cols + int(64 / element_bytes) : cols;
