@@ -90,10 +90,16 @@ class Ops {
   // inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N)
   virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
                                 const float* weight, const float* bias, int N, int C) = 0;
-  // dout (N,C) -> dinp (N,C) +=
-  virtual void LayerNormBackwardInput(float* dinp, const float* dout, const float* inp,
-                                      const float* weight, const float* mean, const float* rstd,
-                                      int N, int C) = 0;
+  // a, b (N,C) -> res (N,C) = a + b, then LayerNormForward(out, mean, rstd, res, ...): the
+  // residual add and the norm that reads it in one pass (the bits of the two ops in turn).
+  virtual void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd,
+                                        const float* a, const float* b, const float* weight,
+                                        const float* bias, int N, int C) = 0;
+  // dout (N,C), dres (N,C) or null -> dinp (N,C) = dres + the input gradient (null: the gradient
+  // alone), overwritten: the residual stream's gradient joins in the same pass. dres may be dinp.
+  virtual void LayerNormBackwardInput(float* dinp, const float* dres, const float* dout,
+                                      const float* inp, const float* weight, const float* mean,
+                                      const float* rstd, int N, int C) = 0;
   // dout (N,C) -> dweight (C) +=, dbias (C) +=
   virtual void LayerNormBackwardWeight(float* dweight, float* dbias, const float* dout,
                                        const float* inp, const float* mean, const float* rstd,

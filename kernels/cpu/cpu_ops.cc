@@ -216,10 +216,18 @@ class CpuOps final : public Ops {
       k_.layernorm_forward(out, mean, rstd, inp, weight, bias, b, e, C);
     });
   }
-  void LayerNormBackwardInput(float* dinp, const float* dout, const float* inp, const float* weight,
-                              const float* mean, const float* rstd, int N, int C) override {
+  void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N,
+                                int C) override {
+    Split(N, [&](int64_t lo, int64_t hi) {
+      k_.residual_layernorm_forward(res, out, mean, rstd, a, b, weight, bias, lo, hi, C);
+    });
+  }
+  void LayerNormBackwardInput(float* dinp, const float* dres, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd, int N,
+                              int C) override {
     Split(N, [&](int64_t b, int64_t e) {
-      k_.layernorm_backward_input(dinp, dout, inp, weight, mean, rstd, b, e, C);
+      k_.layernorm_backward_input(dinp, dres, dout, inp, weight, mean, rstd, b, e, C);
     });
   }
   void LayerNormBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,

@@ -46,9 +46,14 @@ struct VecKernels {
   void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int64_t n0, int64_t n1,
                             int C);
-  void (*layernorm_backward_input)(float* dinp, const float* dout, const float* inp,
-                                   const float* weight, const float* mean, const float* rstd,
-                                   int64_t n0, int64_t n1, int C);
+  // res = a + b, then layernorm_forward of res
+  void (*residual_layernorm_forward)(float* res, float* out, float* mean, float* rstd,
+                                     const float* a, const float* b, const float* weight,
+                                     const float* bias, int64_t n0, int64_t n1, int C);
+  // dinp = dres (null: 0; may be dinp) + the input gradient
+  void (*layernorm_backward_input)(float* dinp, const float* dres, const float* dout,
+                                   const float* inp, const float* weight, const float* mean,
+                                   const float* rstd, int64_t n0, int64_t n1, int C);
   // columns [c0, c1) of dweight, dbias (C) over all N rows, rows in ascending order
   void (*layernorm_backward_weight)(float* dweight, float* dbias, const float* dout,
                                     const float* inp, const float* mean, const float* rstd, int N,

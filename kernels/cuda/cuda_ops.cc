@@ -151,10 +151,18 @@ class CudaOps final : public Ops {
     cuda::LayerNormForward(stream_, out, mean, rstd, inp, weight, bias, N, C);
     Launched("LayerNormForward");
   }
-  void LayerNormBackwardInput(float* dinp, const float* dout, const float* inp, const float* weight,
-                              const float* mean, const float* rstd, int N, int C) override {
+  // Two launches: the rows are one warp's each, and a fused kernel would save one read of res.
+  void ResidualLayerNormForward(float* res, float* out, float* mean, float* rstd, const float* a,
+                                const float* b, const float* weight, const float* bias, int N,
+                                int C) override {
+    ResidualForward(res, a, b, static_cast<size_t>(N) * C);
+    LayerNormForward(out, mean, rstd, res, weight, bias, N, C);
+  }
+  void LayerNormBackwardInput(float* dinp, const float* dres, const float* dout, const float* inp,
+                              const float* weight, const float* mean, const float* rstd, int N,
+                              int C) override {
     Use();
-    cuda::LayerNormBackwardInput(stream_, dinp, dout, inp, weight, mean, rstd, N, C);
+    cuda::LayerNormBackwardInput(stream_, dinp, dres, dout, inp, weight, mean, rstd, N, C);
     Launched("LayerNormBackwardInput");
   }
   void LayerNormBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,

@@ -130,10 +130,10 @@ __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, con
   }
 }
 
-// dout (N,C) -> dinp (N,C) +=; one warp per row
-__global__ void LayerNormBackwardInputKernel(float* dinp, const float* dout, const float* inp,
-                                             const float* weight, const float* mean,
-                                             const float* rstd, int N, int C) {
+// dout (N,C), dres (N,C) or null -> dinp (N,C) = dres + the input gradient; one warp per row
+__global__ void LayerNormBackwardInputKernel(float* dinp, const float* dres, const float* dout,
+                                             const float* inp, const float* weight,
+                                             const float* mean, const float* rstd, int N, int C) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (row >= N) return;
@@ -154,7 +154,8 @@ __global__ void LayerNormBackwardInputKernel(float* dinp, const float* dout, con
   float* dx = dinp + offset;
   for (int c = lane; c < C; c += kWarp) {
     const float norm = (x[c] - m) * r;
-    dx[c] += r * (dy[c] * weight[c] - mean_dnorm - norm * mean_dnorm_norm);
+    const float g = r * (dy[c] * weight[c] - mean_dnorm - norm * mean_dnorm_norm);
+    dx[c] = dres == nullptr ? g : dres[offset + c] + g;
   }
 }
 
@@ -404,12 +405,12 @@ void LayerNormForward(cudaStream_t stream, float* out, float* mean, float* rstd,
                                                                 N, C);
 }
 
-void LayerNormBackwardInput(cudaStream_t stream, float* dinp, const float* dout, const float* inp,
-                            const float* weight, const float* mean, const float* rstd, int N,
-                            int C) {
+void LayerNormBackwardInput(cudaStream_t stream, float* dinp, const float* dres, const float* dout,
+                            const float* inp, const float* weight, const float* mean,
+                            const float* rstd, int N, int C) {
   if (N == 0) return;
-  LayerNormBackwardInputKernel<<<WarpRowGrid(N), kBlock, 0, stream>>>(dinp, dout, inp, weight, mean,
-                                                                      rstd, N, C);
+  LayerNormBackwardInputKernel<<<WarpRowGrid(N), kBlock, 0, stream>>>(dinp, dres, dout, inp, weight,
+                                                                      mean, rstd, N, C);
 }
 
 void LayerNormBackwardWeight(cudaStream_t stream, float* dweight, float* dbias, const float* dout,

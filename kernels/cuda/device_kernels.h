@@ -35,9 +35,9 @@ cudaError_t EncoderBackward(cudaStream_t stream, float* dwte, float* dwpe, const
 
 void LayerNormForward(cudaStream_t stream, float* out, float* mean, float* rstd, const float* inp,
                       const float* weight, const float* bias, int N, int C);
-void LayerNormBackwardInput(cudaStream_t stream, float* dinp, const float* dout, const float* inp,
-                            const float* weight, const float* mean, const float* rstd, int N,
-                            int C);
+void LayerNormBackwardInput(cudaStream_t stream, float* dinp, const float* dres, const float* dout,
+                            const float* inp, const float* weight, const float* mean,
+                            const float* rstd, int N, int C);
 void LayerNormBackwardWeight(cudaStream_t stream, float* dweight, float* dbias, const float* dout,
                              const float* inp, const float* mean, const float* rstd, int N, int C);
 

@@ -266,15 +266,29 @@ void CheckLayerNorm(const Backends& be, Random& rng, Report& report) {
   report.Compare("LayerNormForward", "rstd", rstd);
   mean.ShareCpuValues();
   rstd.ShareCpuValues();
-  Twin dout(be, N * C), dinp(be, N * C), dweight(be, C), dbias(be, C);
-  for (Twin* t : {&dout, &dinp, &dweight, &dbias}) t->Uniform(rng, -1, 1);
+  Twin dout(be, N * C), dres(be, N * C), dinp(be, N * C), dweight(be, C), dbias(be, C);
+  for (Twin* t : {&dout, &dres, &dinp, &dweight, &dbias}) t->Uniform(rng, -1, 1);
   OnBoth(be, [&](Ops& ops, Side s) {
-    ops.LayerNormBackwardInput(dinp[s], dout[s], inp[s], weight[s], mean[s], rstd[s], N, C);
+    ops.LayerNormBackwardInput(dinp[s], dres[s], dout[s], inp[s], weight[s], mean[s], rstd[s], N,
+                               C);
     ops.LayerNormBackwardWeight(dweight[s], dbias[s], dout[s], inp[s], mean[s], rstd[s], N, C);
   });
   report.Compare("LayerNormBackwardInput", "dinp", dinp);
   report.Compare("LayerNormBackwardWeight", "dweight", dweight);
   report.Compare("LayerNormBackwardWeight", "dbias", dbias);
+  OnBoth(be, [&](Ops& ops, Side s) {  // null dres: the gradient alone, dinp overwritten
+    ops.LayerNormBackwardInput(dinp[s], nullptr, dout[s], inp[s], weight[s], mean[s], rstd[s], N,
+                               C);
+  });
+  report.Compare("LayerNormBackwardInput (no residual)", "dinp", dinp);
+  Twin res(be, N * C);
+  OnBoth(be, [&](Ops& ops, Side s) {
+    ops.ResidualLayerNormForward(res[s], out[s], mean[s], rstd[s], inp[s], dout[s], weight[s],
+                                 bias[s], N, C);
+  });
+  report.Compare("ResidualLayerNormForward", "res", res);
+  report.Compare("ResidualLayerNormForward", "out", out);
+  report.Compare("ResidualLayerNormForward", "rstd", rstd);
 }
 
 // tag: "" for fp32, "bf16 " when both backends run train.precision bf16 (bf16 operands, fp32
@@ -534,7 +548,7 @@ class MiniGpt {
     ops_.MatmulBackwardWeight(G(lay_.head), nullptr, dlogits_, lnf_, N, C, V);
     const float* top = s_.layers > 0 ? acts_.back().res2 : encoded_;
     ops_.Zero(dres_, nc);
-    ops_.LayerNormBackwardInput(dres_, dln_, top, P(lay_.lnfw), lnf_mean_, lnf_rstd_, N, C);
+    ops_.LayerNormBackwardInput(dres_, dres_, dln_, top, P(lay_.lnfw), lnf_mean_, lnf_rstd_, N, C);
     ops_.LayerNormBackwardWeight(G(lay_.lnfw), G(lay_.lnfb), dln_, top, lnf_mean_, lnf_rstd_, N, C);
     for (int l = s_.layers - 1; l >= 0; --l) {
       const GptLayout::Layer& w = lay_.layer[l];
@@ -549,7 +563,8 @@ class MiniGpt {
       ops_.Zero(dln_, nc);
       ops_.MatmulBackwardInput(dln_, dfch_, P(w.fcw), N, C, 4 * C);
       ops_.MatmulBackwardWeight(G(w.fcw), G(w.fcb), dfch_, a.ln2, N, C, 4 * C);
-      ops_.LayerNormBackwardInput(dres_, dln_, a.res1, P(w.ln2w), a.ln2_mean, a.ln2_rstd, N, C);
+      ops_.LayerNormBackwardInput(dres_, dres_, dln_, a.res1, P(w.ln2w), a.ln2_mean, a.ln2_rstd, N,
+                                  C);
       ops_.LayerNormBackwardWeight(G(w.ln2w), G(w.ln2b), dln_, a.res1, a.ln2_mean, a.ln2_rstd, N,
                                    C);
       // res1 = x + attproj
@@ -561,7 +576,7 @@ class MiniGpt {
       ops_.Zero(dln_, nc);
       ops_.MatmulBackwardInput(dln_, dqkv_, P(w.qkvw), N, C, 3 * C);
       ops_.MatmulBackwardWeight(G(w.qkvw), G(w.qkvb), dqkv_, a.ln1, N, C, 3 * C);
-      ops_.LayerNormBackwardInput(dres_, dln_, x, P(w.ln1w), a.ln1_mean, a.ln1_rstd, N, C);
+      ops_.LayerNormBackwardInput(dres_, dres_, dln_, x, P(w.ln1w), a.ln1_mean, a.ln1_rstd, N, C);
       ops_.LayerNormBackwardWeight(G(w.ln1w), G(w.ln1b), dln_, x, a.ln1_mean, a.ln1_rstd, N, C);
     }
     ops_.EncoderBackward(G(lay_.wte), G(lay_.wpe), dres_, tokens_, nullptr, B, T, C);

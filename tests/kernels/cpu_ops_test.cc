@@ -159,7 +159,7 @@ TEST_F(CpuOpsTest, LayerNormForwardAndBackward) {
   auto pre_x = Random(N * C, 14), pre_w = Random(C, 15), pre_b = Random(C, 16);
   float *gx = Dev(pre_x), *gw = Dev(pre_w), *gb = Dev(pre_b);
   float* dr = Dev(r);
-  ops_->LayerNormBackwardInput(gx, dr, dx, dw, mean, rstd, N, C);
+  ops_->LayerNormBackwardInput(gx, gx, dr, dx, dw, mean, rstd, N, C);  // dres == dinp: +=
   ops_->LayerNormBackwardWeight(gw, gb, dr, dx, mean, rstd, N, C);
   ExpectGradient([&](const Vec& v) { return Dot(R, RefLayerNorm(v, W, Bv, N, C)); }, X,
                  Added(gx, pre_x), "ln dinp");
@@ -167,6 +167,46 @@ TEST_F(CpuOpsTest, LayerNormForwardAndBackward) {
                  Added(gw, pre_w), "ln dweight");
   ExpectGradient([&](const Vec& v) { return Dot(R, RefLayerNorm(X, W, v, N, C)); }, Bv,
                  Added(gb, pre_b), "ln dbias");
+}
+
+// The fused residual ops keep the bits of the two-op sequences they replace (worker/model/layers.cc
+// relies on it: the same losses as before the fusion): the forward those of ResidualForward then
+// LayerNormForward; the input gradient dres + g with dres apart, g alone without one, whatever
+// dinp held (it is overwritten), and the += of before when dres is dinp.
+TEST_F(CpuOpsTest, ResidualJoinsTheLayerNormBitForBit) {
+  const int N = 7, C = 37;  // rows of a partial vector
+  auto a = Random(N * C, 30, 2.0f), b = Random(N * C, 31), w = Random(C, 32), bias = Random(C, 33);
+  float *da = Dev(a), *db = Dev(b), *dw = Dev(w), *dbias = Dev(bias);
+  auto buf = [&](size_t n) { return Dev(Random(n, 34)); };  // outputs must not depend on it
+  float *res = buf(N * C), *out = buf(N * C), *mean = buf(N), *rstd = buf(N);
+  ops_->ResidualLayerNormForward(res, out, mean, rstd, da, db, dw, dbias, N, C);
+  float *res2 = buf(N * C), *out2 = buf(N * C), *mean2 = buf(N), *rstd2 = buf(N);
+  ops_->ResidualForward(res2, da, db, N * C);
+  ops_->LayerNormForward(out2, mean2, rstd2, res2, dw, dbias, N, C);
+  for (auto [p, q, n] :
+       {std::tuple{res, res2, N * C}, {out, out2, N * C}, {mean, mean2, N}, {rstd, rstd2, N}}) {
+    EXPECT_EQ(0, std::memcmp(Host(p, n).data(), Host(q, n).data(), n * sizeof(float)));
+  }
+
+  auto dout = Random(N * C, 35), dres = Random(N * C, 36);
+  float *ddout = Dev(dout), *ddres = Dev(dres);
+  float* g = Dev(std::vector<float>(N * C, 0.0f));  // the += of before onto zeros: g alone
+  ops_->LayerNormBackwardInput(g, g, ddout, res, dw, mean, rstd, N, C);
+  float* alone = buf(N * C);
+  ops_->LayerNormBackwardInput(alone, nullptr, ddout, res, dw, mean, rstd, N, C);
+  float* joined = buf(N * C);
+  ops_->LayerNormBackwardInput(joined, ddres, ddout, res, dw, mean, rstd, N, C);
+  float* in_place = Dev(dres);  // before: Copy(dinp, dres), then +=
+  ops_->LayerNormBackwardInput(in_place, in_place, ddout, res, dw, mean, rstd, N, C);
+  const std::vector<float> hg = Host(g, N * C), ha = Host(alone, N * C);
+  const std::vector<float> hj = Host(joined, N * C), hi = Host(in_place, N * C);
+  EXPECT_EQ(0, std::memcmp(hg.data(), ha.data(), N * C * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(hj.data(), hi.data(), N * C * sizeof(float)));
+  for (int i = 0; i < N * C; ++i) {
+    const float want = dres[i] + hg[i];
+    ASSERT_EQ(0, std::memcmp(&want, &hj[i], sizeof(float))) << i;
+    ASSERT_NE(hg[i], 0.0f) << i;  // a gradient that is there to be added
+  }
 }
 
 TEST_F(CpuOpsTest, MatmulForwardAndBackward) {

@@ -213,12 +213,15 @@ TEST(VecKernelsTest, RowKernelsAgreeAcrossTables) {
     std::vector<float> losses(N), probs(N * V);
     k->layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), 0,
                          N, C);
-    k->layernorm_backward_input(dx.data(), out.data(), x.data(), w.data(), mean.data(),
+    k->layernorm_backward_input(dx.data(), x.data(), out.data(), x.data(), w.data(), mean.data(),
                                 rstd.data(), 0, N, C);
+    std::vector<float> res(N * C), rln(N * C), rmean(N), rrstd(N);
+    k->residual_layernorm_forward(res.data(), rln.data(), rmean.data(), rrstd.data(), x.data(),
+                                  dx.data(), w.data(), b.data(), 0, N, C);
     k->gelu_forward(gel.data(), x.data(), gel.size());
     k->cross_entropy_forward(losses.data(), probs.data(), logits.data(), targets, 0, N, V, Vr);
     std::vector<float> all;
-    for (auto* v : {&out, &mean, &rstd, &dx, &gel, &losses, &probs}) {
+    for (auto* v : {&out, &mean, &rstd, &dx, &res, &rln, &rmean, &rrstd, &gel, &losses, &probs}) {
       all.insert(all.end(), v->begin(), v->end());
     }
     results.push_back(all);
@@ -233,7 +236,7 @@ TEST(VecKernelsTest, RowKernelsAgreeAcrossTables) {
 
 // ---- the thread count leaves every bit alone ---------------------------------------------------
 // One block's worth of every op on shapes large enough to be split (N rows >= 2 tasks of 64).
-// One straight sequence (62 lines): each op feeds the next, as in a block.
+// One straight sequence (63 lines): each op feeds the next, as in a block.
 std::vector<float> RunEveryOp(int threads) {
   auto made = MakeOps("cpu", threads);
   EXPECT_TRUE(made.ok());
@@ -265,7 +268,7 @@ std::vector<float> RunEveryOp(int threads) {
   ops.AttentionBackward(dqkv, x, qkv, att, nullptr, B, T, C, NH);
   ops.MatmulBackwardInput(dln, dqkv, w, N, C, 3 * C);
   ops.MatmulBackwardWeight(dw, db, dqkv, ln, N, C, 3 * C);
-  ops.LayerNormBackwardInput(dx, dln, x, lw, mean, rstd, N, C);
+  ops.LayerNormBackwardInput(dx, x, dln, x, lw, mean, rstd, N, C);  // x as the residual grad
   ops.LayerNormBackwardWeight(dlw, dlb, dln, x, mean, rstd, N, C);
   float* gel = ops.Alloc(N * 3 * C);
   ops.GeluForward(gel, qkv, N * 3 * C);
@@ -282,6 +285,7 @@ std::vector<float> RunEveryOp(int threads) {
   ops.AdamW(w, dw, m, v, 3 * C * C, a);
   ops.Add(dx, ln, N * C);
   ops.ResidualForward(ln, dx, x, N * C);
+  ops.ResidualLayerNormForward(dln, out, mean, rstd, ln, dx, lw, lb, N, C);
   for (auto [p, n] : std::vector<std::pair<float*, size_t>>{{ln, N * C},
                                                             {mean, N},
                                                             {rstd, N},

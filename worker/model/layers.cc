@@ -56,10 +56,9 @@ absl::Status StageModel::Impl::BlockForward(ModelTensor* w, BlockSaved& s, const
   ops_->MatmulForward(tmp_c_, s.atty.get(), w[kProjW].value, RowBias(w[kProjB]), N, Cl, C);
   if (absl::Status st = AllReduce(tmp_c_); !st.ok()) return st;
   s.res2 = NewOut(u, A::kRes2);
-  ops_->ResidualForward(s.res2.get(), x, tmp_c_, N_ * C);
   s.ln2 = NewOut(u, A::kLn2), s.mean2 = NewOut(u, A::kMean2), s.rstd2 = NewOut(u, A::kRstd2);
-  ops_->LayerNormForward(s.ln2.get(), s.mean2.get(), s.rstd2.get(), s.res2.get(), w[kLn2W].value,
-                         w[kLn2B].value, N, C);
+  ops_->ResidualLayerNormForward(s.res2.get(), s.ln2.get(), s.mean2.get(), s.rstd2.get(), x, tmp_c_,
+                                 w[kLn2W].value, w[kLn2B].value, N, C);
   s.fch = NewOut(u, A::kFch), s.fch_gelu = NewOut(u, A::kFchGelu);  // (N,4Cl)
   ops_->MatmulForward(s.fch.get(), s.ln2.get(), w[kFcW].value, w[kFcB].value, N, C, 4 * Cl);
   ops_->GeluForward(s.fch_gelu.get(), s.fch.get(), N_ * 4 * Cl);
@@ -85,10 +84,9 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
   s.dln2 = NewOut(s.unit, A::kDln2);
   ops_->MatmulBackwardInput(s.dln2.get(), s.dfch.get(), w[kFcW].value, N, C, 4 * Cl);
   if (absl::Status st = AllReduce(s.dln2.get()); !st.ok()) return st;
-  s.dres2 = NewOut(s.unit, A::kDres2);
-  ops_->Copy(s.dres2.get(), s.dy.get(), N_ * C);
-  ops_->LayerNormBackwardInput(s.dres2.get(), s.dln2.get(), s.res2.get(), w[kLn2W].value,
-                               s.mean2.get(), s.rstd2.get(), N, C);
+  s.dres2 = NewOut(s.unit, A::kDres2);  // dy through the residual, plus ln_2's gradient
+  ops_->LayerNormBackwardInput(s.dres2.get(), s.dy.get(), s.dln2.get(), s.res2.get(),
+                               w[kLn2W].value, s.mean2.get(), s.rstd2.get(), N, C);
   ops_->MatmulBackwardInput(tmp_c_, s.dres2.get(), w[kProjW].value, N, Cl, C);  // d atty (N,Cl)
   s.dqkv = NewOut(s.unit, A::kDqkv);
   if (packed()) {
@@ -101,9 +99,8 @@ absl::Status StageModel::Impl::BlockBackwardInput(ModelTensor* w, BlockSaved& s,
   s.dln1 = NewOut(s.unit, A::kDln1);
   ops_->MatmulBackwardInput(s.dln1.get(), s.dqkv.get(), w[kQkvW].value, N, C, 3 * Cl);
   if (absl::Status st = AllReduce(s.dln1.get()); !st.ok()) return st;
-  ops_->Copy(dx, s.dres2.get(), N_ * C);
-  ops_->LayerNormBackwardInput(dx, s.dln1.get(), x, w[kLn1W].value, s.mean1.get(), s.rstd1.get(),
-                               N, C);
+  ops_->LayerNormBackwardInput(dx, s.dres2.get(), s.dln1.get(), x, w[kLn1W].value, s.mean1.get(),
+                               s.rstd1.get(), N, C);
   s.qkv.Release(), s.att_stats.Release(), s.fch.Release();  // the weight part does not read them
   return absl::OkStatus();
 }
@@ -148,9 +145,8 @@ void StageModel::Impl::HeadBackwardInput(HeadSaved& s, const float* x, float* dx
   ops_->CrossEntropyBackward(s.dlogits.get(), s.probs.get(), s.targets.get(), dloss, N, V, Vr);
   s.dlnf = NewOut(s.unit, A::kDlnf);
   ops_->MatmulBackwardInput(s.dlnf.get(), s.dlogits.get(), head_weight_->value, N, C, V);
-  ops_->Zero(dx, N_ * C);
-  ops_->LayerNormBackwardInput(dx, s.dlnf.get(), x, head_[0].value, s.mean.get(), s.rstd.get(), N,
-                               C);
+  ops_->LayerNormBackwardInput(dx, nullptr, s.dlnf.get(), x, head_[0].value, s.mean.get(),
+                               s.rstd.get(), N, C);
   s.probs.Release();
 }
 
