@@ -1,5 +1,6 @@
 // attention_bench: the CPU backend's causal attention kernels (kernels/cpu/vec_kernels.h) alone,
-// forward and backward of every head of one sequence, for every ISA table this CPU can run.
+// forward and backward of every head of one sequence, for every ISA table this CPU can run and
+// the bf16 tiles' table where the CPU has AVX512-BF16 (Bf16AttentionKernels).
 //
 // FLOPs of a head: the score and weighted-value products, 2 * 2 * T * T * hs forward, twice that
 // backward, halved for the causal mask (the kernels skip the masked half; trainer_bench counts
@@ -97,7 +98,11 @@ int main(int argc, char** argv) {
   const double flop = 2.0 * in.T * double(in.T) * in.C;  // forward, all heads, causal half
   std::printf("attention_bench: T=%d C=%d heads=%d (hs=%d), median of %d, one thread\n", in.T, in.C,
               in.NH, in.hs, repeats);
-  for (const VecKernels* k : pp::kernels::RunnableVecKernels()) {
+  std::vector<const VecKernels*> tables = pp::kernels::RunnableVecKernels();
+  if (pp::kernels::Bf16AttentionKernels() != nullptr) {
+    tables.push_back(pp::kernels::Bf16AttentionKernels());  // bf16 jobs' attention on some CPUs
+  }
+  for (const VecKernels* k : tables) {
     const auto [f, b] = Time(*k, in, repeats);
     std::printf(
         "%-8s forward %8.2f ms %6.1f GFLOP/s   backward %8.2f ms %6.1f GFLOP/s   "

@@ -113,9 +113,15 @@ void* AlignedZeroed(size_t bytes) {
 // itself stays single-threaded, so the process never runs more threads than `threads`.
 class CpuOps final : public Ops {
  public:
-  CpuOps(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl, std::string path)
-      : pool_(threads), k_(VecKernelsForThisCpu()), scratch_(pool_.threads()), matmul_(matmul),
-        dnnl_(std::move(dnnl)), path_(std::move(path)) {}
+  CpuOps(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl, const VecKernels* attention,
+         std::string path)
+      : pool_(threads),
+        k_(VecKernelsForThisCpu()),
+        attention_(attention != nullptr ? *attention : k_),
+        scratch_(pool_.threads()),
+        matmul_(matmul),
+        dnnl_(std::move(dnnl)),
+        path_(std::move(path)) {}
 
   std::string Name() const override { return "cpu"; }
   std::string MatmulPath() const override { return path_; }
@@ -274,8 +280,8 @@ class CpuOps final : public Ops {
     pool_.Run(int64_t(B) * NH, [&](int64_t i, int worker) {
       const int64_t b = i / NH, h = i % NH;
       const HeadView head{qkv + b * T * 3 * C + h * hs, T, C, hs, RowStarts(doc_start, b, T)};
-      k_.attention_forward(out + b * T * C + h * hs, stats + i * T * 2, head,
-                           scratch_[worker].data());
+      attention_.attention_forward(out + b * T * C + h * hs, stats + i * T * 2, head,
+                                   scratch_[worker].data());
     });
   }
   void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* stats,
@@ -287,8 +293,8 @@ class CpuOps final : public Ops {
       const int64_t b = i / NH, h = i % NH;
       const int64_t qoff = b * T * 3 * C + h * hs;
       const HeadView head{qkv + qoff, T, C, hs, RowStarts(doc_start, b, T)};
-      k_.attention_backward(dqkv + qoff, dout + b * T * C + h * hs, stats + i * T * 2, head,
-                            scratch_[worker].data());
+      attention_.attention_backward(dqkv + qoff, dout + b * T * C + h * hs, stats + i * T * 2, head,
+                                    scratch_[worker].data());
     });
   }
 
@@ -445,7 +451,7 @@ class CpuOps final : public Ops {
   }
 
   void EnsureAttentionScratch(int T, int hs) {
-    const size_t need = k_.attention_scratch_floats(T, hs);
+    const size_t need = attention_.attention_scratch_floats(T, hs);
     for (std::vector<float>& s : scratch_) {
       if (s.size() < need) s.resize(need);
     }
@@ -453,6 +459,7 @@ class CpuOps final : public Ops {
 
   ThreadPool pool_;
   const VecKernels& k_;
+  const VecKernels& attention_;              // k_, or Bf16AttentionKernels() (cpu_ops_make.cc)
   std::vector<std::vector<float>> scratch_;  // per pool thread: attention tiles
   const CpuMatmul matmul_;
   const std::unique_ptr<DnnlGemm> dnnl_;  // the kDnnl* paths
@@ -470,8 +477,8 @@ class CpuOps final : public Ops {
 }  // namespace
 
 std::unique_ptr<Ops> NewCpuOps(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl,
-                               std::string path) {
-  return std::make_unique<CpuOps>(threads, matmul, std::move(dnnl), std::move(path));
+                               const VecKernels* attention, std::string path) {
+  return std::make_unique<CpuOps>(threads, matmul, std::move(dnnl), attention, std::move(path));
 }
 
 }  // namespace pp::kernels

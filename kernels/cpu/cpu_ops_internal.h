@@ -8,13 +8,15 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/dnnl_gemm.h"
+#include "kernels/cpu/vec_kernels.h"
 
 namespace pp::kernels {
 
-// The backend on `matmul`, its MatmulPath `path`. REQUIRES: threads >= 1; dnnl set exactly for
-// the kDnnl* paths, of their operand type (kBf16 for kDnnlBf16, else kF32).
+// The backend on `matmul`, its MatmulPath `path`, attention from the table `attention` (null:
+// this CPU's VecKernelsForThisCpu). REQUIRES: threads >= 1; dnnl set exactly for the kDnnl*
+// paths, of their operand type (kBf16 for kDnnlBf16, else kF32).
 std::unique_ptr<Ops> NewCpuOps(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl,
-                               std::string path);
+                               const VecKernels* attention, std::string path);
 
 }  // namespace pp::kernels
 

@@ -15,6 +15,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_ops_internal.h"
 #include "kernels/cpu/dnnl_gemm.h"
+#include "kernels/cpu/vec_kernels.h"
 
 namespace pp::kernels {
 namespace {
@@ -40,6 +41,27 @@ std::string FallbackWhat(absl::string_view fp32_product) {
                       " (exact bf16 products, fp32 sums)");
 }
 
+bool IntelCpu() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_is("intel");
+#else
+  return false;
+#endif
+}
+
+// The table whose attention runs its tile products in bf16 (vec_attention_bf16.inc), or null for
+// this CPU's fp32 attention. Taken with oneDNN's bf16 products where the CPU has AVX512-BF16 and
+// is not made by Intel: Zen 4 runs vdpbf16ps, two products a lane, at the rate of an fp32 FMA,
+// while Intel cores run it at half the FMA's (bench/NOTES.md). PP_BF16_ATTENTION=1 takes it
+// wherever the CPU has AVX512-BF16, =0 never. It reads only the CPU and the environment, so every
+// process of a machine computes the same bits.
+const VecKernels* Bf16Attention() {
+  const char* env = std::getenv(kBf16AttentionEnv);
+  const std::string want = env != nullptr ? env : "";
+  if (want == "0" || (want != "1" && IntelCpu())) return nullptr;
+  return Bf16AttentionKernels();
+}
+
 // The backend on `matmul` with `dnnl` (set exactly for the kDnnl* paths), its path named, and
 // for a fallback `why`.
 std::unique_ptr<Ops> Build(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl,
@@ -55,7 +77,9 @@ std::unique_ptr<Ops> Build(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGe
     path = absl::StrCat("bf16: fallback, ", FallbackWhat("OpenBLAS sgemm"));
   }
   if (!why.empty()) absl::StrAppend(&path, ", because ", why);
-  return NewCpuOps(std::max(1, threads), matmul, std::move(dnnl), std::move(path));
+  const VecKernels* attention = matmul == CpuMatmul::kDnnlBf16 ? Bf16Attention() : nullptr;
+  if (attention != nullptr) absl::StrAppend(&path, "; attention: bf16 tiles (AVX512-BF16)");
+  return NewCpuOps(std::max(1, threads), matmul, std::move(dnnl), attention, std::move(path));
 }
 
 // oneDNN's f32 matmul where fp32 products run on it, else null. They do where it is an AVX-512
@@ -67,14 +91,6 @@ std::unique_ptr<DnnlGemm> Fp32OnOneDnn() {
   absl::StatusOr<std::unique_ptr<DnnlGemm>> f32 = DnnlGemm::Create(DnnlGemm::Type::kF32);
   if (!f32.ok() || !absl::StrContains((*f32)->Impl(), "avx512")) return nullptr;
   return std::move(*f32);
-}
-
-bool IntelCpu() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_is("intel");
-#else
-  return false;
-#endif
 }
 
 // Why bf16 does not take oneDNN's bf16 matmul on this CPU, or "" where it does (and then

@@ -36,8 +36,8 @@ struct HeadView {
   const int32_t* doc_start = nullptr;
 };
 
-// Floats of attention scratch enough for every table this CPU runs (the most of their
-// attention_scratch_floats): for callers that try each table with one buffer.
+// Floats of attention scratch enough for every table this CPU runs, Bf16AttentionKernels too (the
+// most of their attention_scratch_floats): for callers that try each table with one buffer.
 size_t AttentionScratchFloats(int T, int hs);
 
 struct VecKernels {
@@ -89,7 +89,15 @@ struct VecKernels {
 std::vector<const VecKernels*> RunnableVecKernels();
 const VecKernels& VecKernelsForThisCpu();
 
+// The AVX-512 table with bf16 attention tiles (vec_attention_bf16.inc; every other kernel is the
+// AVX-512 one), or null where the CPU lacks AVX512-BF16. Not in RunnableVecKernels: its attention
+// is not fp32's.
+const VecKernels* Bf16AttentionKernels();
+
 namespace vec_avx512 {
+extern const VecKernels kTable;
+}
+namespace vec_avx512bf16 {
 extern const VecKernels kTable;
 }
 namespace vec_avx2 {

@@ -9,6 +9,9 @@ size_t AttentionScratchFloats(int T, int hs) {
   for (const VecKernels* k : RunnableVecKernels()) {
     most = std::max(most, k->attention_scratch_floats(T, hs));
   }
+  if (const VecKernels* bf16 = Bf16AttentionKernels()) {
+    most = std::max(most, bf16->attention_scratch_floats(T, hs));
+  }
   return most;
 }
 
@@ -23,6 +26,15 @@ std::vector<const VecKernels*> RunnableVecKernels() {
   }
 #endif
   return tables;
+}
+
+const VecKernels* Bf16AttentionKernels() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (RunnableVecKernels().back() == &vec_avx512::kTable && __builtin_cpu_supports("avx512bf16")) {
+    return &vec_avx512bf16::kTable;
+  }
+#endif
+  return nullptr;
 }
 
 const VecKernels& VecKernelsForThisCpu() {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -249,6 +250,62 @@ TEST(DocAttentionKernelsTest, AllZeroStartsGiveTheBitsOfNullStartsInEveryTable) 
       EXPECT_TRUE(SameBits(null_run.out, zero_run.out)) << k->isa << " T " << s.T << " out";
       EXPECT_TRUE(SameBits(null_run.stats, zero_run.stats)) << k->isa << " T " << s.T << " stats";
       EXPECT_TRUE(SameBits(null_run.dqkv, zero_run.dqkv)) << k->isa << " T " << s.T << " dqkv";
+    }
+  }
+}
+
+// The largest |got - want| / (1 + |want|) over a run's out, stats and dqkv (NaN if any is).
+double WorstError(const HeadRun& run, const Ref& want) {
+  double worst = 0;
+  auto scan = [&](const std::vector<float>& got, const std::vector<double>& ref) {
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double e = std::abs(got[i] - ref[i]) / (1 + std::abs(ref[i]));
+      if (!std::isnan(worst) && !(e <= worst)) worst = e;  // a NaN sticks
+    }
+  };
+  scan(run.out, want.out);
+  scan(run.stats, want.stats);
+  scan(run.dqkv, want.dqkv);
+  return worst;
+}
+
+// The bf16 tiles (Bf16AttentionKernels, vec_attention_bf16.inc) where hs is whole vectors: within
+// bf16's precision of the masked reference on every layout (odd document starts and ends
+// included: the pairs straddling them are masked), the same bits twice, and all-zero starts give
+// null starts' bits. Where hs is not, the table runs the fp32 code: the AVX-512 table's bits.
+TEST(DocAttentionKernelsTest, Bf16TilesMatchTheReferenceToBf16AndKeepTheirBits) {
+  const VecKernels* bf16 = Bf16AttentionKernels();
+  if (bf16 == nullptr) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  const Shape shapes[] = {{1, 130, 64, 1}, {1, 33, 48, 1}, {1, 77, 32, 1}, {1, 37, 20, 1}};
+  for (const Shape& s : shapes) {
+    auto qkv = Random(size_t(s.T) * 3 * s.C, s.T * 23 + s.C, 2.0f);
+    auto dout = Random(size_t(s.T) * s.C, s.T * 29 + s.C);
+    auto pre = Random(qkv.size(), 79);
+    const auto layouts = Layouts(s.T);
+    for (size_t l = 0; l < layouts.size(); ++l) {
+      const std::string what = "T " + std::to_string(s.T) + " hs " + std::to_string(s.C) +
+                               " layout " + std::to_string(l);
+      const HeadRun run = RunHead(*bf16, qkv, dout, layouts[l].data(), s.T, s.C, pre);
+      const HeadRun again = RunHead(*bf16, qkv, dout, layouts[l].data(), s.T, s.C, pre);
+      ASSERT_TRUE(SameBits(run.out, again.out) && SameBits(run.stats, again.stats) &&
+                  SameBits(run.dqkv, again.dqkv))
+          << what << ": two runs differ";
+      if (s.C % 16 != 0) {
+        const HeadRun fp32 =
+            RunHead(VecKernelsForThisCpu(), qkv, dout, layouts[l].data(), s.T, s.C, pre);
+        EXPECT_TRUE(SameBits(run.out, fp32.out) && SameBits(run.stats, fp32.stats) &&
+                    SameBits(run.dqkv, fp32.dqkv))
+            << what << ": not the fp32 code's bits";
+        continue;
+      }
+      const double worst = WorstError(run, RefPacked(ToDouble(qkv), dout, layouts[l], s));
+      std::printf("bf16 tiles, %s: worst error %.2e\n", what.c_str(), worst);
+      EXPECT_LT(worst, 0.03) << what;
+      if (l == 0) {
+        const std::vector<int32_t> zeros(s.T, 0);
+        const HeadRun null_run = RunHead(*bf16, qkv, dout, nullptr, s.T, s.C, pre);
+        EXPECT_TRUE(SameBits(null_run.out, run.out) && SameBits(null_run.dqkv, run.dqkv)) << what;
+      }
     }
   }
 }

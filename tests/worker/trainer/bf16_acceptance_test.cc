@@ -85,9 +85,13 @@ TEST(Bf16AcceptanceTest, DefaultJobEndsWithin2PercentOfFp32OnTheOneDnnPath) {
   const size_t at = p.log.find(want);
   ASSERT_NE(at, std::string::npos) << p.log;
   const std::string impl = p.log.substr(at + want.size(), p.log.find(')', at) - at - want.size());
+  const bool bf16_attention = path.find("; attention: bf16 tiles") != std::string::npos;
   std::cout << "bf16 path: oneDNN " << impl
-            << (impl.find("amx") != std::string::npos ? " (AMX tiles)" : " (no AMX)") << "\n";
-  EXPECT_EQ(path, "bf16: oneDNN matmul (" + impl + ")");
+            << (impl.find("amx") != std::string::npos ? " (AMX tiles)" : " (no AMX)")
+            << (bf16_attention ? ", attention in bf16 tiles" : ", attention in fp32") << "\n";
+  EXPECT_EQ(path, "bf16: oneDNN matmul (" + impl + ")" +
+                      (bf16_attention ? "; attention: bf16 tiles (AVX512-BF16)" : ""));
+  EXPECT_NE(p.log.find(path), std::string::npos) << p.log;  // the trainer took that path
   ExpectCloseAndLearnt(p, "oneDNN " + impl);
 }
 
