@@ -282,6 +282,67 @@ TEST(Bf16Test, MakeOpsPicksAndLogsThePathAndTheVariablesForceEither) {
                 "forced fallback");
 }
 
+// One head (T 40, hs 32) forward through the Ops, and through a table directly.
+std::vector<float> OpsAttention(Ops& ops, const std::vector<float>& qkv, int T, int C) {
+  float* q = ops.Alloc(qkv.size());
+  float* out = ops.Alloc(size_t(T) * C);
+  float* stats = ops.Alloc(size_t(T) * 2);
+  ops.CopyToDevice(q, qkv.data(), qkv.size());
+  ops.AttentionForward(out, stats, q, nullptr, 1, T, C, 1);
+  std::vector<float> got(size_t(T) * C);
+  ops.CopyToHost(got.data(), out, got.size());
+  for (float* p : {q, out, stats}) ops.Free(p);
+  return got;
+}
+std::vector<float> TableAttention(const VecKernels& k, const std::vector<float>& qkv, int T,
+                                  int C) {
+  std::vector<float> out(size_t(T) * C), stats(size_t(T) * 2);
+  std::vector<float> scratch(k.attention_scratch_floats(T, C));
+  k.attention_forward(out.data(), stats.data(), HeadView{qkv.data(), T, C, C, nullptr},
+                      scratch.data());
+  return out;
+}
+
+// bf16 attention tiles go with oneDNN's bf16 products on a CPU with AVX512-BF16 not made by
+// Intel, and the path says so; PP_BF16_ATTENTION=1 takes them on any CPU with AVX512-BF16, =0
+// never. The Ops then compute the bits of the table the path names.
+TEST(Bf16Test, AttentionTakesBf16TilesByTheRuleAndTheVariableDecides) {
+  unsetenv(kBf16AttentionEnv);
+  setenv(kForceBf16OneDnnEnv, "1", 1);  // the fast path wherever oneDNN can create it
+  absl::StatusOr<std::unique_ptr<Ops>> plain = MakeOps("cpu", 1, Precision::kBf16);
+  setenv(kBf16AttentionEnv, "1", 1);
+  absl::StatusOr<std::unique_ptr<Ops>> taken = MakeOps("cpu", 1, Precision::kBf16);
+  setenv(kBf16AttentionEnv, "0", 1);
+  absl::StatusOr<std::unique_ptr<Ops>> refused = MakeOps("cpu", 1, Precision::kBf16);
+  unsetenv(kBf16AttentionEnv);
+  unsetenv(kForceBf16OneDnnEnv);
+  ASSERT_TRUE(plain.ok() && taken.ok() && refused.ok());
+  const std::string suffix = "; attention: bf16 tiles (AVX512-BF16)";
+  auto ends_in_suffix = [&](const Ops& ops) {
+    const std::string path = ops.MatmulPath();
+    return path.size() > suffix.size() && path.substr(path.size() - suffix.size()) == suffix;
+  };
+  const bool fast = (*plain)->MatmulPath().rfind("bf16: oneDNN matmul (", 0) == 0;
+  const VecKernels* bf16 = Bf16AttentionKernels();
+#if defined(__x86_64__) && defined(__GNUC__)
+  const bool intel = __builtin_cpu_is("intel");
+#else
+  const bool intel = false;
+#endif
+  std::cout << "bf16 path with PP_BF16_ONEDNN=1: " << (*plain)->MatmulPath() << "\n";
+  EXPECT_EQ(ends_in_suffix(**plain), fast && bf16 != nullptr && !intel);
+  EXPECT_EQ(ends_in_suffix(**taken), fast && bf16 != nullptr);
+  EXPECT_FALSE(ends_in_suffix(**refused));
+  const int T = 40, C = 32;
+  const std::vector<float> qkv = Random(size_t(T) * 3 * C, 5, 2.0f);
+  const std::vector<float> fp32_bits = TableAttention(VecKernelsForThisCpu(), qkv, T, C);
+  EXPECT_EQ(OpsAttention(**refused, qkv, T, C), fp32_bits);
+  if (!ends_in_suffix(**taken)) return;
+  const std::vector<float> bf16_bits = TableAttention(*bf16, qkv, T, C);
+  EXPECT_NE(bf16_bits, fp32_bits);
+  EXPECT_EQ(OpsAttention(**taken, qkv, T, C), bf16_bits);
+}
+
 // fp32 logs nothing; its path is oneDNN where that is an AVX-512 kernel, else OpenBLAS, and
 // PP_FP32_OPENBLAS=1 forces OpenBLAS.
 TEST(Bf16Test, Fp32TakesOneDnnOnAvx512AndTheVariableForcesOpenBlas) {
