@@ -191,6 +191,21 @@ HeadRun RunHead(const VecKernels& k, const std::vector<float>& qkv, const std::v
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
+bool SameBits(const HeadRun& a, const HeadRun& b) {
+  return SameBits(a.out, b.out) && SameBits(a.stats, b.stats) && SameBits(a.dqkv, b.dqkv);
+}
+
+// One head's random qkv (scaled 2), dout and dqkv prefill for shape s, seeded by `seed`.
+struct HeadInputs {
+  std::vector<float> qkv, dout, pre;
+};
+HeadInputs RandomHead(const Shape& s, int seed) {
+  HeadInputs in{Random(size_t(s.T) * 3 * s.C, s.T * seed + s.C, 2.0f),
+                Random(size_t(s.T) * s.C, s.T * (seed + 2) + s.C),
+                {}};
+  in.pre = Random(in.qkv.size(), 66 + seed);
+  return in;
+}
 
 const Shape kHeadShapes[] = {{1, 1, 8, 1},    {1, 7, 20, 1},  {1, 37, 20, 1},
                              {1, 130, 64, 1}, {1, 33, 48, 1}, {1, 66, 5, 1}};
@@ -217,9 +232,7 @@ void ExpectHeadMatches(const HeadRun& run, const Ref& want, const std::string& w
 
 TEST(DocAttentionKernelsTest, ForwardAndBackwardMatchTheMaskedReferenceInEveryTable) {
   for (const Shape& s : kHeadShapes) {
-    auto qkv = Random(size_t(s.T) * 3 * s.C, s.T * 11 + s.C, 2.0f);
-    auto dout = Random(size_t(s.T) * s.C, s.T * 13 + s.C);
-    auto pre = Random(qkv.size(), 77);
+    const auto [qkv, dout, pre] = RandomHead(s, 11);
     const auto layouts = Layouts(s.T);
     for (size_t l = 0; l < layouts.size(); ++l) {
       const Ref want = RefPacked(ToDouble(qkv), dout, layouts[l], s);
@@ -229,9 +242,7 @@ TEST(DocAttentionKernelsTest, ForwardAndBackwardMatchTheMaskedReferenceInEveryTa
         const HeadRun run = RunHead(*k, qkv, dout, layouts[l].data(), s.T, s.C, pre);
         ExpectHeadMatches(run, want, what);
         const HeadRun again = RunHead(*k, qkv, dout, layouts[l].data(), s.T, s.C, pre);
-        ASSERT_TRUE(SameBits(run.out, again.out) && SameBits(run.stats, again.stats) &&
-                    SameBits(run.dqkv, again.dqkv))
-            << what << ": two runs differ";
+        ASSERT_TRUE(SameBits(run, again)) << what << ": two runs differ";
       }
     }
   }
@@ -240,9 +251,7 @@ TEST(DocAttentionKernelsTest, ForwardAndBackwardMatchTheMaskedReferenceInEveryTa
 // The ops.h promise the model relies on: all-zero starts are plain causal attention, bit for bit.
 TEST(DocAttentionKernelsTest, AllZeroStartsGiveTheBitsOfNullStartsInEveryTable) {
   for (const Shape& s : kHeadShapes) {
-    auto qkv = Random(size_t(s.T) * 3 * s.C, s.T * 17 + s.C, 2.0f);
-    auto dout = Random(size_t(s.T) * s.C, s.T * 19 + s.C);
-    auto pre = Random(qkv.size(), 78);
+    const auto [qkv, dout, pre] = RandomHead(s, 17);
     const std::vector<int32_t> zeros(s.T, 0);
     for (const VecKernels* k : RunnableVecKernels()) {
       const HeadRun null_run = RunHead(*k, qkv, dout, nullptr, s.T, s.C, pre);
@@ -278,24 +287,18 @@ TEST(DocAttentionKernelsTest, Bf16TilesMatchTheReferenceToBf16AndKeepTheirBits) 
   if (bf16 == nullptr) GTEST_SKIP() << "this CPU has no AVX512-BF16";
   const Shape shapes[] = {{1, 130, 64, 1}, {1, 33, 48, 1}, {1, 77, 32, 1}, {1, 37, 20, 1}};
   for (const Shape& s : shapes) {
-    auto qkv = Random(size_t(s.T) * 3 * s.C, s.T * 23 + s.C, 2.0f);
-    auto dout = Random(size_t(s.T) * s.C, s.T * 29 + s.C);
-    auto pre = Random(qkv.size(), 79);
+    const auto [qkv, dout, pre] = RandomHead(s, 23);
     const auto layouts = Layouts(s.T);
     for (size_t l = 0; l < layouts.size(); ++l) {
       const std::string what = "T " + std::to_string(s.T) + " hs " + std::to_string(s.C) +
                                " layout " + std::to_string(l);
       const HeadRun run = RunHead(*bf16, qkv, dout, layouts[l].data(), s.T, s.C, pre);
       const HeadRun again = RunHead(*bf16, qkv, dout, layouts[l].data(), s.T, s.C, pre);
-      ASSERT_TRUE(SameBits(run.out, again.out) && SameBits(run.stats, again.stats) &&
-                  SameBits(run.dqkv, again.dqkv))
-          << what << ": two runs differ";
+      ASSERT_TRUE(SameBits(run, again)) << what << ": two runs differ";
       if (s.C % 16 != 0) {
         const HeadRun fp32 =
             RunHead(VecKernelsForThisCpu(), qkv, dout, layouts[l].data(), s.T, s.C, pre);
-        EXPECT_TRUE(SameBits(run.out, fp32.out) && SameBits(run.stats, fp32.stats) &&
-                    SameBits(run.dqkv, fp32.dqkv))
-            << what << ": not the fp32 code's bits";
+        EXPECT_TRUE(SameBits(run, fp32)) << what << ": not the fp32 code's bits";
         continue;
       }
       const double worst = WorstError(run, RefPacked(ToDouble(qkv), dout, layouts[l], s));
