@@ -99,8 +99,9 @@ int main(int argc, char** argv) {
   std::printf("attention_bench: T=%d C=%d heads=%d (hs=%d), median of %d, one thread\n", in.T, in.C,
               in.NH, in.hs, repeats);
   std::vector<const VecKernels*> tables = pp::kernels::RunnableVecKernels();
-  if (pp::kernels::Bf16AttentionKernels() != nullptr) {
-    tables.push_back(pp::kernels::Bf16AttentionKernels());  // bf16 jobs' attention on some CPUs
+  for (const VecKernels* bf16 :  // bf16 jobs' attention on some CPUs
+       {pp::kernels::Bf16AttentionKernels(), pp::kernels::AmxAttentionKernels()}) {
+    if (bf16 != nullptr) tables.push_back(bf16);
   }
   for (const VecKernels* k : tables) {
     const auto [f, b] = Time(*k, in, repeats);

@@ -41,9 +41,10 @@ inline constexpr char kForceBf16FallbackEnv[] = "PP_BF16_FALLBACK";
 // Setting this one to 1 makes bf16 take oneDNN's bf16 matmul wherever oneDNN can create it, also
 // where the fallback is faster (Intel without AMX); PP_BF16_FALLBACK=1 wins over it.
 inline constexpr char kForceBf16OneDnnEnv[] = "PP_BF16_ONEDNN";
-// bf16 attention tiles (vec_attention_bf16.inc) go with oneDNN's bf16 products on a CPU with
-// AVX512-BF16 not made by Intel; this variable at 1 takes them on any CPU with AVX512-BF16, at 0
-// never (MatmulPath ends in "; attention: bf16 tiles (AVX512-BF16)" where they are taken).
+// bf16 attention tiles (vec_attention_bf16.inc) go with oneDNN's bf16 products: on AMX wherever
+// the CPU has it (AmxAttentionKernels), else on AVX512-BF16 where the CPU is not made by Intel;
+// this variable at 1 takes AVX512-BF16's on any CPU that has it and lacks AMX, at 0 neither
+// (MatmulPath ends in "; attention: bf16 tiles (AMX)" or "(AVX512-BF16)" where they are taken).
 inline constexpr char kBf16AttentionEnv[] = "PP_BF16_ATTENTION";
 
 // threads: threads of the pool, the caller's included (one worker process per core wants 1, which

@@ -50,15 +50,19 @@ bool IntelCpu() {
 }
 
 // The table whose attention runs its tile products in bf16 (vec_attention_bf16.inc), or null for
-// this CPU's fp32 attention. Taken with oneDNN's bf16 products where the CPU has AVX512-BF16 and
-// is not made by Intel: Zen 4 runs vdpbf16ps, two products a lane, at the rate of an fp32 FMA,
-// while Intel cores run it at half the FMA's (bench/NOTES.md). PP_BF16_ATTENTION=1 takes it
-// wherever the CPU has AVX512-BF16, =0 never. It reads only the CPU and the environment, so every
-// process of a machine computes the same bits.
+// this CPU's fp32 attention. Taken with oneDNN's bf16 products: on AMX tiles wherever the CPU
+// has them (scores, weighted rows, dK and dV on TDPBF16PS: attention_bench at T = 1024, 1.3-1.7x
+// the fp32 code on an Emerald Rapids), else on AVX512-BF16 where the CPU is not made by Intel:
+// Zen 4 runs vdpbf16ps, two products a lane, at the rate of an fp32 FMA, while Intel cores run
+// it at half the FMA's (bench/NOTES.md). PP_BF16_ATTENTION=1 takes AVX512-BF16 also on Intel
+// where AMX is absent, =0 never takes either. It reads only the CPU and the environment, so
+// every process of a machine computes the same bits.
 const VecKernels* Bf16Attention() {
   const char* env = std::getenv(kBf16AttentionEnv);
   const std::string want = env != nullptr ? env : "";
-  if (want == "0" || (want != "1" && IntelCpu())) return nullptr;
+  if (want == "0") return nullptr;
+  if (const VecKernels* amx = AmxAttentionKernels()) return amx;
+  if (want != "1" && IntelCpu()) return nullptr;
   return Bf16AttentionKernels();
 }
 
@@ -78,7 +82,10 @@ std::unique_ptr<Ops> Build(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGe
   }
   if (!why.empty()) absl::StrAppend(&path, ", because ", why);
   const VecKernels* attention = matmul == CpuMatmul::kDnnlBf16 ? Bf16Attention() : nullptr;
-  if (attention != nullptr) absl::StrAppend(&path, "; attention: bf16 tiles (AVX512-BF16)");
+  if (attention != nullptr) {
+    absl::StrAppend(&path, "; attention: bf16 tiles (",
+                    attention == AmxAttentionKernels() ? "AMX" : "AVX512-BF16", ")");
+  }
   return NewCpuOps(std::max(1, threads), matmul, std::move(dnnl), attention, std::move(path));
 }
 

@@ -41,7 +41,7 @@ struct HeadView {
 size_t AttentionScratchFloats(int T, int hs);
 
 struct VecKernels {
-  const char* isa;  // "avx512", "avx2" or "generic"
+  const char* isa;  // "avx512", "avx2" or "generic"; "avx512bf16" and "amx" (bf16 attention)
   // rows [n0, n1) of (N,C)
   void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp,
                             const float* weight, const float* bias, int64_t n0, int64_t n1,
@@ -93,11 +93,18 @@ const VecKernels& VecKernelsForThisCpu();
 // AVX-512 one), or null where the CPU lacks AVX512-BF16. Not in RunnableVecKernels: its attention
 // is not fp32's.
 const VecKernels* Bf16AttentionKernels();
+// Bf16AttentionKernels' table with the scores and weighted rows of its attention on AMX tiles
+// (vec_attention_amx.inc), or null where the CPU lacks AMX-BF16 or the kernel refuses this
+// process the tiles' state. Not in RunnableVecKernels either.
+const VecKernels* AmxAttentionKernels();
 
 namespace vec_avx512 {
 extern const VecKernels kTable;
 }
 namespace vec_avx512bf16 {
+extern const VecKernels kTable;
+}
+namespace vec_amx {
 extern const VecKernels kTable;
 }
 namespace vec_avx2 {

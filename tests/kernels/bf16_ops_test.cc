@@ -303,9 +303,10 @@ std::vector<float> TableAttention(const VecKernels& k, const std::vector<float>&
   return out;
 }
 
-// bf16 attention tiles go with oneDNN's bf16 products on a CPU with AVX512-BF16 not made by
-// Intel, and the path says so; PP_BF16_ATTENTION=1 takes them on any CPU with AVX512-BF16, =0
-// never. The Ops then compute the bits of the table the path names.
+// bf16 attention tiles go with oneDNN's bf16 products: on AMX wherever the CPU has it, else on
+// AVX512-BF16 on a CPU not made by Intel, and the path says which; PP_BF16_ATTENTION=1 takes
+// AVX512-BF16's on any CPU with it (AMX's where present), =0 neither. The Ops then compute the
+// bits of the table the path names.
 TEST(Bf16Test, AttentionTakesBf16TilesByTheRuleAndTheVariableDecides) {
   unsetenv(kBf16AttentionEnv);
   setenv(kForceBf16OneDnnEnv, "1", 1);  // the fast path wherever oneDNN can create it
@@ -317,20 +318,22 @@ TEST(Bf16Test, AttentionTakesBf16TilesByTheRuleAndTheVariableDecides) {
   unsetenv(kBf16AttentionEnv);
   unsetenv(kForceBf16OneDnnEnv);
   ASSERT_TRUE(plain.ok() && taken.ok() && refused.ok());
-  const std::string suffix = "; attention: bf16 tiles (AVX512-BF16)";
+  const VecKernels* amx = AmxAttentionKernels();
+  const VecKernels* bf16 = amx != nullptr ? amx : Bf16AttentionKernels();
+  const std::string suffix =
+      std::string("; attention: bf16 tiles (") + (amx != nullptr ? "AMX" : "AVX512-BF16") + ")";
   auto ends_in_suffix = [&](const Ops& ops) {
     const std::string path = ops.MatmulPath();
     return path.size() > suffix.size() && path.substr(path.size() - suffix.size()) == suffix;
   };
   const bool fast = (*plain)->MatmulPath().rfind("bf16: oneDNN matmul (", 0) == 0;
-  const VecKernels* bf16 = Bf16AttentionKernels();
 #if defined(__x86_64__) && defined(__GNUC__)
   const bool intel = __builtin_cpu_is("intel");
 #else
   const bool intel = false;
 #endif
   std::cout << "bf16 path with PP_BF16_ONEDNN=1: " << (*plain)->MatmulPath() << "\n";
-  EXPECT_EQ(ends_in_suffix(**plain), fast && bf16 != nullptr && !intel);
+  EXPECT_EQ(ends_in_suffix(**plain), fast && bf16 != nullptr && (amx != nullptr || !intel));
   EXPECT_EQ(ends_in_suffix(**taken), fast && bf16 != nullptr);
   EXPECT_FALSE(ends_in_suffix(**refused));
   const int T = 40, C = 32;

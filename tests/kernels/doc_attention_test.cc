@@ -282,16 +282,15 @@ double WorstError(const HeadRun& run, const Ref& want) {
 // bf16's precision of the masked reference on every layout (odd document starts and ends
 // included: the pairs straddling them are masked), the same bits twice, and all-zero starts give
 // null starts' bits. Where hs is not, the table runs the fp32 code: the AVX-512 table's bits.
-TEST(DocAttentionKernelsTest, Bf16TilesMatchTheReferenceToBf16AndKeepTheirBits) {
-  const VecKernels* bf16 = Bf16AttentionKernels();
-  if (bf16 == nullptr) GTEST_SKIP() << "this CPU has no AVX512-BF16";
-  const Shape shapes[] = {{1, 130, 64, 1}, {1, 33, 48, 1}, {1, 77, 32, 1}, {1, 37, 20, 1}};
+void ExpectBf16TilesMatchTheReference(const VecKernels* bf16) {
+  const Shape shapes[] = {
+      {1, 130, 64, 1}, {1, 33, 48, 1}, {1, 77, 32, 1}, {1, 37, 20, 1}, {1, 61, 96, 1}};
   for (const Shape& s : shapes) {
     const auto [qkv, dout, pre] = RandomHead(s, 23);
     const auto layouts = Layouts(s.T);
     for (size_t l = 0; l < layouts.size(); ++l) {
-      const std::string what = "T " + std::to_string(s.T) + " hs " + std::to_string(s.C) +
-                               " layout " + std::to_string(l);
+      const std::string what = std::string(bf16->isa) + " T " + std::to_string(s.T) + " hs " +
+                               std::to_string(s.C) + " layout " + std::to_string(l);
       const HeadRun run = RunHead(*bf16, qkv, dout, layouts[l].data(), s.T, s.C, pre);
       const HeadRun again = RunHead(*bf16, qkv, dout, layouts[l].data(), s.T, s.C, pre);
       ASSERT_TRUE(SameBits(run, again)) << what << ": two runs differ";
@@ -311,6 +310,20 @@ TEST(DocAttentionKernelsTest, Bf16TilesMatchTheReferenceToBf16AndKeepTheirBits) 
       }
     }
   }
+}
+
+TEST(DocAttentionKernelsTest, Bf16TilesMatchTheReferenceToBf16AndKeepTheirBits) {
+  const VecKernels* bf16 = Bf16AttentionKernels();
+  if (bf16 == nullptr) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  ExpectBf16TilesMatchTheReference(bf16);
+}
+
+// The same on AMX tiles (AmxAttentionKernels, vec_attention_amx.inc), whose sums take another
+// order than vdpbf16ps's: other bits, the same precision.
+TEST(DocAttentionKernelsTest, AmxTilesMatchTheReferenceToBf16AndKeepTheirBits) {
+  const VecKernels* amx = AmxAttentionKernels();
+  if (amx == nullptr) GTEST_SKIP() << "this CPU (or its kernel) gives this process no AMX tiles";
+  ExpectBf16TilesMatchTheReference(amx);
 }
 
 // Forward and backward through the Ops (B rows of different layouts, several heads).
