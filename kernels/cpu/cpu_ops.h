@@ -44,7 +44,8 @@ inline constexpr char kForceBf16OneDnnEnv[] = "PP_BF16_ONEDNN";
 // bf16 attention tiles (vec_attention_bf16.inc) go with oneDNN's bf16 products: on AMX wherever
 // the CPU has it (AmxAttentionKernels), else on AVX512-BF16 where the CPU is not made by Intel;
 // this variable at 1 takes AVX512-BF16's on any CPU that has it and lacks AMX, at 0 neither
-// (MatmulPath ends in "; attention: bf16 tiles (AMX)" or "(AVX512-BF16)" where they are taken).
+// (MatmulPath ends in "; attention: bf16 tiles (AMX, from T = 256)" or "(AVX512-BF16)" where
+// they are taken; below T = 256 the AMX table's attention is fp32's: vec_kernels.h).
 inline constexpr char kBf16AttentionEnv[] = "PP_BF16_ATTENTION";
 
 // threads: threads of the pool, the caller's included (one worker process per core wants 1, which

@@ -51,12 +51,12 @@ bool IntelCpu() {
 
 // The table whose attention runs its tile products in bf16 (vec_attention_bf16.inc), or null for
 // this CPU's fp32 attention. Taken with oneDNN's bf16 products: on AMX tiles wherever the CPU
-// has them (scores, weighted rows, dK and dV on TDPBF16PS: attention_bench at T = 1024, 1.3-1.7x
-// the fp32 code on an Emerald Rapids), else on AVX512-BF16 where the CPU is not made by Intel:
-// Zen 4 runs vdpbf16ps, two products a lane, at the rate of an fp32 FMA, while Intel cores run
-// it at half the FMA's (bench/NOTES.md). PP_BF16_ATTENTION=1 takes AVX512-BF16 also on Intel
-// where AMX is absent, =0 never takes either. It reads only the CPU and the environment, so
-// every process of a machine computes the same bits.
+// has them (scores, weighted rows, dK and dV on TDPBF16PS: attention_bench at T = 1024, 1.2-1.7x
+// the fp32 code on an Emerald Rapids; fp32's code below kAmxAttentionMinSeq), else on AVX512-BF16
+// where the CPU is not made by Intel: Zen 4 runs vdpbf16ps, two products a lane, at the rate of an
+// fp32 FMA, while Intel cores run it at half the FMA's (bench/NOTES.md). PP_BF16_ATTENTION=1 takes
+// AVX512-BF16 also on Intel where AMX is absent, =0 never takes either. It reads only the CPU and
+// the environment, so every process of a machine computes the same bits.
 const VecKernels* Bf16Attention() {
   const char* env = std::getenv(kBf16AttentionEnv);
   const std::string want = env != nullptr ? env : "";
@@ -84,7 +84,10 @@ std::unique_ptr<Ops> Build(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGe
   const VecKernels* attention = matmul == CpuMatmul::kDnnlBf16 ? Bf16Attention() : nullptr;
   if (attention != nullptr) {
     absl::StrAppend(&path, "; attention: bf16 tiles (",
-                    attention == AmxAttentionKernels() ? "AMX" : "AVX512-BF16", ")");
+                    attention == AmxAttentionKernels()
+                        ? absl::StrCat("AMX, from T = ", kAmxAttentionMinSeq)
+                        : std::string("AVX512-BF16"),
+                    ")");
   }
   return NewCpuOps(std::max(1, threads), matmul, std::move(dnnl), attention, std::move(path));
 }

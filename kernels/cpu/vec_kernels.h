@@ -97,6 +97,10 @@ const VecKernels* Bf16AttentionKernels();
 // (vec_attention_amx.inc), or null where the CPU lacks AMX-BF16 or the kernel refuses this
 // process the tiles' state. Not in RunnableVecKernels either.
 const VecKernels* AmxAttentionKernels();
+// Below this sequence length AmxAttentionKernels' attention is the fp32 code's: there the tiles'
+// conversions and transposes cost what the products save (attention_bench on an Emerald Rapids:
+// T = 128 and 192 no faster, T = 256 0.9x the time and 0.68x at C = 768; bench/NOTES.md).
+inline constexpr int kAmxAttentionMinSeq = 256;
 
 namespace vec_avx512 {
 extern const VecKernels kTable;

@@ -321,7 +321,9 @@ TEST(Bf16Test, AttentionTakesBf16TilesByTheRuleAndTheVariableDecides) {
   const VecKernels* amx = AmxAttentionKernels();
   const VecKernels* bf16 = amx != nullptr ? amx : Bf16AttentionKernels();
   const std::string suffix =
-      std::string("; attention: bf16 tiles (") + (amx != nullptr ? "AMX" : "AVX512-BF16") + ")";
+      std::string("; attention: bf16 tiles (") +
+      (amx != nullptr ? "AMX, from T = " + std::to_string(kAmxAttentionMinSeq) : "AVX512-BF16") +
+      ")";
   auto ends_in_suffix = [&](const Ops& ops) {
     const std::string path = ops.MatmulPath();
     return path.size() > suffix.size() && path.substr(path.size() - suffix.size()) == suffix;
@@ -336,7 +338,7 @@ TEST(Bf16Test, AttentionTakesBf16TilesByTheRuleAndTheVariableDecides) {
   EXPECT_EQ(ends_in_suffix(**plain), fast && bf16 != nullptr && (amx != nullptr || !intel));
   EXPECT_EQ(ends_in_suffix(**taken), fast && bf16 != nullptr);
   EXPECT_FALSE(ends_in_suffix(**refused));
-  const int T = 40, C = 32;
+  const int T = kAmxAttentionMinSeq + 4, C = 32;  // long enough for either table's tiles
   const std::vector<float> qkv = Random(size_t(T) * 3 * C, 5, 2.0f);
   const std::vector<float> fp32_bits = TableAttention(VecKernelsForThisCpu(), qkv, T, C);
   EXPECT_EQ(OpsAttention(**refused, qkv, T, C), fp32_bits);

@@ -278,13 +278,12 @@ double WorstError(const HeadRun& run, const Ref& want) {
   return worst;
 }
 
-// The bf16 tiles (Bf16AttentionKernels, vec_attention_bf16.inc) where hs is whole vectors: within
-// bf16's precision of the masked reference on every layout (odd document starts and ends
-// included: the pairs straddling them are masked), the same bits twice, and all-zero starts give
-// null starts' bits. Where hs is not, the table runs the fp32 code: the AVX-512 table's bits.
-void ExpectBf16TilesMatchTheReference(const VecKernels* bf16) {
-  const Shape shapes[] = {
-      {1, 130, 64, 1}, {1, 33, 48, 1}, {1, 77, 32, 1}, {1, 37, 20, 1}, {1, 61, 96, 1}};
+// The bf16 tiles of table `bf16` where hs is whole vectors and T >= min_seq: within bf16's
+// precision of the masked reference on every layout (odd document starts and ends included: the
+// pairs straddling them are masked), the same bits twice, and all-zero starts give null starts'
+// bits. Elsewhere the table runs the fp32 code: the AVX-512 table's bits.
+void ExpectBf16TilesMatchTheReference(const VecKernels* bf16, const std::vector<Shape>& shapes,
+                                      int min_seq) {
   for (const Shape& s : shapes) {
     const auto [qkv, dout, pre] = RandomHead(s, 23);
     const auto layouts = Layouts(s.T);
@@ -294,7 +293,7 @@ void ExpectBf16TilesMatchTheReference(const VecKernels* bf16) {
       const HeadRun run = RunHead(*bf16, qkv, dout, layouts[l].data(), s.T, s.C, pre);
       const HeadRun again = RunHead(*bf16, qkv, dout, layouts[l].data(), s.T, s.C, pre);
       ASSERT_TRUE(SameBits(run, again)) << what << ": two runs differ";
-      if (s.C % 16 != 0) {
+      if (s.C % 16 != 0 || s.T < min_seq) {
         const HeadRun fp32 =
             RunHead(VecKernelsForThisCpu(), qkv, dout, layouts[l].data(), s.T, s.C, pre);
         EXPECT_TRUE(SameBits(run, fp32)) << what << ": not the fp32 code's bits";
@@ -315,15 +314,20 @@ void ExpectBf16TilesMatchTheReference(const VecKernels* bf16) {
 TEST(DocAttentionKernelsTest, Bf16TilesMatchTheReferenceToBf16AndKeepTheirBits) {
   const VecKernels* bf16 = Bf16AttentionKernels();
   if (bf16 == nullptr) GTEST_SKIP() << "this CPU has no AVX512-BF16";
-  ExpectBf16TilesMatchTheReference(bf16);
+  ExpectBf16TilesMatchTheReference(
+      bf16, {{1, 130, 64, 1}, {1, 33, 48, 1}, {1, 77, 32, 1}, {1, 37, 20, 1}, {1, 61, 96, 1}}, 0);
 }
 
-// The same on AMX tiles (AmxAttentionKernels, vec_attention_amx.inc), whose sums take another
-// order than vdpbf16ps's: other bits, the same precision.
+// The same on AMX tiles (AmxAttentionKernels, vec_attention_amx.inc; other bits, the same
+// precision) from kAmxAttentionMinSeq; hs 48 takes vdpbf16ps there (not whole tiles), and below
+// that length the table is fp32's.
 TEST(DocAttentionKernelsTest, AmxTilesMatchTheReferenceToBf16AndKeepTheirBits) {
   const VecKernels* amx = AmxAttentionKernels();
   if (amx == nullptr) GTEST_SKIP() << "this CPU (or its kernel) gives this process no AMX tiles";
-  ExpectBf16TilesMatchTheReference(amx);
+  static_assert(kAmxAttentionMinSeq == 256, "the shapes straddle it");
+  ExpectBf16TilesMatchTheReference(
+      amx, {{1, 300, 64, 1}, {1, 257, 32, 1}, {1, 263, 96, 1}, {1, 259, 48, 1}, {1, 130, 64, 1}},
+      kAmxAttentionMinSeq);
 }
 
 // Forward and backward through the Ops (B rows of different layouts, several heads).

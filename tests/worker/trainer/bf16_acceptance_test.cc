@@ -17,6 +17,7 @@
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/vec_kernels.h"
 #include "kernels/ops.h"
 #include "worker/trainer/trainer.h"
 
@@ -109,7 +110,8 @@ TEST(Bf16AcceptanceTest, DefaultJobEndsWithin2PercentOfFp32OnTheOneDnnPath) {
   if (CpuListsAmxBf16()) {
     EXPECT_NE(impl.find("amx"), std::string::npos) << impl;
     EXPECT_EQ(path.substr(tiles == std::string::npos ? path.size() : tiles),
-              "; attention: bf16 tiles (AMX)");
+              "; attention: bf16 tiles (AMX, from T = " +
+                  std::to_string(kernels::kAmxAttentionMinSeq) + ")");
   }
   ExpectCloseAndLearnt(p, "oneDNN " + impl);
 }
