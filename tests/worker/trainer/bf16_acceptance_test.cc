@@ -7,7 +7,6 @@
 // (oneDNN's AVX512-BF16 kernel); with AMX (brg:avx512_core_amx_bf16) 104 s.
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -71,15 +70,13 @@ TEST(Bf16AcceptanceTest, DefaultJobEndsWithin2PercentOfFp32OnTheForcedFallback) 
   ExpectCloseAndLearnt(p, "the fallback");
 }
 
-// Whether /proc/cpuinfo lists the AMX tiles' bf16 products (amx_bf16): the CPU has them and the
-// kernel lets processes use them.
-bool CpuListsAmxBf16() {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (line.rfind("flags", 0) == 0) return line.find(" amx_bf16") != std::string::npos;
-  }
+// Whether the CPU has the AMX tiles' bf16 products (CPUID, as kernels/cpu/vec_select.cc asks).
+bool CpuHasAmxBf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16");
+#else
   return false;
+#endif
 }
 
 // The fast path: oneDNN's bf16 matmul, on AMX tiles where the CPU has them (its implementation
@@ -107,7 +104,7 @@ TEST(Bf16AcceptanceTest, DefaultJobEndsWithin2PercentOfFp32OnTheOneDnnPath) {
   EXPECT_EQ(path.substr(0, tiles), "bf16: oneDNN matmul (" + impl + ")");
   EXPECT_NE(p.log.find(path), std::string::npos) << p.log;  // the trainer took that path
   // Where the CPU has AMX tiles the products and the attention run on them.
-  if (CpuListsAmxBf16()) {
+  if (CpuHasAmxBf16()) {
     EXPECT_NE(impl.find("amx"), std::string::npos) << impl;
     EXPECT_EQ(path.substr(tiles == std::string::npos ? path.size() : tiles),
               "; attention: bf16 tiles (AMX, from T = " +
