@@ -97,9 +97,10 @@ const VecKernels* Bf16AttentionKernels();
 // (vec_attention_amx.inc), or null where the CPU lacks AMX-BF16 or the kernel refuses this
 // process the tiles' state. Not in RunnableVecKernels either.
 const VecKernels* AmxAttentionKernels();
-// Below this sequence length AmxAttentionKernels' attention is the fp32 code's: there the tiles'
-// conversions and transposes cost what the products save (attention_bench on an Emerald Rapids:
-// T = 128 and 192 no faster, T = 256 0.9x the time and 0.68x at C = 768; bench/NOTES.md).
+// Below this sequence length AmxAttentionKernels' attention is the fp32 code's: set where the
+// tiles' conversions and transposes cost what the products saved (attention_bench on an Emerald
+// Rapids, 8 queries a step: T = 128 and 192 no faster). With 16 queries a step they save about
+// 10% at T = 128 and 20% at 192 (bench/NOTES.md); lowering it changes those jobs' bits.
 inline constexpr int kAmxAttentionMinSeq = 256;
 
 namespace vec_avx512 {
