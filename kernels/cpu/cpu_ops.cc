@@ -41,7 +41,7 @@ constexpr int64_t kRowsPerTask = 64;
 // a full-width tile of the same shape, so a GEMM split over threads gives the bits of one call.
 constexpr int64_t kVecAlign = 16;
 constexpr int64_t kGemmAlign = 48;
-// oneDNN's products (the A rows copied first for a transposed A, dnnl_gemm.cc) sum every element
+// oneDNN's products (A always as rows: PrepareTransposed, dnnl_gemm.h) sum every element
 // in the same order at any row count, so their splits cut at whole vectors only: 48 gave the
 // second of two threads 272 of shape (b)'s 512 rows and 528 of (c)'s 1024. The thread-count
 // tests at real block shapes (cpu_parallel_test.cc) hold it to the bits of one call.
@@ -263,10 +263,13 @@ class CpuOps final : public Ops {
   // the unrounded dout: it is no matrix product.
   void MatmulBackwardWeight(float* dweight, float* dbias, const float* dout, const float* inp,
                             int N, int IC, int OC) override {
-    const Operand d = Prepare(0, dout, N, OC, false), x = Prepare(1, inp, N, IC, true);
+    // oneDNN takes dout^T as rows (PrepareTransposed); OpenBLAS packs a transposed A itself.
+    const bool rows = dnnl_ != nullptr;
+    const Operand d = rows ? PrepareTransposed(0, dout, N, OC) : Prepare(0, dout, N, OC, false);
+    const Operand x = Prepare(1, inp, N, IC, true);
     SplitGemm(OC, [&](int64_t b, int64_t e) {
-      Product(true, false, int(e - b), IC, N, d.At(b), d.ld, x.Row(0), x.ld, true, nullptr,
-              dweight + b * IC, IC);
+      Product(!rows, false, int(e - b), IC, N, rows ? d.Row(b) : d.At(b), d.ld, x.Row(0), x.ld,
+              true, nullptr, dweight + b * IC, IC);
       if (dbias != nullptr) k_.column_sums(dbias, dout, N, OC, int(b), int(e));
     });
   }
@@ -404,27 +407,51 @@ class CpuOps final : public Ops {
   // x (rows, cols) into buf as operand rows ld apart: bf16 bits, bf16-rounded floats, or (fp32)
   // a copy.
   Operand Convert(std::vector<float>& buf, const float* x, int rows, int cols, int ld) {
-    const size_t element = OperandBytes();
-    const size_t need = (size_t(rows) * ld * element + sizeof(float) - 1) / sizeof(float);
-    if (buf.size() < need) buf.resize(need);
-    void* out = buf.data();
-    auto convert = [&](int64_t to, int64_t from, int64_t len) {
-      if (matmul_ == CpuMatmul::kDnnlBf16) {
-        k_.to_bf16(static_cast<uint16_t*>(out) + to, x + from, len);
-      } else if (bf16()) {
-        k_.round_bf16(static_cast<float*>(out) + to, x + from, len);
-      } else {
-        std::memcpy(static_cast<float*>(out) + to, x + from, len * sizeof(float));
-      }
-    };
+    void* out = Reserve(buf, size_t(rows) * ld);
     if (ld == cols) {
-      Split(size_t(rows) * cols, [&](int64_t b, int64_t e) { convert(b, b, e - b); });
+      Split(size_t(rows) * cols, [&](int64_t b, int64_t e) { ConvertRun(out, b, x + b, e - b); });
     } else {
       Split(rows, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) convert(r * ld, r * cols, cols);
+        for (int64_t r = b; r < e; ++r) ConvertRun(out, r * ld, x + r * cols, cols);
       });
     }
-    return {out, element, ld};
+    return {out, OperandBytes(), ld};
+  }
+  // x (rows, cols) transposed, (cols, rows) as operand rows `rows` apart in operand scratch
+  // `slot`: the weight gradient's A on oneDNN. oneDNN's own copy of a transposed A is a reorder
+  // per product and row block, after Prepare's conversion in bf16; this is one pass, 16 columns
+  // of x at a time transposed into scratch and converted from there as Convert does: a layer's
+  // four at T = 1024, C = 768 took 5.3 against 6.7 ms in bf16, 10.0 against 14.3 in fp32
+  // (bench/NOTES.md). The operand holds what that reorder made: the products keep their bits.
+  Operand PrepareTransposed(int slot, const float* x, int rows, int cols) {
+    void* out = Reserve(operands_[slot], size_t(cols) * rows);
+    const int ldt = PaddedLd(rows, sizeof(float));  // scratch rows 4 KiB apart share L1 sets
+    Split(cols, [&](int64_t b, int64_t e) {
+      thread_local std::vector<float> t;
+      if (t.size() < size_t(kVecAlign) * ldt) t.resize(size_t(kVecAlign) * ldt);
+      for (int64_t c0 = b; c0 < e; c0 += kVecAlign) {
+        const int n = int(std::min<int64_t>(kVecAlign, e - c0));
+        k_.transpose(t.data(), ldt, x + c0, cols, rows, n);
+        for (int i = 0; i < n; ++i) ConvertRun(out, (c0 + i) * rows, t.data() + i * ldt, rows);
+      }
+    });
+    return {out, OperandBytes(), rows};
+  }
+  // buf grown to hold `elements` operand elements; its data.
+  void* Reserve(std::vector<float>& buf, size_t elements) const {
+    const size_t need = (elements * OperandBytes() + sizeof(float) - 1) / sizeof(float);
+    if (buf.size() < need) buf.resize(need);
+    return buf.data();
+  }
+  // x[0, len) as operand elements [to, to + len) of out.
+  void ConvertRun(void* out, int64_t to, const float* x, int64_t len) const {
+    if (matmul_ == CpuMatmul::kDnnlBf16) {
+      k_.to_bf16(static_cast<uint16_t*>(out) + to, x, len);
+    } else if (bf16()) {
+      k_.round_bf16(static_cast<float*>(out) + to, x, len);
+    } else {
+      std::memcpy(static_cast<float*>(out) + to, x, len * sizeof(float));
+    }
   }
   // Where rows of an operand of `cols` columns start: padded for a B on oneDNN (Prepare).
   int OperandLd(int cols, bool b_operand) const {
@@ -436,11 +463,13 @@ class CpuOps final : public Ops {
   // C (m,n) = op(A) op(B) (+ C when accumulate) (+ bias (n) on every row, when not null),
   // row-major, on the backend's product. oneDNN adds the bias in its epilogue (no pass over C
   // before it); cblas_sgemm adds onto C filled with the bias. Either way each element is its
-  // finished sum plus its bias, one rounding. REQUIRES: !accumulate when bias is given.
+  // finished sum plus its bias, one rounding. REQUIRES: !accumulate when bias is given; !ta on
+  // oneDNN.
   void Product(bool ta, bool tb, int m, int n, int k, const void* a, int lda, const void* b,
                int ldb, bool accumulate, const float* bias, float* c, int ldc) {
     if (dnnl_ != nullptr) {
-      dnnl_->Run(ta, tb, m, n, k, a, lda, b, ldb, accumulate, bias, c, ldc);
+      if (ta) std::abort();  // oneDNN's A comes as rows (PrepareTransposed)
+      dnnl_->Run(tb, m, n, k, a, lda, b, ldb, accumulate, bias, c, ldc);
       return;
     }
     if (bias != nullptr) {

@@ -21,8 +21,8 @@ namespace {
 using dims = dnnl::memory::dims;
 using dt = dnnl::memory::data_type;
 
-// ta, tb, m, n, k, lda, ldb, ldc, accumulate, bias: everything a primitive depends on.
-using ShapeKey = std::tuple<bool, bool, int, int, int, int, int, int, bool, bool>;
+// tb, m, n, k, lda, ldb, ldc, accumulate, bias: everything a primitive depends on.
+using ShapeKey = std::tuple<bool, int, int, int, int, int, int, bool, bool>;
 
 class DnnlGemmImpl final : public DnnlGemm {
  public:
@@ -33,28 +33,17 @@ class DnnlGemmImpl final : public DnnlGemm {
 
   // Creates one small primitive, so an unsupported type fails at start-up, not in a step.
   void Probe() {
-    const Entry& e = Get(ShapeKey{false, true, 64, 64, 64, 64, 64, 64, false, false});
+    const Entry& e = Get(ShapeKey{true, 64, 64, 64, 64, 64, 64, false, false});
     impl_ = e.pd.impl_info_str();
   }
 
-  void Run(bool ta, bool tb, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
+  void Run(bool tb, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
            bool accumulate, const float* bias, float* c, int ldc) override {
     if (m == 0 || n == 0) return;
     try {
       omp_set_num_threads(1);  // this thread's OpenMP teams; the pool does the parallelism
       dnnl::stream stream(engine_);
-      // oneDNN 2.6 picks its implementation for a transposed A by shape: brgemm for some m,
-      // gemm:jit for others, and the two sum in different orders, so a product split into row
-      // blocks would not give the bits of one call. A copied into (m,k) rows first takes the
-      // same brgemm kernel at every m (kernels/cpu/cpu_ops.cc splits products by rows).
-      if (ta) {
-        thread_local std::vector<char> rows;
-        const size_t bytes = size_t(m) * size_t(k) * ElementBytes();
-        if (rows.size() < bytes) rows.resize(bytes);
-        Transpose(stream, m, k, a, lda, rows.data());
-        a = rows.data(), lda = k, ta = false;
-      }
-      const Entry& e = Get(ShapeKey{ta, tb, m, n, k, lda, ldb, ldc, accumulate, bias != nullptr});
+      const Entry& e = Get(ShapeKey{tb, m, n, k, lda, ldb, ldc, accumulate, bias != nullptr});
       thread_local std::vector<char> scratch;
       const size_t scratch_bytes = e.pd.scratchpad_desc().get_size();
       if (scratch.size() < scratch_bytes) scratch.resize(scratch_bytes);
@@ -90,9 +79,9 @@ class DnnlGemmImpl final : public DnnlGemm {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
-    const auto [ta, tb, m, n, k, lda, ldb, ldc, accumulate, has_bias] = key;
-    // A transpose is only a stride swap: element (i, j) of op(A) is at A[j*lda + i] when ta.
-    const dnnl::memory::desc a(dims{m, k}, type_, ta ? dims{1, lda} : dims{lda, 1});
+    const auto [tb, m, n, k, lda, ldb, ldc, accumulate, has_bias] = key;
+    // A transpose is only a stride swap: element (i, j) of op(B) is at B[j*ldb + i] when tb.
+    const dnnl::memory::desc a(dims{m, k}, type_, dims{lda, 1});
     const dnnl::memory::desc b(dims{k, n}, type_, tb ? dims{1, ldb} : dims{ldb, 1});
     const dnnl::memory::desc c(dims{m, n}, dt::f32, dims{ldc, 1});
     dnnl::primitive_attr attr;
@@ -109,33 +98,6 @@ class DnnlGemmImpl final : public DnnlGemm {
     dnnl::matmul prim(pd);
     return cache_.emplace(key, Entry{pd, prim}).first->second;
   }
-
-  size_t ElementBytes() const { return type_ == dt::bf16 ? 2 : 4; }
-
-  // dst (m,k), rows k apart = op(A) for a transposed A stored (k,m) with rows lda apart: one
-  // oneDNN reorder (a copy, exact), cached per shape like the products.
-  void Transpose(dnnl::stream& stream, int m, int k, const void* a, int lda, void* dst) {
-    dnnl::reorder* r;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      const TransposeKey key{m, k, lda};
-      auto it = transposes_.find(key);
-      if (it == transposes_.end()) {
-        const dnnl::memory::desc from(dims{m, k}, type_, dims{1, lda});
-        const dnnl::memory::desc to(dims{m, k}, type_, dims{k, 1});
-        it = transposes_.emplace(key, dnnl::reorder(dnnl::reorder::primitive_desc(
-                                          engine_, from, engine_, to))).first;
-      }
-      r = &it->second;
-    }
-    dnnl::memory from(dnnl::memory::desc(dims{m, k}, type_, dims{1, lda}), engine_,
-                      const_cast<void*>(a));
-    dnnl::memory to(dnnl::memory::desc(dims{m, k}, type_, dims{k, 1}), engine_, dst);
-    r->execute(stream, from, to);
-  }
-
-  using TransposeKey = std::tuple<int, int, int>;  // m, k, lda
-  std::map<TransposeKey, dnnl::reorder> transposes_;
 
   const dt type_;
   dnnl::engine engine_;

@@ -1,6 +1,6 @@
 // Row-major matrix products on oneDNN's matmul primitive, for the CPU backend's bf16 fast path
-// (kernels/cpu/cpu_ops.cc). The operand type is a parameter so the same plumbing (strides for the
-// transposes, the sum post-op for +=, the primitive cache) also runs in f32, where any x86 CPU
+// (kernels/cpu/cpu_ops.cc). The operand type is a parameter so the same plumbing (strides for a
+// transposed B, the sum post-op for +=, the primitive cache) also runs in f32, where any x86 CPU
 // can create the primitive and the result can be checked against OpenBLAS.
 //
 // Contract:
@@ -31,12 +31,15 @@ class DnnlGemm {
 
   // oneDNN's name of the implementation the probe got, e.g. "brg:avx512_core_amx_bf16".
   virtual std::string Impl() const = 0;
-  // C (m,n) = op(A) op(B) (+ C when accumulate) (+ bias broadcast over rows, when not null),
-  // row-major with leading dimensions lda, ldb, ldc; op(A) is (m,k), A is stored (k,m) when ta;
-  // op(B) is (k,n), B is stored (n,k) when tb. A and B hold elements of the Create type (float or
-  // uint16_t bf16 bits); bias (n) is f32, added to each finished sum in the product's epilogue.
-  virtual void Run(bool ta, bool tb, int m, int n, int k, const void* a, int lda, const void* b,
-                   int ldb, bool accumulate, const float* bias, float* c, int ldc) = 0;
+  // C (m,n) = A op(B) (+ C when accumulate) (+ bias broadcast over rows, when not null),
+  // row-major with leading dimensions lda, ldb, ldc; A is (m,k); op(B) is (k,n), B is stored
+  // (n,k) when tb. A and B hold elements of the Create type (float or uint16_t bf16 bits); bias
+  // (n) is f32, added to each finished sum in the product's epilogue. No transposed A: oneDNN
+  // 2.6 picks brgemm for some m and gemm:jit for others, which sum in different orders, so a
+  // product split into row blocks would not give the bits of one call; A as rows takes the same
+  // brgemm kernel at every m (the caller transposes: cpu_ops.cc PrepareTransposed).
+  virtual void Run(bool tb, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
+                   bool accumulate, const float* bias, float* c, int ldc) = 0;
 };
 
 }  // namespace pp::kernels

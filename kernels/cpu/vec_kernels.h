@@ -82,6 +82,8 @@ struct VecKernels {
   // Inf): as an fp32 value (the low 16 bits zero) and as its 16 stored bits.
   void (*round_bf16)(float* out, const float* x, size_t n);
   void (*to_bf16)(uint16_t* out, const float* x, size_t n);
+  // out[c * ldo + r] = x[r * ldx + c] for r < rows, c < cols: a copy, exact
+  void (*transpose)(float* out, int64_t ldo, const float* x, int64_t ldx, int rows, int cols);
 };
 
 // Every table this CPU can run, by CPUID: generic first, then AVX2+FMA, then AVX-512; the last is

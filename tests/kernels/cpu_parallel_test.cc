@@ -179,6 +179,24 @@ TEST(VecKernelsTest, AdamWGivesTheBitsOfTheScalarFormulaInEveryTable) {
   }
 }
 
+// Whole 16 x 16 blocks (the AVX-512 tables' registers) and both edges' partial ones, into rows
+// wider than the columns: every element lands where its index says, and nothing else is written.
+TEST(VecKernelsTest, TransposeIsExactInEveryTable) {
+  const int rows = 37, cols = 50, ldx = 53, ldo = 41;
+  const std::vector<float> x = Random(size_t(rows) * ldx, 70, 5.0f);
+  for (const VecKernels* k : RunnableVecKernels()) {
+    std::vector<float> out(size_t(cols) * ldo, -7.0f);
+    k->transpose(out.data(), ldo, x.data(), ldx, rows, cols);
+    for (int c = 0; c < cols; ++c) {
+      for (int r = 0; r < ldo; ++r) {
+        const float want = r < rows ? x[size_t(r) * ldx + c] : -7.0f;
+        ASSERT_EQ(std::bit_cast<uint32_t>(out[size_t(c) * ldo + r]), std::bit_cast<uint32_t>(want))
+            << k->isa << " at column " << c << " row " << r;
+      }
+    }
+  }
+}
+
 // GELU far into both tails, where its vector form could lose accuracy: s = 1 - r near 0 was a
 // cancellation on AVX2 (GELU(-100) = -6e-6), and a reciprocal estimate of exp(176) + 1 broke its
 // gradient at 1000. 15 inputs: the last vector is a partial one.
