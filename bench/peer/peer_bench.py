@@ -7,11 +7,12 @@ One process: `ppctl train` against torch_train.py (eager, and torch.compile besi
   (c) 12 layers C=768 T=1024 12 heads, 1 x 1 sequence (long context: attention matters).
 A pipeline of D=2: `ppctl up --workers=2` on the embedded default model (4 layers C=128 T=128, M=8
 microbatches of 4 sequences, cost partition) against torch_pipe.py (torch.distributed.pipelining,
-gloo, 2 processes, 1 thread each), for each of --schedules and --precision. Runs alternate (ours,
-torch, torch.compile, ours, ...), --repeats times; each figure is printed as it comes, then the
-medians as tokens/s, GFLOP/s and share of the measured GEMM peak (torch_machine.py), their ratio
-(ours / torch) and the spread of each side ((max - min) / median); last, the goals of issue 28 with
-met / not met. Pure standard library: PyTorch runs in --python. README.md beside this file says
+gloo, 2 processes, 1 thread each), for each of --schedules and --precision. Runs alternate in
+ABBA order (ours, torch, torch.compile; torch, torch.compile, ours; ...), --repeats times; each
+figure is printed as it comes, then the medians as tokens/s, GFLOP/s and share of the measured
+GEMM peak (torch_machine.py), their ratio (ours / torch) with the range of the run-by-run ratios,
+and the spread of each side ((max - min) / median); last, the goals of issue 28 with met / not
+met. Pure standard library: PyTorch runs in --python. README.md beside this file says
 what each side does and how FLOPs are counted.
 """
 import argparse
@@ -198,6 +199,15 @@ def side_line(name, runs, flops, peak):
     return tok
 
 
+def paired_ratios(runs):
+    """ours / torch eager of each run (the two ran back to back): their range shows how far the
+    machine moved within a case, which the ratio of medians hides. Empty when a side failed."""
+    ours, torch = runs["ours"], runs.get("torch", [])
+    if not torch or len(torch) != len(ours):
+        return []
+    return [o["tok_s"] / t["tok_s"] for o, t in zip(ours, torch)]
+
+
 def summarise(title, runs, failed, flops, peak):
     print(f"  medians (peak {peak:.1f} GFLOP/s, {flops / 1e6:.1f} MFLOP a token):")
     medians = {name: side_line(name, results, flops, peak)
@@ -206,12 +216,14 @@ def summarise(title, runs, failed, flops, peak):
         print(f"  {name}: failed ({why})")
     ratio = medians["ours"] / medians["torch"] if "torch" in medians else None
     versus = medians["ours"] / medians["compile"] if "compile" in medians else None
+    pairs = paired_ratios(runs)
     if ratio:
         print(f"  ratio ours / torch {ratio:.2f}x" +
-              (f", ours / torch.compile {versus:.2f}x" if versus else ""))
+              (f", ours / torch.compile {versus:.2f}x" if versus else "") +
+              (f"; run by run {min(pairs):.2f}-{max(pairs):.2f}x" if pairs else ""))
     ours = runs["ours"]
     row = {"case": title, "ratio": ratio, "compile": versus, "compile_failed": "compile" in failed,
-           "mfu": medians["ours"] * flops / 1e9 / peak, "gap": None}
+           "pairs": pairs, "mfu": medians["ours"] * flops / 1e9 / peak, "gap": None}
     if "idle" in ours[0]:
         med = {k: statistics.median(r[k] for r in ours)
                for k in ("idle", "sim_measured", "sim_planned", "idle_steps")}
@@ -251,11 +263,16 @@ def case(a, title, shape, ours_fn, torch_cmds, peak):
     runs = {"ours": [], **{name: [] for name in torch_cmds}}
     failed = {}
     for rep in range(1, a.repeats + 1):
-        runs["ours"].append(ours_fn())
+        # Ours first in odd runs, last in even ones (ABBA): a machine that drifts one way
+        # through a case favours neither side.
+        if rep % 2 == 1:
+            runs["ours"].append(ours_fn())
         for name, cmd in torch_cmds.items():
             if name not in failed:
                 result = run_side(a, name, cmd, failed)
                 runs[name] += [result] if result else []
+        if rep % 2 == 0:
+            runs["ours"].append(ours_fn())
         line = f"  run {rep}"
         for name, results in runs.items():
             if len(results) == rep:
@@ -355,11 +372,13 @@ def report(a, rows):
                if row["gap"] is not None else "")
         # Three decimals: at two, a 1.297x that misses the goal would print as 1.30x.
         ratio = f"{row['ratio']:6.3f}x" if row["ratio"] else "    -  "
+        pairs = (f"  (run by run {min(row['pairs']):.2f}-{max(row['pairs']):.2f}x)"
+                 if row["pairs"] else "")
         goal = (f"{met(row['ratio'] >= RATIO_GOAL):7s}" if row["ratio"] and row["goal"]
                 else "       ")
         versus = (f"  (compile {row['compile']:.2f}x)" if row["compile"] else
                   "  (compile failed)" if row["compile_failed"] else "")
-        print(f"  {ratio}  {goal}  {row['case']}{versus}{gap}")
+        print(f"  {ratio}  {goal}  {row['case']}{versus}{pairs}{gap}")
     for precision, goal in PEAK_GOALS.items():
         shares = [r for r in rows if r["shape"] == "b" and r["precision"] == precision]
         label = f"{precision} step at shape (b) >= {100 * goal:.0f}% of the {precision} GEMM peak"
