@@ -331,9 +331,17 @@ class CpuOps final : public Ops {
         a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, a.grad_scale,
         static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta1), a.step)),
         static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta2), a.step))};
+    // In bf16 the products' copy of a whole weight is refilled in the same pass: the next
+    // product reads it without converting the parameters again.
+    WeightCopies::Copy* copy =
+        matmul_ == CpuMatmul::kDnnlBf16 ? weights_.Exactly(params, n) : nullptr;
+    uint16_t* bits = copy != nullptr && !copy->data[0].empty()
+                         ? reinterpret_cast<uint16_t*>(copy->data[0].data())
+                         : nullptr;
     Split(n, [&](int64_t b, int64_t e) {
-      k_.adamw(params + b, grads + b, m + b, v + b, e - b, s);
+      k_.adamw(params + b, grads + b, m + b, v + b, e - b, s, bits == nullptr ? nullptr : bits + b);
     });
+    if (bits != nullptr) copy->fresh[0] = true;
   }
 
  private:

@@ -71,8 +71,9 @@ struct VecKernels {
   // rows [n0, n1) of (N,V), the softmax over the first Vr columns (ops.h: the rest is padding)
   void (*cross_entropy_forward)(float* losses, float* probs, const float* logits,
                                 const int32_t* targets, int64_t n0, int64_t n1, int V, int Vr);
+  // AdamW on [0, n); with bf16 not null, bf16[i] = to_bf16 of the updated params[i] too
   void (*adamw)(float* params, const float* grads, float* m, float* v, size_t n,
-                const AdamWScalars& a);
+                const AdamWScalars& a, uint16_t* bf16);
   void (*add)(float* acc, const float* x, size_t n);
   // sum of x[i]^2 in double: 8 lane partials (lane l sums i = l mod 8 in ascending i), then the
   // lanes in ascending order

@@ -35,6 +35,12 @@ WeightCopies::Copy& WeightCopies::Find(const float* w, int rows, int cols) {
   return c;
 }
 
+WeightCopies::Copy* WeightCopies::Exactly(const float* w, size_t n) {
+  auto it = copies_.find(reinterpret_cast<const char*>(w));
+  if (it == copies_.end() || WeightBytes(it->second) != n * sizeof(float)) return nullptr;
+  return &it->second;
+}
+
 void WeightCopies::Invalidate(const void* p, size_t bytes) {
   auto [first, last] = Overlapping(static_cast<const char*>(p), bytes);
   for (auto it = first; it != last; ++it) it->second.fresh[0] = it->second.fresh[1] = false;

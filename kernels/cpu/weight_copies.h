@@ -9,8 +9,9 @@
 //   refills a stale layout and marks it fresh.
 // - Invalidate(p, bytes) makes stale every copy whose weight overlaps [p, p + bytes): CpuOps calls
 //   it from each op that writes memory a caller may name as a weight (CopyToDevice, Copy, Zero,
-//   Add, Scale, AdamW), and Forget from Free. A weight written any other way (a kernel's output,
-//   or host code through the pointer) leaves its copy fresh: ops.h forbids that.
+//   Add, Scale, AdamW; AdamW then refills and marks fresh the unpadded layout of the weight it
+//   updated whole, in its own pass), and Forget from Free. A weight written any other way (a
+//   kernel's output, or host code through the pointer) leaves its copy fresh: ops.h forbids that.
 // - Not thread-safe: CpuOps's one calling thread only (the pool never calls it).
 #ifndef PP_KERNELS_CPU_WEIGHT_COPIES_H_
 #define PP_KERNELS_CPU_WEIGHT_COPIES_H_
@@ -35,6 +36,9 @@ class WeightCopies {
   // The copy of weight w (rows, cols). A copy of another weight overlapping w's memory is dropped
   // first: weights never overlap, so memory that now holds w held that one before.
   Copy& Find(const float* w, int rows, int cols);
+  // The copy of the weight that is exactly [w, w + n) floats, or null: AdamW refills its
+  // unpadded layout while it updates w (cpu_ops.cc).
+  Copy* Exactly(const float* w, size_t n);
   void Invalidate(const void* p, size_t bytes);
   void Forget(const void* p, size_t bytes);  // drops the copies (their memory too)
 

@@ -169,7 +169,13 @@ TEST(VecKernelsTest, AdamWGivesTheBitsOfTheScalarFormulaInEveryTable) {
   }
   for (const VecKernels* k : RunnableVecKernels()) {
     std::vector<float> p = params, mm = m, vv = v;
-    k->adamw(p.data(), grads.data(), mm.data(), vv.data(), n, a);
+    std::vector<uint16_t> bits(n), want_bits(n);
+    k->adamw(p.data(), grads.data(), mm.data(), vv.data(), n, a, nullptr);
+    std::vector<float> p2 = params, m2 = m, v2 = v;
+    k->adamw(p2.data(), grads.data(), m2.data(), v2.data(), n, a, bits.data());
+    k->to_bf16(want_bits.data(), want_p.data(), n);
+    ASSERT_EQ(std::memcmp(p2.data(), p.data(), n * sizeof(float)), 0) << k->isa << ": bits moved";
+    ASSERT_EQ(bits, want_bits) << k->isa << ": the bf16 copy is not to_bf16 of the new params";
     for (size_t i = 0; i < n; ++i) {
       ASSERT_EQ(std::bit_cast<uint32_t>(p[i]), std::bit_cast<uint32_t>(want_p[i]))
           << k->isa << " param " << i << ": " << p[i] << " vs " << want_p[i];

@@ -55,6 +55,17 @@ TEST(WeightCopiesTest, AnotherShapeOrAnOverlappingWeightStartsStale) {
   EXPECT_FALSE(copies.Find(memory.data() + 60, 2, 4).fresh[0]);
 }
 
+TEST(WeightCopiesTest, ExactlyFindsOnlyTheCopyOfThatWholeWeight) {
+  std::vector<float> memory(100);
+  WeightCopies copies;
+  WeightCopies::Copy& w = copies.Find(memory.data() + 10, 3, 4);
+  EXPECT_EQ(copies.Exactly(memory.data() + 10, 12), &w);
+  EXPECT_EQ(copies.Exactly(memory.data() + 10, 6), nullptr);   // a part of it
+  EXPECT_EQ(copies.Exactly(memory.data() + 10, 13), nullptr);  // more than it
+  EXPECT_EQ(copies.Exactly(memory.data() + 11, 11), nullptr);  // inside it
+  EXPECT_EQ(copies.Exactly(memory.data(), 22), nullptr);       // around it
+}
+
 // The products that read a weight, before and after `write` changes it, against a backend that
 // only ever saw the new weight: bitwise equal, and different from before (the write took effect).
 struct Products {
@@ -111,7 +122,13 @@ TEST(WeightCopiesTest, EveryOpThatMayWriteAWeightRefreshesItsBf16Copy) {
       {"AdamW",
        [](Ops& o, float* w, const float* x, size_t n) {
          float *m = o.Alloc(n), *v = o.Alloc(n);
-         o.AdamW(w, x, m, v, n, AdamWParams{.lr = 0.1f});
+         o.AdamW(w, x, m, v, n, AdamWParams{.lr = 0.1f});  // refills the copy in its pass
+         o.Free(m), o.Free(v);
+       }},
+      {"AdamW on half the weight",
+       [](Ops& o, float* w, const float* x, size_t n) {
+         float *m = o.Alloc(n), *v = o.Alloc(n);
+         o.AdamW(w + n / 2, x, m, v, n / 2, AdamWParams{.lr = 0.1f});  // only makes it stale
          o.Free(m), o.Free(v);
        }},
   };
