@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/cpu_ops_internal.h"
 #include "kernels/cpu/dnnl_gemm.h"
+#include "kernels/cpu/index_checks.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/vec_kernels.h"
 #include "kernels/cpu/weight_copies.h"
@@ -48,43 +49,6 @@ constexpr int64_t kGemmAlign = 48;
 constexpr int64_t kDnnlGemmAlign = 16;
 // Elements a block of SumSquares: its partial sums fix the order of the whole sum.
 constexpr size_t kSumBlock = size_t{1} << 16;
-
-// Batch row b of doc_start (B,T), or null without documents.
-const int32_t* RowStarts(const int32_t* doc_start, int64_t b, int T) {
-  return doc_start == nullptr ? nullptr : doc_start + b * T;
-}
-
-// The attention kernels index with doc_start unchecked: a malformed one (ops.h's rule broken)
-// aborts here, naming the entry, instead of reading out of bounds. O(B T), beside O(B T^2 C).
-void CheckDocStarts(const int32_t* doc_start, int B, int T, const char* op) {
-  if (doc_start == nullptr) return;
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t* s = doc_start + b * T;
-    for (int t = 0; t < T; ++t) {
-      if (s[t] == t || (t > 0 && s[t] == s[t - 1])) continue;
-      std::fprintf(stderr, "pp::kernels cpu: %s: doc_start[%lld,%d] = %d breaks ops.h's rule\n", op,
-                   static_cast<long long>(b), t, s[t]);
-      std::abort();
-    }
-  }
-}
-
-// The position of token bt = b*T + t: positions[bt], or t without positions.
-inline int32_t Position(const int32_t* positions, int64_t bt, int T) {
-  return positions == nullptr ? static_cast<int32_t>(bt % T) : positions[bt];
-}
-
-// The encoder indexes wpe with positions unchecked: one outside [0, T) aborts here, naming the
-// entry, instead of reading out of bounds. O(B T), beside the O(B T C) copy.
-void CheckPositions(const int32_t* positions, int B, int T, const char* op) {
-  if (positions == nullptr) return;
-  for (int64_t i = 0; i < int64_t{B} * T; ++i) {
-    if (positions[i] >= 0 && positions[i] < T) continue;
-    std::fprintf(stderr, "pp::kernels cpu: %s: positions[%lld,%lld] = %d is outside [0, %d)\n", op,
-                 static_cast<long long>(i / T), static_cast<long long>(i % T), positions[i], T);
-    std::abort();
-  }
-}
 
 // [begin, end) of part i of `parts` parts of [0, total), cut at multiples of align.
 inline void Part(int64_t total, int64_t parts, int64_t i, int64_t align, int64_t* begin,
