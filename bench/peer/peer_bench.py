@@ -12,7 +12,9 @@ ABBA order (ours, torch, torch.compile; torch, torch.compile, ours; ...), --repe
 figure is printed as it comes, then the medians as tokens/s, GFLOP/s and share of the measured
 GEMM peak (torch_machine.py), their ratio (ours / torch) with the range of the run-by-run ratios,
 and the spread of each side ((max - min) / median); last, the goals of issue 28 with met / not
-met. Pure standard library: PyTorch runs in --python. README.md beside this file says
+met. --side_by_side adds each 1-thread case run both sides at once, one core each
+(side_by_side.py): the same minutes of a shared host for both, informational. Pure standard
+library: PyTorch runs in --python. README.md beside this file says
 what each side does and how FLOPs are counted.
 """
 import argparse
@@ -25,6 +27,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+import side_by_side
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = "/usr/share/common-licenses/GPL-3"
@@ -333,7 +337,48 @@ def single_cases(a, work, peaks):
                            peaks[precision][threads])
                 rows.append({**row, "shape": shape.name, "precision": precision,
                              "threads": threads, "goal": True})
+                if a.side_by_side and threads == 1:
+                    row = pair_case(a, title + ", side by side", shape, precision, work,
+                                    peaks[precision][1])
+                    if row:
+                        rows.append({**row, "shape": shape.name, "precision": precision,
+                                     "threads": 1, "goal": False})
     return rows
+
+
+def pair_case(a, title, shape, precision, work, peak):
+    """--side_by_side: ours and torch eager at once, each on a core of its own, the cores
+    swapped every other run, until each has --single_steps - 2 steps that ran while both
+    trained (side_by_side.py); informational beside the goal's alternating runs. None where
+    fewer than two cores are ours."""
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    if len(cores) < 2:
+        print(f"{title}: not run (needs two cores)", flush=True)
+        return None
+    print(title, flush=True)
+    spec = os.path.join(work, f"pair-{shape.name}-{precision}.json")
+    steps = 10 * a.single_steps  # more than either side needs: run_pair stops both
+    write_spec(spec, shape, {"pipeline": 1, "schedule": "1f1b"}, steps, 1e-3, precision)
+    cmds = {"ours": [a.ppctl, "train", spec, "--threads=1"],
+            "torch": [arg if not arg.startswith("--steps=") else f"--steps={steps}"
+                      for arg in torch_single_cmd(a, shape, precision, 1, False)]}
+    runs = {"ours": [], "torch": []}
+    for rep in range(1, a.repeats + 1):
+        cpus = dict(zip(("ours", "torch"), cores if rep % 2 == 1 else cores[::-1]))
+        results, why = side_by_side.run_pair(cmds, cpus, a.timeout, warmup=2,
+                                             wanted=max(1, a.single_steps - 2))
+        if results is None:
+            sys.exit(f"peer_bench: {title}: {why}")
+        line = f"  run {rep}"
+        for name, result in results.items():
+            runs[name].append(result)
+            line += (f"  {name} {result['tok_s']:7.0f} tok/s (core {cpus[name]}, "
+                     f"{result['counted']} steps, loss 1 {result['first_loss']:.4f})")
+        print(line, flush=True)
+    row = summarise(title, runs, {}, flops_per_token(shape), peak)
+    expected = first_loss(shape)
+    row["sane"] = all(sane(r, expected) for results in runs.values() for r in results)
+    return row
 
 
 def pipe_cases(a, work, peaks):
@@ -380,7 +425,8 @@ def report(a, rows):
                   "  (compile failed)" if row["compile_failed"] else "")
         print(f"  {ratio}  {goal}  {row['case']}{versus}{pairs}{gap}")
     for precision, goal in PEAK_GOALS.items():
-        shares = [r for r in rows if r["shape"] == "b" and r["precision"] == precision]
+        shares = [r for r in rows
+                  if r["shape"] == "b" and r["precision"] == precision and r["goal"]]
         label = f"{precision} step at shape (b) >= {100 * goal:.0f}% of the {precision} GEMM peak"
         if not shares:
             print(f"  {label}: not measured (shape b or {precision} not run)")
@@ -410,6 +456,9 @@ def parse():
     p.add_argument("--pipe_steps", type=int, help="default 30")
     p.add_argument("--attention", choices=["sdpa", "manual"], default="sdpa")
     p.add_argument("--adamw", choices=["default", "foreach", "fused"], default="default")
+    p.add_argument("--side_by_side", action="store_true",
+                   help="also run each 1-thread case with ours and torch eager at once, each "
+                        "pinned to a core of its own (side_by_side.py; informational)")
     p.add_argument("--timeout", type=float, default=600, help="seconds per run")
     a = p.parse_args()
     for key, value in (QUICK if a.quick else FULL).items():

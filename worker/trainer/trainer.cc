@@ -298,8 +298,11 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     result.tokens += outcome->tokens;
     if (options.log != nullptr) {
+      // Flushed: a step's line is its progress, also through a pipe (`ppctl train | tee`), and
+      // bench/peer's side-by-side runs time the lines as they come.
       *options.log << StepLine(spec, step + 1, steps, loss, update, result.step_seconds.back(),
-                               outcome->tokens);
+                               outcome->tokens)
+                   << std::flush;
     }
     if (auto s = EvaluateIfDue(spec, **model, *eval, step + 1, steps, options.log, result);
         !s.ok()) {

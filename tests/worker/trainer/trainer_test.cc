@@ -77,6 +77,37 @@ TEST_F(TrainerTest, LearnsAndIsDeterministic) {
   for (const auto& [name, v] : a->weights) EXPECT_TRUE(SameBits(v, b->weights.at(name))) << name;
 }
 
+// A log buffer that keeps what had been written at each flush.
+class FlushRecorder : public std::stringbuf {
+ public:
+  std::vector<std::string> flushed;
+
+ protected:
+  int sync() override {
+    flushed.push_back(str());
+    return 0;
+  }
+};
+
+// Each step's line is flushed as it is written: it is the run's progress through a pipe
+// (`ppctl train | tee`), and bench/peer times the lines as they come.
+TEST_F(TrainerTest, FlushesEachStepLine) {
+  FlushRecorder buffer;
+  std::ostream log(&buffer);
+  TrainOptions opts;
+  opts.log = &log;
+  ASSERT_TRUE(Train(TinySpec(), opts).ok());
+  for (int step = 1; step <= 6; ++step) {
+    const std::string line = absl::StrFormat("step %d/6 loss", step);
+    bool flushed = false;  // some flush whose text ends with that step's whole line
+    for (const std::string& text : buffer.flushed) {
+      const size_t at = text.rfind(line);
+      flushed |= at != std::string::npos && text.find('\n', at) == text.size() - 1;
+    }
+    EXPECT_TRUE(flushed) << line << " in\n" << buffer.str();
+  }
+}
+
 // train.threads only spends more cores: the CPU backend cuts its GEMMs and loops where every
 // value keeps the bits of one thread, so a 2- or 3-thread trainer equals the 1-thread
 // reference (and so every pipeline layout, whose workers run one thread each).
