@@ -289,6 +289,11 @@ def case(a, title, shape, ours_fn, torch_cmds, peak):
             line += (f"  idle {runs['ours'][-1]['idle']:.1f}% "
                      f"(sim {runs['ours'][-1]['sim_measured']:.1f}%)")
         print(line + ("" if torch_cmds else "  (torch has no such schedule class)"), flush=True)
+    return checked_row(title, runs, failed, shape, peak)
+
+
+def checked_row(title, runs, failed, shape, peak):
+    """summarise's row, with "sane": every run's first loss near first_loss(shape)."""
     row = summarise(title, runs, failed, flops_per_token(shape), peak)
     expected = first_loss(shape)
     row["sane"] = all(sane(r, expected) for results in runs.values() for r in results)
@@ -351,34 +356,23 @@ def pair_case(a, title, shape, precision, work, peak):
     swapped every other run, until each has --single_steps - 2 steps that ran while both
     trained (side_by_side.py); informational beside the goal's alternating runs. None where
     fewer than two cores are ours."""
-    cores = sorted(os.sched_getaffinity(0))[:2]
-    if len(cores) < 2:
+    if not side_by_side.CORES:
         print(f"{title}: not run (needs two cores)", flush=True)
         return None
     print(title, flush=True)
+    ours, torch = pair_cmds(a, shape, precision, work)
+    runs = side_by_side.repeat(a, title, {"ours": ours, "torch": torch})
+    return checked_row(title, runs, {}, shape, peak)
+
+
+def pair_cmds(a, shape, precision, work):
+    """Ours and torch eager at one thread, each given more steps than run_pair lets it take."""
     spec = os.path.join(work, f"pair-{shape.name}-{precision}.json")
-    steps = 10 * a.single_steps  # more than either side needs: run_pair stops both
+    steps = 10 * a.single_steps
     write_spec(spec, shape, {"pipeline": 1, "schedule": "1f1b"}, steps, 1e-3, precision)
-    cmds = {"ours": [a.ppctl, "train", spec, "--threads=1"],
-            "torch": [arg if not arg.startswith("--steps=") else f"--steps={steps}"
-                      for arg in torch_single_cmd(a, shape, precision, 1, False)]}
-    runs = {"ours": [], "torch": []}
-    for rep in range(1, a.repeats + 1):
-        cpus = dict(zip(("ours", "torch"), cores if rep % 2 == 1 else cores[::-1]))
-        results, why = side_by_side.run_pair(cmds, cpus, a.timeout, warmup=2,
-                                             wanted=max(1, a.single_steps - 2))
-        if results is None:
-            sys.exit(f"peer_bench: {title}: {why}")
-        line = f"  run {rep}"
-        for name, result in results.items():
-            runs[name].append(result)
-            line += (f"  {name} {result['tok_s']:7.0f} tok/s (core {cpus[name]}, "
-                     f"{result['counted']} steps, loss 1 {result['first_loss']:.4f})")
-        print(line, flush=True)
-    row = summarise(title, runs, {}, flops_per_token(shape), peak)
-    expected = first_loss(shape)
-    row["sane"] = all(sane(r, expected) for results in runs.values() for r in results)
-    return row
+    return ([a.ppctl, "train", spec, "--threads=1"],
+            [arg if not arg.startswith("--steps=") else f"--steps={steps}"
+             for arg in torch_single_cmd(a, shape, precision, 1, False)])
 
 
 def pipe_cases(a, work, peaks):
@@ -409,7 +403,7 @@ def met(ok):
     return "met" if ok else "not met"
 
 
-def report(a, rows):
+def report(a, rows, floor=None):
     print(f"{a.attention} attention, AdamW {a.adamw}; ratio = our median tokens/s over torch "
           f"eager's (goal >= {RATIO_GOAL}x; torch.compile's beside it, informational)")
     for row in rows:
@@ -424,6 +418,8 @@ def report(a, rows):
         versus = (f"  (compile {row['compile']:.2f}x)" if row["compile"] else
                   "  (compile failed)" if row["compile_failed"] else "")
         print(f"  {ratio}  {goal}  {row['case']}{versus}{pairs}{gap}")
+    if floor:
+        print(f"  side by side's noise floor, run by run: {floor}")
     for precision, goal in PEAK_GOALS.items():
         shares = [r for r in rows
                   if r["shape"] == "b" and r["precision"] == precision and r["goal"]]
@@ -482,11 +478,16 @@ def main():
     a.precision = without_emulated_bf16(a, flags)
     with tempfile.TemporaryDirectory(prefix="peer-bench-") as work:
         rows = []
+        floor = None
+        if a.side_by_side and a.part != "pipe" and side_by_side.CORES:
+            shape, precision = a.shapes[0], a.precision[0]
+            floor = side_by_side.noise_floor(a, f"({shape.name}) {precision}",
+                                             pair_cmds(a, shape, precision, work)[0])
         if a.part in ("single", "all"):
             rows += single_cases(a, work, peaks)
         if a.part in ("pipe", "all"):
             rows += pipe_cases(a, work, peaks)
-    report(a, rows)
+    report(a, rows, floor)
     return 0 if all(row["sane"] for row in rows) else 1
 
 

@@ -11,11 +11,16 @@ are stopped together once each has enough counted steps. What the two sides then
 last-level cache, the memory bandwidth) is what two tenants of one server share, so this is a
 second measurement beside the alternating one, not the same one with less noise.
 """
+import os
 import re
+import sys
 import statistics
 import subprocess
 import threading
 import time
+
+# The two cores the pairs run on; empty where fewer than two are ours.
+CORES = sorted(os.sched_getaffinity(0))[:2] if len(os.sched_getaffinity(0)) >= 2 else []
 
 # Both trainers' step lines: ppctl train's and torch_train.py's.
 STEP = re.compile(r"^step (\d+)/\d+ loss ([-\d.]+) .*?([\d.]+) s ([\d.]+) tok/s$")
@@ -103,3 +108,31 @@ def run_pair(cmds, cpus, timeout, warmup, wanted):
         results[name] = {"tok_s": statistics.median(steps), "first_loss": side.steps[0][2],
                          "counted": len(steps)}
     return results, None
+
+
+def repeat(a, title, cmds):
+    """a.repeats runs of the two cmds at once on CORES (peer_bench's flags a), the cores
+    swapped every other run, each line printed as it comes: {name: [result of each run]}."""
+    runs = {name: [] for name in cmds}
+    for rep in range(1, a.repeats + 1):
+        cpus = dict(zip(cmds, CORES if rep % 2 == 1 else CORES[::-1]))
+        results, why = run_pair(cmds, cpus, a.timeout, warmup=2, wanted=max(1, a.single_steps - 2))
+        if results is None:
+            sys.exit(f"peer_bench: {title}: {why}")
+        line = f"  run {rep}"
+        for name, result in results.items():
+            runs[name].append(result)
+            line += (f"  {name} {result['tok_s']:7.0f} tok/s (core {cpus[name]}, "
+                     f"{result['counted']} steps, loss 1 {result['first_loss']:.4f})")
+        print(line, flush=True)
+    return runs
+
+
+def noise_floor(a, case, cmd):
+    """Our run against itself at once on CORES (A/A) at `case`: the range of its run-by-run
+    ratios is what the host alone does to a side-by-side ratio, as text for the report."""
+    title = f"A/A: ours against ours at once, {case}, 1 thread each"
+    print(title, flush=True)
+    runs = repeat(a, title, {"ours": cmd, "again": cmd})
+    ratios = [x["tok_s"] / y["tok_s"] for x, y in zip(runs["ours"], runs["again"])]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}x ({title})"

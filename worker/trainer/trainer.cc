@@ -298,11 +298,9 @@ absl::StatusOr<TrainResult> TrainWith(const pp::v1::JobSpec& spec, const TrainOp
         std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count());
     result.tokens += outcome->tokens;
     if (options.log != nullptr) {
-      // Flushed: a step's line is its progress, also through a pipe (`ppctl train | tee`), and
-      // bench/peer's side-by-side runs time the lines as they come.
       *options.log << StepLine(spec, step + 1, steps, loss, update, result.step_seconds.back(),
                                outcome->tokens)
-                   << std::flush;
+                   << std::flush;  // progress also through a pipe; bench/peer times the lines
     }
     if (auto s = EvaluateIfDue(spec, **model, *eval, step + 1, steps, options.log, result);
         !s.ok()) {
