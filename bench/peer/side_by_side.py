@@ -13,9 +13,9 @@ second measurement beside the alternating one, not the same one with less noise.
 """
 import os
 import re
-import sys
 import statistics
 import subprocess
+import sys
 import threading
 import time
 
@@ -30,7 +30,6 @@ class Side:
     """One run pinned to `cpu`: its step lines with their arrival times, its stderr's tail."""
 
     def __init__(self, cmd, cpu):
-        self.cmd = cmd
         self.steps = []  # (arrival, step, loss, seconds, tok/s)
         self.stderr = ""
         # taskset (util-linux) pins it before exec: a preexec_fn is unsafe beside the first
