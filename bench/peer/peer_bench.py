@@ -119,13 +119,10 @@ def pipe_spec(path, schedule, steps, precision):
     write_spec(path, PIPE, parallel, steps, 2e-3, precision)
 
 
-STEP_LINE = re.compile(r"^step (\d+)/\d+ loss ([-\d.]+) .* ([\d.]+) tok/s$")
-
-
 def ours_single(a, spec, threads, warmup=2):
     out = run([a.ppctl, "train", spec, f"--threads={threads}"], a.timeout)
-    steps = [(int(m[1]), float(m[2]), float(m[3]))
-             for m in map(STEP_LINE.match, out.splitlines()) if m]
+    steps = [(int(m[1]), float(m[2]), float(m[4]))
+             for m in map(side_by_side.STEP.match, out.splitlines()) if m]
     timed = [tok for step, _, tok in steps if step > warmup] or [steps[-1][2]]
     return {"tok_s": statistics.median(timed), "first_loss": steps[0][1]}
 

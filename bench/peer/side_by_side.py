@@ -22,7 +22,7 @@ import time
 # The two cores the pairs run on; empty where fewer than two are ours.
 CORES = sorted(os.sched_getaffinity(0))[:2] if len(os.sched_getaffinity(0)) >= 2 else []
 
-# Both trainers' step lines: ppctl train's and torch_train.py's.
+# Both trainers' step lines, ppctl train's and torch_train.py's: step, loss, seconds, tok/s.
 STEP = re.compile(r"^step (\d+)/\d+ loss ([-\d.]+) .*?([\d.]+) s ([\d.]+) tok/s$")
 
 
