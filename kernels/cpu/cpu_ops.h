@@ -4,13 +4,14 @@
 // (common/precision.h) only the three Matmul ops change, on one of two paths:
 // - fast: operands converted to bf16 (round to nearest even), oneDNN's bf16 x bf16 -> f32 matmul
 //   (dnnl_gemm.h), where this CPU's oneDNN can create one (avx512_core_bf16 or AMX) and runs it
-//   faster than fp32 (AMX tiles, or a CPU not made by Intel: MakeCpuOps);
+//   faster than fp32 (AMX tiles, or a CPU not made by Intel: MakeCpuOps); on AMX the products
+//   whose shapes fit run on the own tile kernel instead (amx_gemm.h, kAmxProductsEnv);
 // - fallback: operands rounded to bf16 values held in fp32 scratch, then fp32's product
 //   (oneDNN's f32 matmul or OpenBLAS sgemm, as fp32 picks). The numerics are those of bf16: a
 //   product of two bf16 values is exact in fp32 and the sums are fp32, as on the fast path
 //   (whose summation order is oneDNN's, so its bits may differ).
-// On both, a weight is converted once after each write, not before each product
-// (weight_copies.h; ops.h says which ops may write a weight).
+// On both, a weight is converted (or packed) once after each write, not before each product
+// (weight_copies.h; ops.h says which ops may write a weight; cpu_products.h runs the products).
 #ifndef PP_KERNELS_CPU_CPU_OPS_H_
 #define PP_KERNELS_CPU_CPU_OPS_H_
 
@@ -47,6 +48,11 @@ inline constexpr char kForceBf16OneDnnEnv[] = "PP_BF16_ONEDNN";
 // (MatmulPath ends in "; attention: bf16 tiles (AMX, from T = 256)" or "(AVX512-BF16)" where
 // they are taken; below T = 256 the AMX table's attention is fp32's: vec_kernels.h).
 inline constexpr char kBf16AttentionEnv[] = "PP_BF16_ATTENTION";
+// On AMX, bf16's products whose B has n a multiple of 16 and k of 32 run on the own tile kernel
+// (amx_gemm.h; MatmulPath then holds kAmxProductsPath); this variable at 0 leaves them all to
+// oneDNN (for comparisons: bench/trainer/matmul_bench.cc).
+inline constexpr char kAmxProductsEnv[] = "PP_BF16_AMX_PRODUCTS";
+inline constexpr char kAmxProductsPath[] = "; own AMX tile products where n % 16 = 0, k % 32 = 0";
 
 // threads: threads of the pool, the caller's included (one worker process per core wants 1, which
 // starts no thread). Results are bitwise the same for every thread count. fp32 is kDnnlF32 where

@@ -13,10 +13,11 @@
 namespace pp::kernels {
 
 // The backend on `matmul`, its MatmulPath `path`, attention from the table `attention` (null:
-// this CPU's VecKernelsForThisCpu). REQUIRES: threads >= 1; dnnl set exactly for the kDnnl*
-// paths, of their operand type (kBf16 for kDnnlBf16, else kF32).
+// this CPU's VecKernelsForThisCpu), products that fit on AMX tiles when `amx`. REQUIRES:
+// threads >= 1; dnnl set exactly for the kDnnl* paths, of their operand type (kBf16 for
+// kDnnlBf16, else kF32); amx only for kDnnlBf16 where AmxAttentionKernels() is not null.
 std::unique_ptr<Ops> NewCpuOps(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl,
-                               const VecKernels* attention, std::string path);
+                               bool amx, const VecKernels* attention, std::string path);
 
 }  // namespace pp::kernels
 

@@ -66,6 +66,14 @@ const VecKernels* Bf16Attention() {
   return Bf16AttentionKernels();
 }
 
+// Whether bf16's products run on amx_gemm.h where their shapes fit: wherever the process may use
+// AMX tiles, unless PP_BF16_AMX_PRODUCTS is 0. It reads only the CPU and the environment, so
+// every process of a machine computes the same bits.
+bool AmxProducts() {
+  const char* env = std::getenv(kAmxProductsEnv);
+  return AmxAttentionKernels() != nullptr && !(env != nullptr && std::string(env) == "0");
+}
+
 // The backend on `matmul` with `dnnl` (set exactly for the kDnnl* paths), its path named, and
 // for a fallback `why`.
 std::unique_ptr<Ops> Build(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGemm> dnnl,
@@ -82,6 +90,8 @@ std::unique_ptr<Ops> Build(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGe
   }
   if (!why.empty()) absl::StrAppend(&path, ", because ", why);
   const VecKernels* attention = matmul == CpuMatmul::kDnnlBf16 ? Bf16Attention() : nullptr;
+  const bool amx = matmul == CpuMatmul::kDnnlBf16 && AmxProducts();
+  if (amx) absl::StrAppend(&path, kAmxProductsPath);
   if (attention != nullptr) {
     absl::StrAppend(&path, "; attention: bf16 tiles (",
                     attention == AmxAttentionKernels()
@@ -89,7 +99,7 @@ std::unique_ptr<Ops> Build(int threads, CpuMatmul matmul, std::unique_ptr<DnnlGe
                         : std::string("AVX512-BF16"),
                     ")");
   }
-  return NewCpuOps(std::max(1, threads), matmul, std::move(dnnl), attention, std::move(path));
+  return NewCpuOps(std::max(1, threads), matmul, std::move(dnnl), amx, attention, std::move(path));
 }
 
 // oneDNN's f32 matmul where fp32 products run on it, else null. They do where it is an AVX-512

@@ -1,5 +1,7 @@
 #include "kernels/cpu/thread_pool.h"
 
+#include <algorithm>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define PP_PAUSE() _mm_pause()
@@ -82,6 +84,21 @@ void ThreadPool::HelperLoop(int worker) {
     RunBlock(worker);
     pending_.fetch_sub(1, std::memory_order_release);
   }
+}
+
+void Split(ThreadPool& pool, int64_t total, absl::FunctionRef<void(int64_t, int64_t)> fn,
+           int64_t align, int64_t per_task) {
+  const int64_t parts = std::min<int64_t>(pool.threads(), total / per_task);
+  if (parts <= 1) {
+    fn(int64_t{0}, total);
+    return;
+  }
+  const int64_t blocks = (total + align - 1) / align;
+  pool.Run(parts, [&](int64_t i, int) {
+    const int64_t b = std::min(total, blocks * i / parts * align);
+    const int64_t e = std::min(total, blocks * (i + 1) / parts * align);
+    if (b < e) fn(b, e);
+  });
 }
 
 }  // namespace pp::kernels

@@ -54,6 +54,18 @@ class ThreadPool {
   std::condition_variable wake_;
 };
 
+// Rows (or columns) per task when a loop is split over the pool: large enough that a task
+// outweighs the hand-off (a few microseconds).
+inline constexpr int64_t kRowsPerTask = 64;
+// Where a split may cut by default: the own kernels give every row the same bits anywhere (16:
+// whole vectors).
+inline constexpr int64_t kVecAlign = 16;
+
+// fn(begin, end) over min(threads, total / per_task) contiguous parts of [0, total) on the pool,
+// cut at multiples of align; one call over all of it, inline, when that is at most one part.
+void Split(ThreadPool& pool, int64_t total, absl::FunctionRef<void(int64_t, int64_t)> fn,
+           int64_t align = kVecAlign, int64_t per_task = kRowsPerTask);
+
 }  // namespace pp::kernels
 
 #endif  // PP_KERNELS_CPU_THREAD_POOL_H_

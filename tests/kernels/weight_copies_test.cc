@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -102,10 +103,13 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(WeightCopiesTest, EveryOpThatMayWriteAWeightRefreshesItsBf16Copy) {
-  // IC = 1024: the input gradient's weight rows are padded on oneDNN's f32 fallback, so both
-  // layouts of a copy are exercised.
-  const int N = 24, IC = 1024, OC = 40;
+// IC = 1024: the input gradient's weight rows are padded on oneDNN's f32 fallback, so both
+// layouts of a copy are exercised. IC = 96, OC = 64: both products' B fit the AMX tiles
+// (kernels/cpu/amx_gemm.h), where the bf16 fast path packs a layout for each.
+class WeightCopiesWriteTest : public testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(WeightCopiesWriteTest, EveryOpThatMayWriteAWeightRefreshesItsBf16Copy) {
+  const int N = 24, IC = GetParam().first, OC = GetParam().second;
   const size_t n = size_t(OC) * IC;
   const std::vector<float> inp = Random(size_t(N) * IC, 1), dout = Random(size_t(N) * OC, 2);
   const std::vector<float> w0 = Random(n, 3, 0.5f), other = Random(n, 4, 0.5f);
@@ -162,6 +166,9 @@ TEST(WeightCopiesTest, EveryOpThatMayWriteAWeightRefreshesItsBf16Copy) {
   }
   EXPECT_GE(paths, 1);  // the OpenBLAS fallback exists everywhere
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, WeightCopiesWriteTest,
+                         testing::Values(std::pair{1024, 40}, std::pair{96, 64}));
 
 }  // namespace
 }  // namespace pp::kernels

@@ -74,8 +74,9 @@ bool CpuHasAmxBf16() {
 }
 
 // The fast path's checks: oneDNN's bf16 matmul, on AMX tiles where the CPU has them (its
-// implementation then names avx512_core_amx, and the attention runs on the tiles too), on
-// AVX512-BF16 otherwise. `path` is what the ops promised, `log` what the trainer printed.
+// implementation then names avx512_core_amx, the products that fit run on the own tile kernel,
+// kernels/cpu/amx_gemm.h, and the attention on the tiles too), on AVX512-BF16 otherwise. `path` is
+// what the ops promised, `log` what the trainer printed.
 void ExpectOneDnnPath(const std::string& path, const std::string& log, std::string* impl) {
   const std::string want = "pp: cpu matmuls in bf16: oneDNN matmul (";
   const size_t at = log.find(want);
@@ -87,7 +88,8 @@ void ExpectOneDnnPath(const std::string& path, const std::string& log, std::stri
             << (tiles != std::string::npos ? ", attention in " + path.substr(tiles + 13)
                                            : ", attention in fp32")
             << "\n";
-  EXPECT_EQ(path.substr(0, tiles), "bf16: oneDNN matmul (" + *impl + ")");
+  const std::string products = CpuHasAmxBf16() ? kernels::kAmxProductsPath : "";
+  EXPECT_EQ(path.substr(0, tiles), "bf16: oneDNN matmul (" + *impl + ")" + products);
   EXPECT_NE(log.find(path), std::string::npos) << log;  // the trainer took that path
   if (CpuHasAmxBf16()) {
     EXPECT_NE(impl->find("amx"), std::string::npos) << *impl;
