@@ -116,14 +116,15 @@ void CountActivations(Checked& c, const Shapes& s, const common::ActivationTable
   m.boundary = NC;
 }
 
-// The CPU backend's operand buffers for this stage's products (kernels/cpu/cpu_ops.cc Prepare
+// The CPU backend's operand buffers for this stage's products (kernels/cpu/cpu_products.cc Prepare
 // and Weight): slot 0 holds the (N,IC) input or the (N,OC) gradient, slot 1 a B operand: in fp32
 // the (OC,IC) weight or the (N,IC) input, copied only where its rows would be a multiple of 4 KiB
-// apart (such rows get 16 floats more, kernels/cpu/cpu_ops.cc PaddedLd, on oneDNN, whose presence
+// apart (such rows get 16 floats more, kernels/cpu/cpu_products.cc PaddedLd, on oneDNN, whose presence
 // only the worker knows: counted always); in bf16 every operand is converted, as fp32-sized
 // values on the fallback (the fast path's bf16 needs half), and slot 1 holds only the (N,IC)
 // input, since each weight keeps its own converted copy (kernels/cpu/weight_copies.h) for the
-// backend's life: (OC,IC), and (OC,IC+16) more where padded. The products are a block's qkv (C ->
+// backend's life: (OC,IC), and (OC,IC+16) more where padded. On AMX tiles a weight has two bf16
+// packings, (OC,IC) each (kernels/cpu/cpu_products.cc): within the fp32-sized (OC,IC) counted. The products are a block's qkv (C ->
 // 3Cl), proj (Cl -> C), fc (C -> 4Cl), mlp.proj (4Cl -> C) and the head's (C -> Vo).
 void CountOperands(Checked& c, const Shapes& s, int64_t blocks, bool head, bool bf16,
                    StageMemory& m) {

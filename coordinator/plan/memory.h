@@ -49,7 +49,7 @@ namespace pp::plan {
 // Fixed per-process bytes: the binary and shared libraries, gRPC threads and channels, the Gloo
 // context, and the workspaces this model does not count per tensor (OpenBLAS's packing buffer for
 // one thread, which a GEMM touches more of the larger its operands; in fp32 on oneDNN, the weight
-// gradient's dout^T in the first operand buffer (kernels/cpu/cpu_ops.cc PrepareTransposed, the
+// gradient's dout^T in the first operand buffer (kernels/cpu/cpu_products.cc PrepareTransposed, the
 // bytes that a transposed-A copy per pool thread took when this was measured); malloc arenas'
 // slack). The
 // copies of a cache-aliasing B were in the measurement (1 MiB at d_model 256) and are now also

@@ -1,5 +1,5 @@
 // Row-major matrix products on oneDNN's matmul primitive, for the CPU backend's bf16 fast path
-// (kernels/cpu/cpu_ops.cc). The operand type is a parameter so the same plumbing (strides for a
+// (kernels/cpu/cpu_products.cc). The operand type is a parameter so the same plumbing (strides for a
 // transposed B, the sum post-op for +=, the primitive cache) also runs in f32, where any x86 CPU
 // can create the primitive and the result can be checked against OpenBLAS.
 //
@@ -37,7 +37,7 @@ class DnnlGemm {
   // (n) is f32, added to each finished sum in the product's epilogue. No transposed A: oneDNN
   // 2.6 picks brgemm for some m and gemm:jit for others, which sum in different orders, so a
   // product split into row blocks would not give the bits of one call; A as rows takes the same
-  // brgemm kernel at every m (the caller transposes: cpu_ops.cc PrepareTransposed).
+  // brgemm kernel at every m (the caller transposes: cpu_products.cc PrepareTransposed).
   virtual void Run(bool tb, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
                    bool accumulate, const float* bias, float* c, int ldc) = 0;
 };

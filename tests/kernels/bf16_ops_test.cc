@@ -200,7 +200,7 @@ TEST(Bf16Test, OneDnnBf16MatchesTheFallbackWhereTheCpuHasIt) {
 }
 
 // IC = 2048: the backward products' B operand (the weight, then the input) has rows 8 KiB
-// apart in fp32 and 4 KiB in bf16, which Prepare copies to padded rows on oneDNN (cpu_ops.cc).
+// apart in fp32 and 4 KiB in bf16, which Prepare copies to padded rows on oneDNN (cpu_products.cc).
 // The padded products equal the unpadded paths' up to summation order, on 1 and 2 threads alike.
 TEST(Bf16Test, CacheAliasingRowsAreCopiedToPaddedRowsWithoutChangingTheProducts) {
   const Operands x(Dims{.N = 100, .IC = 2048, .OC = 72});
