@@ -225,6 +225,22 @@ void PackColumns(uint32_t* out, const uint16_t* x, int ld, int k, int i0, int i1
   PackColumnsOf(out, x, ld, k, i0, i1, c0, c1);
 }
 
+// Each (32 rows, 16 columns) block: pairs of rows into words (16 columns each), transposed into
+// 16 rows of 16 words, each 32 bf16 of a column.
+void TransposeToBf16(uint16_t* out, int ldo, const float* x, int ld, int k, int c0, int c1) {
+  for (int j = c0; j < c1; j += kTile) {
+    for (int i = 0; i < k; i += 2 * kTile) {
+      __m512i r[kTile];
+      for (int q = 0; q < kTile; ++q) {
+        const float* even = x + size_t(i + 2 * q) * ld + j;
+        r[q] = _mm512_or_si512(Halves(even), _mm512_slli_epi32(Halves(even + ld), 16));
+      }
+      Transpose16(r);
+      for (int q = 0; q < kTile; ++q) _mm512_storeu_si512(out + size_t(j + q) * ldo + i, r[q]);
+    }
+  }
+}
+
 // Whole tiles of 16 rows straight; the last m % 16 rows through 16-row scratch (zero rows below
 // them), whose rows' sums are theirs alone: the same bits as in a whole tile.
 void Gemm(float* c, int ldc, const uint16_t* a, int lda, const uint32_t* b, int m, int n, int k,
@@ -259,6 +275,7 @@ void PackRows(uint32_t*, const float*, int, int, int, int, int, int) { std::abor
 void PackRows(uint32_t*, const uint16_t*, int, int, int, int, int, int) { std::abort(); }
 void PackColumns(uint32_t*, const float*, int, int, int, int, int, int) { std::abort(); }
 void PackColumns(uint32_t*, const uint16_t*, int, int, int, int, int, int) { std::abort(); }
+void TransposeToBf16(uint16_t*, int, const float*, int, int, int, int) { std::abort(); }
 void Gemm(float*, int, const uint16_t*, int, const uint32_t*, int, int, int, bool, const float*) {
   std::abort();
 }

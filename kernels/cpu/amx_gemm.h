@@ -38,6 +38,11 @@ void PackRows(uint32_t* out, const uint16_t* x, int ld, int k, int i0, int i1, i
 void PackColumns(uint32_t* out, const float* x, int ld, int k, int i0, int i1, int c0, int c1);
 void PackColumns(uint32_t* out, const uint16_t* x, int ld, int k, int i0, int i1, int c0, int c1);
 
+// Columns [c0, c1) (multiples of 16) of x (k, cols), rows ld apart, transposed into bf16 rows ldo
+// apart, rounded as to_bf16 rounds: out[j * ldo + i] = x[i * ld + j] for i in [0, k), k a
+// multiple of 32 (the weight gradient's A, dout^T).
+void TransposeToBf16(uint16_t* out, int ldo, const float* x, int ld, int k, int c0, int c1);
+
 // C (m, n) rows ldc apart = A (m, k) (bf16 bits, rows lda apart) times packed B, plus C when
 // `accumulate`, plus bias (n) on every row when not null. REQUIRES: Fits(n, k), m >= 0.
 void Gemm(float* c, int ldc, const uint16_t* a, int lda, const uint32_t* b, int m, int n, int k,

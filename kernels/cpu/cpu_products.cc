@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -33,6 +34,15 @@ void Gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, in
           const float* b, int ldb, float beta, float* c, int ldc) {
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
               k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// Operands start on a cache line (Reserve): a tile's or a vector's 64-byte row then never
+// straddles two lines. std::vector's memory is 16-byte aligned, so every A and B tile row of the
+// AMX products touched two lines (matmul_bench: bench/NOTES.md); kSlack floats more than the
+// operand's size leave room to move its start up to the next boundary.
+constexpr size_t kSlack = 64 / sizeof(float);
+void* Aligned(std::vector<float>& buf) {
+  return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t{63});
 }
 
 int PaddedLd(int cols, size_t element_bytes) {
@@ -73,7 +83,9 @@ void CpuProducts::BackwardWeight(float* dweight, float* dbias, const float* dout
   // oneDNN and the AMX tiles take dout^T as rows (PrepareTransposed); OpenBLAS packs a transposed
   // A itself.
   const bool rows = dnnl_ != nullptr;
-  const Operand d = rows ? PrepareTransposed(0, dout, N, OC) : Prepare(0, dout, N, OC, false);
+  const Operand d = Amx(IC, N) && OC % 16 == 0 ? TransposedForTiles(dout, N, OC)
+                    : rows                     ? PrepareTransposed(0, dout, N, OC)
+                                               : Prepare(0, dout, N, OC, false);
   const Operand x = Prepare(1, inp, N, IC, true);
   SplitGemm(OC, [&](int64_t b, int64_t e) {
     Product(!rows, false, int(e - b), IC, N, rows ? d.Row(b) : d.At(b), d.ld, x, true, nullptr,
@@ -95,7 +107,7 @@ void CpuProducts::AdamW(float* params, const float* grads, float* m, float* v, s
     copy = nullptr;  // a layout of it is not packed: its next product remakes it
   }
   uint16_t* bits = copy != nullptr && !copy->data[0].empty()
-                       ? reinterpret_cast<uint16_t*>(copy->data[0].data())
+                       ? static_cast<uint16_t*>(Aligned(copy->data[0]))
                        : nullptr;
   Split(pool_, n, [&](int64_t b, int64_t e) {
     k_.adamw(params + b, grads + b, m + b, v + b, e - b, s, bits == nullptr ? nullptr : bits + b);
@@ -114,8 +126,8 @@ bool CpuProducts::PackedAdamW(WeightCopies::Copy& copy, float* params, const flo
   if (!Amx(rows, cols) || !Amx(cols, rows) || copy.data[0].empty() || copy.data[1].empty()) {
     return false;
   }
-  uint32_t* forward = reinterpret_cast<uint32_t*>(copy.data[0].data());
-  uint32_t* backward = reinterpret_cast<uint32_t*>(copy.data[1].data());
+  uint32_t* forward = static_cast<uint32_t*>(Aligned(copy.data[0]));
+  uint32_t* backward = static_cast<uint32_t*>(Aligned(copy.data[1]));
   Split(
       pool_, rows / kPackedAdamWRows,
       [&](int64_t b, int64_t e) {
@@ -166,13 +178,13 @@ CpuProducts::Operand CpuProducts::Weight(const float* w, int rows, int cols, boo
   if (Amx(n, k)) {
     if (!copy.fresh[layout]) Pack(copy.data[layout], w, k, n, !b_operand);
     copy.fresh[layout] = true;
-    return {copy.data[layout].data(), sizeof(uint16_t), n, true};
+    return {Aligned(copy.data[layout]), sizeof(uint16_t), n, true};
   }
   if (!copy.fresh[layout]) {
     Convert(copy.data[layout], w, rows, cols, ld);
     copy.fresh[layout] = true;
   }
-  return {copy.data[layout].data(), OperandBytes(), ld};
+  return {Aligned(copy.data[layout]), OperandBytes(), ld};
 }
 // Whether a product of B (k, n) runs on AMX tiles (amx_gemm.h).
 bool CpuProducts::Amx(int n, int k) const { return amx_ && amx::Fits(n, k); }
@@ -229,11 +241,23 @@ CpuProducts::Operand CpuProducts::PrepareTransposed(int slot, const float* x, in
   });
   return {out, OperandBytes(), rows};
 }
-// buf grown to hold `elements` operand elements; its data.
+// PrepareTransposed's operand in one pass where the product runs on AMX tiles (amx_gemm.h
+// TransposeToBf16: two rows' words at a time transposed, against 16 floats' then a conversion):
+// the same bf16 values, so the same bits.
+CpuProducts::Operand CpuProducts::TransposedForTiles(const float* x, int rows, int cols) {
+  uint16_t* out = static_cast<uint16_t*>(Reserve(operands_[0], size_t(cols) * rows));
+  Split(pool_, cols, [&](int64_t b, int64_t e) {
+    amx::TransposeToBf16(out, rows, x, cols, rows, int(b), int(e));
+  });
+  return {out, sizeof(uint16_t), rows};
+}
+
+// buf grown to hold `elements` operand elements from its first 64-byte boundary on; that
+// boundary (Aligned).
 void* CpuProducts::Reserve(std::vector<float>& buf, size_t elements) const {
-  const size_t need = (elements * OperandBytes() + sizeof(float) - 1) / sizeof(float);
+  const size_t need = (elements * OperandBytes() + sizeof(float) - 1) / sizeof(float) + kSlack;
   if (buf.size() < need) buf.resize(need);
-  return buf.data();
+  return Aligned(buf);
 }
 // x[0, len) as operand elements [to, to + len) of out.
 void CpuProducts::ConvertRun(void* out, int64_t to, const float* x, int64_t len) const {

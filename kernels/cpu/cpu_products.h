@@ -74,6 +74,7 @@ class CpuProducts {
   }
   Operand Convert(std::vector<float>& buf, const float* x, int rows, int cols, int ld);
   Operand PrepareTransposed(int slot, const float* x, int rows, int cols);
+  Operand TransposedForTiles(const float* x, int rows, int cols);
   void* Reserve(std::vector<float>& buf, size_t elements) const;
   void ConvertRun(void* out, int64_t to, const float* x, int64_t len) const;
   int OperandLd(int cols, bool b_operand) const;

@@ -108,6 +108,23 @@ TEST(AmxGemmTest, PackingRoundsAsToBf16AndPutsEveryElementInItsPlace) {
   }
 }
 
+// The weight gradient's A (dout^T in bf16 rows): each element rounded as to_bf16 and in its
+// place, columns split in two parts, rows of out longer than k; the rest untouched.
+TEST(AmxGemmTest, TransposeToBf16RoundsAsToBf16AndTransposes) {
+  SKIP_WITHOUT_AMX();
+  const int k = 64, cols = 48, ld = 50, ldo = 70;
+  const std::vector<float> x = Awkward(size_t(k) * ld, 11);
+  std::vector<uint16_t> out(size_t(cols) * ldo, 0xbeef);
+  amx::TransposeToBf16(out.data(), ldo, x.data(), ld, k, 0, 16);
+  amx::TransposeToBf16(out.data(), ldo, x.data(), ld, k, 16, 48);
+  for (int j = 0; j < cols; ++j) {
+    for (int i = 0; i < ldo; ++i) {
+      const uint16_t want = i < k ? ToBf16(x[size_t(i) * ld + j]) : uint16_t{0xbeef};
+      ASSERT_EQ(out[size_t(j) * ldo + i], want) << i << "," << j;
+    }
+  }
+}
+
 struct Case {
   int m, n, k;
 };
