@@ -7,9 +7,9 @@
 // Contract:
 // - B is packed once into the tiles' layout (Pack*), then serves any number of products: a
 //   weight's packing is kept from one product to the next (weight_copies.h).
-// - Each element of C is its own sum over k in ascending pairs (TDPBF16PS's order), started from
-//   zero, or from C's old value when accumulating, with the bias added after: the same bits for
-//   any m, any row offset and any split of the rows over threads.
+// - Each element of C is its own sum over k, one TDPBF16PS step of 32 after another in ascending
+//   order, started from zero, or from C's old value when accumulating, with the bias added
+//   after: the same bits for any m, any row offset and any split of the rows over threads.
 // - Fits(n, k): n a multiple of 16 and k of 32 (whole tiles along n and the sum); any m.
 // - Threads: every function may run on several threads at once on disjoint outputs; Gemm loads
 //   its thread's tile configuration on entry and releases the tiles on return.
