@@ -27,16 +27,6 @@ namespace {
     GTEST_SKIP() << "this CPU (or its kernel) gives this process no AMX tiles"; \
   }
 
-uint32_t Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float FromBits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 // The bf16 bits of x as to_bf16 makes them (vec_kernels.h): nearest even, NaNs made quiet.
 uint16_t ToBf16(float x) {
   const uint32_t u = Bits(x);

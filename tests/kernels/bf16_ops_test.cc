@@ -25,16 +25,6 @@ namespace {
 
 using common::Precision;
 
-uint32_t Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float FromBits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 
 TEST(Bf16Test, RoundsToNearestEvenInEveryTable) {
   // fp32 bits -> bf16 bits. Ties (low half 0x8000) go to the even kept part; NaN stays NaN.
