@@ -167,24 +167,26 @@ def machine(a):
     model, flags = cpu()
     absent = [f for f in CPU_FLAGS if f not in flags]
     cores = len(os.sched_getaffinity(0))
-    peaks, info = measure_peaks(a)
+    threads = sorted(set(a.threads) | ({1} if a.part != "single" else set()))
+    peaks, info = measure_peaks(a, threads, PRECISIONS, 5)
     print(f"CPU {model}, {cores} cores, threads {','.join(map(str, a.threads))}; "
           f"flags {' '.join(flags) or '-'} (absent: {' '.join(absent) or '-'}); torch "
           f"{info['torch']}, MKL {info['mkl']}, oneDNN {info['onednn']}, ATen "
           f"{info['capability']}")
-    print_peaks(info, "")
+    print_peaks(info)
     return peaks, flags
 
 
-def measure_peaks(a):
+def measure_peaks(a, threads, precisions, repeats):
     """The GEMM peaks, {precision: {threads: GFLOP/s}}, and torch_machine.py's answer. The bf16
     peak is the faster of the two products on bf16 operands: bf16 values and their products are
     exact in fp32, so where fp32's product is the faster one (Intel without AMX: half the rate
     in bf16) it is this CPU's bf16 product too, and ours takes it there (docs/jobs.md
     "Precision")."""
-    threads = sorted(set(a.threads) | ({1} if a.part != "single" else set()))
     info = torch_result(run([a.python, os.path.join(HERE, "torch_machine.py"),
-                             "--threads=" + ",".join(map(str, threads))], a.timeout))
+                             "--threads=" + ",".join(map(str, threads)),
+                             "--precision=" + ",".join(precisions), f"--repeats={repeats}"],
+                            a.timeout))
     peaks = {precision: {int(t): p["gflops"] for t, p in by_threads.items()}
              for precision, by_threads in info["peak"].items()}
     if "bf16" in peaks and "fp32" in peaks:
@@ -192,9 +194,9 @@ def measure_peaks(a):
     return peaks, info
 
 
-def print_peaks(info, when):
+def print_peaks(info):
     for precision, by_threads in info["peak"].items():
-        print(f"GEMM peak {precision}{when} (best of {info['repeats']}): " + "; ".join(
+        print(f"GEMM peak {precision} (best of {info['repeats']}): " + "; ".join(
             f"{t} thread{'s' if t != '1' else ''} {p['gflops']:.1f} GFLOP/s ({p['via']}, "
             f"{p['size']}^3)" for t, p in by_threads.items()), flush=True)
     fp32, bf16 = info["peak"].get("fp32", {}), info["peak"].get("bf16", {})
@@ -203,14 +205,14 @@ def print_peaks(info, when):
               "operands here", flush=True)
 
 
-def final_peaks(a, peaks):
-    """The peaks measured again after the cases, each the higher of the two measurements: on a
-    shared host a core's speed moves by the minute, and a peak caught in a slow minute would put
-    a step above 100% of it and every ceiling (report) below the truth."""
-    again, info = measure_peaks(a)
-    print_peaks(info, " again after the cases")
-    return {precision: {t: max(g, again[precision][t]) for t, g in by_threads.items()}
-            for precision, by_threads in peaks.items()}
+def case_peak(a, precision, threads, processes=1):
+    """The GEMM peak of a case, measured beside its runs (3 products; fp32's too for bf16, as
+    measure_peaks): on a shared host a core's speed moves by the minute, and a peak from another
+    minute (the header's) put steps at 107-135% of it on 2026-12-06, or far below. processes
+    copies of one thread count's rate for a pipeline of one-thread processes."""
+    wanted = ["fp32"] if precision == "fp32" else ["fp32", "bf16"]
+    peaks, _ = measure_peaks(a, [threads], wanted, 3)
+    return processes * peaks[precision][threads]
 
 
 def side_line(name, runs, flops, peak):
@@ -280,13 +282,16 @@ def run_side(a, name, cmd, failed):
         return None
 
 
-def case(a, title, shape, ours_fn, torch_cmds, peak):
+def case(a, title, shape, ours_fn, torch_cmds, peak_fn):
     """torch_cmds: {side name: command}, eager "torch" and maybe "compile"; empty for a schedule
-    torch has no class for (ours runs alone). A failed side is not run again."""
+    torch has no class for (ours runs alone). A failed side is not run again. peak_fn() measures
+    the GEMM peak before each run; the case's peak is the highest of them."""
     print(title, flush=True)
     runs = {"ours": [], **{name: [] for name in torch_cmds}}
     failed = {}
+    peaks = []
     for rep in range(1, a.repeats + 1):
+        peaks.append(peak_fn())
         # Ours first in odd runs, last in even ones (ABBA): a machine that drifts one way
         # through a case favours neither side.
         if rep % 2 == 1:
@@ -308,13 +313,15 @@ def case(a, title, shape, ours_fn, torch_cmds, peak):
         if "idle" in runs["ours"][-1]:
             line += (f"  idle {runs['ours'][-1]['idle']:.1f}% "
                      f"(sim {runs['ours'][-1]['sim_measured']:.1f}%)")
+        line += f"  peak {peaks[-1]:.0f} GFLOP/s"
         print(line + ("" if torch_cmds else "  (torch has no such schedule class)"), flush=True)
-    return checked_row(title, runs, failed, shape, peak)
+    return checked_row(title, runs, failed, shape, max(peaks))
 
 
 def checked_row(title, runs, failed, shape, peak):
     """summarise's row, with "sane": every run's first loss near first_loss(shape)."""
     row = summarise(title, runs, failed, flops_per_token(shape), peak)
+    row["peak"] = peak
     expected = first_loss(shape)
     row["sane"] = all(sane(r, expected) for results in runs.values() for r in results)
     if not row["sane"]:
@@ -344,6 +351,7 @@ def without_emulated_bf16(a, flags):
 
 
 def single_cases(a, work, peaks):
+    """peaks: the header's, for the side-by-side rows; the goal's rows measure their own."""
     rows = []
     for shape in a.shapes:
         for precision in a.precision:
@@ -359,7 +367,7 @@ def single_cases(a, work, peaks):
                          f"{shape.batch} sequences per step, {precision}, {threads} "
                          f"thread{'s' if threads > 1 else ''}")
                 row = case(a, title, shape, lambda: ours_single(a, spec, threads), cmds,
-                           peaks[precision][threads])
+                           lambda: case_peak(a, precision, threads))
                 rows.append({**row, "shape": shape.name, "precision": precision,
                              "threads": threads, "goal": True})
                 if a.side_by_side and threads == 1:
@@ -395,7 +403,7 @@ def pair_cmds(a, shape, precision, work):
              for arg in torch_single_cmd(a, shape, precision, 1, False)])
 
 
-def pipe_cases(a, work, peaks):
+def pipe_cases(a, work):
     rows = []
     for schedule in a.schedules:
         for precision in a.precision:
@@ -413,9 +421,9 @@ def pipe_cases(a, work, peaks):
             # Two processes of one thread each: twice one thread's peak.
             row = case(a, title, PIPE, lambda: ours_pipe(
                 a, spec, os.path.join(work, f"up-{schedule}-{precision}-{next(counter)}")),
-                cmds, 2 * peaks[precision][1])
+                cmds, lambda: case_peak(a, precision, 1, processes=2))
             rows.append({**row, "shape": "pipe", "precision": precision, "threads": 1,
-                         "processes": 2, "goal": schedule in GOAL_SCHEDULES})
+                         "goal": schedule in GOAL_SCHEDULES})
     return rows
 
 
@@ -430,12 +438,12 @@ def ceiling(row, peak):
     return peak / torch if torch and torch <= peak else None
 
 
-def report(a, rows, peaks, floor=None):
+def report(a, rows, floor=None):
     print(f"{a.attention} attention, AdamW {a.adamw}; ratio = our median tokens/s over torch "
           f"eager's (goal >= {RATIO_GOAL}x; torch.compile's beside it, informational); ceiling "
-          f"= the ratio of a step of ours at the whole GEMM peak")
+          f"= the ratio of a step of ours at the whole GEMM peak of the case's minutes")
     for row in rows:
-        peak = row.get("processes", 1) * peaks[row["precision"]][row["threads"]]
+        peak = row["peak"]
         row["mfu"] = row["gflops"]["ours"] / peak
         gap = (f"  idle gap {row['gap']:+.1f} points (goal within {GAP_GOAL:.0f})"
                if row["gap"] is not None else "")
@@ -520,8 +528,8 @@ def main():
         if a.part in ("single", "all"):
             rows += single_cases(a, work, peaks)
         if a.part in ("pipe", "all"):
-            rows += pipe_cases(a, work, peaks)
-    report(a, rows, final_peaks(a, peaks), floor)
+            rows += pipe_cases(a, work)
+    report(a, rows, floor)
     return 0 if all(row["sane"] for row in rows) else 1
 
 

@@ -1,6 +1,6 @@
 """The machine as PyTorch sees it, for bench/peer's header: torch's version, the BLAS libraries it
 was built with (MKL, oneDNN), ATen's vector level, and a measured GEMM peak in fp32 and bf16 for
-each of --threads.
+each of --threads (bench/peer measures them once for its header and again beside each case).
 
 The peak is the best rate, 2·m·n·k FLOPs over the wall time of one call, of --repeats products of
 --size cubed (less where a probe finds the CPU slow in that precision: timed_size) after one
@@ -27,6 +27,8 @@ def parse():
     p.add_argument("--size", type=int, default=2048,
                    help="m = n = k of the timed products, at most (timed_size)")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--precision", type=lambda s: s.split(","), default=["fp32", "bf16"],
+                   help="fp32, bf16 or both: the peaks to measure")
     return p.parse_args()
 
 
@@ -97,8 +99,8 @@ def main():
     a = parse()
     torch.set_num_interop_threads(1)
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
-    peaks = {name: {str(t): peak(dtype, t, a.size, a.repeats) for t in a.threads}
-             for name, dtype in dtypes.items()}
+    peaks = {name: {str(t): peak(dtypes[name], t, a.size, a.repeats) for t in a.threads}
+             for name in a.precision}
     print("RESULT " + json.dumps({**libraries(), "repeats": a.repeats, "peak": peaks}))
 
 
