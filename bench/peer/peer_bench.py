@@ -9,10 +9,11 @@ A pipeline of D=2: `ppctl up --workers=2` on the embedded default model (4 layer
 microbatches of 4 sequences, cost partition) against torch_pipe.py (torch.distributed.pipelining,
 gloo, 2 processes, 1 thread each), for each of --schedules and --precision. Runs alternate in
 ABBA order (ours, torch, torch.compile; torch, torch.compile, ours; ...), --repeats times; each
-figure is printed as it comes, then the medians as tokens/s, GFLOP/s and share of the measured
-GEMM peak (torch_machine.py), their ratio (ours / torch) with the range of the run-by-run ratios,
-and the spread of each side ((max - min) / median); last, the goals of issue 28 with met / not
-met. --side_by_side adds each 1-thread case run both sides at once, one core each
+figure is printed as it comes, then the medians as tokens/s, GFLOP/s and share of the GEMM
+peak measured beside the case's runs (torch_machine.py), their ratio (ours / torch) with the
+range of the run-by-run ratios, and the spread of each side ((max - min) / median); last, the
+goals of issue 28 with met / not met and each row's ceiling (the ratio at the whole peak).
+--side_by_side adds each 1-thread case run both sides at once, one core each
 (side_by_side.py): the same minutes of a shared host for both, informational. Pure standard
 library: PyTorch runs in --python. README.md beside this file says
 what each side does and how FLOPs are counted.
