@@ -4,6 +4,7 @@
 #include "kernels/cpu/amx_gemm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -29,11 +30,11 @@ namespace {
 
 // The bf16 bits of x as to_bf16 makes them (vec_kernels.h): nearest even, NaNs made quiet.
 uint16_t ToBf16(float x) {
-  const uint32_t u = Bits(x);
+  const uint32_t u = std::bit_cast<uint32_t>(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u | 0x00400000u) >> 16);
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
-float Bf16Value(uint16_t b) { return FromBits(uint32_t{b} << 16); }
+float Bf16Value(uint16_t b) { return std::bit_cast<float>(uint32_t{b} << 16); }
 bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -50,7 +51,7 @@ std::vector<float> Awkward(size_t n, uint64_t seed) {
   std::vector<float> v = Random(n, seed, 3.0f);
   const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0x7f800001u, 0xff800000u,
                               0x00000001u, 0x807fffffu, 0x7f7fffffu, 0x80000000u, 0x3f80ffffu};
-  for (size_t i = 0; i < n; i += 7) v[i] = FromBits(special[(i / 7) % 10]);
+  for (size_t i = 0; i < n; i += 7) v[i] = std::bit_cast<float>(special[(i / 7) % 10]);
   return v;
 }
 
@@ -165,13 +166,15 @@ TEST(AmxGemmTest, ProductsMatchTheReferenceWithAccumulationAndBias) {
       for (int j = 0; j < ldc; ++j) {
         const size_t at = size_t(i) * ldc + j;
         if (j >= c.n) {  // past the matrix: untouched
-          ASSERT_EQ(Bits(plain[at]), Bits(before[at]));
-          ASSERT_EQ(Bits(summed[at]), Bits(before[at]));
+          ASSERT_EQ(std::bit_cast<uint32_t>(plain[at]), std::bit_cast<uint32_t>(before[at]));
+          ASSERT_EQ(std::bit_cast<uint32_t>(summed[at]), std::bit_cast<uint32_t>(before[at]));
           continue;
         }
         const double w = want[size_t(i) * c.n + j], tol = 1e-5 * (1.0 + std::fabs(w));
         ASSERT_NEAR(plain[at], w, tol) << i << "," << j;
-        ASSERT_EQ(Bits(with_bias[at]), Bits(plain[at] + bias[j])) << i << "," << j;
+        ASSERT_EQ(std::bit_cast<uint32_t>(with_bias[at]),
+                  std::bit_cast<uint32_t>(plain[at] + bias[j]))
+            << i << "," << j;
         ASSERT_NEAR(summed[at], w + before[at], tol) << i << "," << j;
       }
     }

@@ -4,6 +4,7 @@
 // (transposes as strides, += as a sum post-op, row blocks over the pool) matches OpenBLAS in f32,
 // and its bf16 primitive matches the fallback where this CPU can create it; MakeOps picks and logs
 // the path, PP_BF16_FALLBACK=1 forces the fallback and PP_BF16_ONEDNN=1 oneDNN's bf16 matmul.
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -24,7 +25,6 @@ namespace pp::kernels {
 namespace {
 
 using common::Precision;
-
 
 TEST(Bf16Test, RoundsToNearestEvenInEveryTable) {
   // fp32 bits -> bf16 bits. Ties (low half 0x8000) go to the even kept part; NaN stays NaN.
@@ -47,7 +47,7 @@ TEST(Bf16Test, RoundsToNearestEvenInEveryTable) {
   // Past the vector widths, so the vector and the remainder loops both run.
   const size_t n = cases.size() * 5;
   std::vector<float> in(n);
-  for (size_t i = 0; i < n; ++i) in[i] = FromBits(cases[i % cases.size()].first);
+  for (size_t i = 0; i < n; ++i) in[i] = std::bit_cast<float>(cases[i % cases.size()].first);
   for (const VecKernels* k : RunnableVecKernels()) {
     std::vector<float> rounded(n);
     std::vector<uint16_t> bits(n);
@@ -56,8 +56,8 @@ TEST(Bf16Test, RoundsToNearestEvenInEveryTable) {
     for (size_t i = 0; i < n; ++i) {
       const auto [from, want] = cases[i % cases.size()];
       EXPECT_EQ(bits[i], want) << k->isa << std::hex << " from 0x" << from;
-      EXPECT_EQ(Bits(rounded[i]), uint32_t{want} << 16) << k->isa << std::hex << " from 0x"
-                                                        << from;
+      EXPECT_EQ(std::bit_cast<uint32_t>(rounded[i]), uint32_t{want} << 16)
+          << k->isa << std::hex << " from 0x" << from;
     }
   }
 }

@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -22,18 +21,6 @@ inline std::vector<float> Random(size_t n, uint64_t seed, float scale = 1.0f) {
     x = scale * (static_cast<float>((s >> 40) & 0xffffff) / 8388608.0f - 1.0f);
   }
   return v;
-}
-
-// A float's bits, and the float of given bits.
-inline uint32_t Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-inline float FromBits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
 }
 
 // The CPU Ops at one thread, and backend copies of host vectors freed with the fixture.
