@@ -25,11 +25,12 @@ import math
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
 import side_by_side
+from machine import PRECISIONS, case_peak, machine, without_emulated_bf16
+from procs import Failed, run, torch_result
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = "/usr/share/common-licenses/GPL-3"
@@ -37,9 +38,7 @@ VOCAB = 256
 SANITY = 0.25  # both sides' first loss must lie within this of the expected one
 GAP_GOAL = 3.0  # points: measured idle against the idle simulated from the measured costs
 RATIO_GOAL = 1.3  # ours over torch eager (issue 28)
-PRECISIONS = ("fp32", "bf16")
 PEAK_GOALS = {"bf16": 0.35, "fp32": 0.70}  # the step's share of the GEMM peak at shape (b)
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 # Schedules torch_pipe.py has a class for; the others (zb-h1) run on our side alone.
 TORCH_SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-v")
 GOAL_SCHEDULES = ("1f1b", "interleaved-1f1b")  # the pipeline rows issue 28 sets the ratio for
@@ -53,39 +52,6 @@ PIPE = Shape("pipe", 4, 128, 4, 128, 8, 4)  # ppctl up's embedded default model
 # What --quick changes; a flag given on the command line wins over either column.
 FULL = {"shapes": "a,b,c", "repeats": 3, "single_steps": 8, "pipe_steps": 30, "compile": True}
 QUICK = {"shapes": "a", "repeats": 2, "single_steps": 4, "pipe_steps": 10, "compile": False}
-
-
-class Failed(Exception):
-    """A run that may fail (torch.compile) did; the message is its reason's first line."""
-
-
-def reason(proc, timeout):
-    """The first line of why a run failed: the last `SomeError: ...` line of its stderr (Python
-    prints the exception last), else its last line."""
-    if proc is None:
-        return f"timed out after {timeout:.0f} s"
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if re.match(r"^[\w.]*(Error|Exception)\b", line)]
-    return (errors or lines or [f"exit {proc.returncode}"])[-1][:200]
-
-
-def run(cmd, timeout, may_fail=False):
-    """cmd's stdout. A failure ends the bench, or with may_fail raises Failed."""
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc = None
-    if proc is not None and proc.returncode == 0:
-        return proc.stdout
-    if may_fail:
-        raise Failed(reason(proc, timeout))
-    tail = proc.stderr[-2000:] if proc is not None else ""
-    sys.exit(f"peer_bench: {' '.join(cmd)}: {reason(proc, timeout)}\n{tail}")
-
-
-def torch_result(out):
-    line = next(line for line in reversed(out.splitlines()) if line.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
 
 
 def flops_per_token(shape):
@@ -152,68 +118,6 @@ def stage_units(a, spec):
 
 def spread(values):
     return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else 0.0
-
-
-def cpu():
-    """lscpu's model name and which of CPU_FLAGS it lists."""
-    out = run(["lscpu"], 60)
-    field = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    flags = set(field.get("Flags", "").split())
-    return field.get("Model name", "?").strip(), [f for f in CPU_FLAGS if f in flags]
-
-
-def machine(a):
-    """Print the header line; return the measured GEMM peaks, {precision: {threads: GFLOP/s}},
-    and the CPU's flags of CPU_FLAGS."""
-    model, flags = cpu()
-    absent = [f for f in CPU_FLAGS if f not in flags]
-    cores = len(os.sched_getaffinity(0))
-    threads = sorted(set(a.threads) | ({1} if a.part != "single" else set()))
-    peaks, info = measure_peaks(a, threads, PRECISIONS, 5)
-    print(f"CPU {model}, {cores} cores, threads {','.join(map(str, a.threads))}; "
-          f"flags {' '.join(flags) or '-'} (absent: {' '.join(absent) or '-'}); torch "
-          f"{info['torch']}, MKL {info['mkl']}, oneDNN {info['onednn']}, ATen "
-          f"{info['capability']}")
-    print_peaks(info)
-    return peaks, flags
-
-
-def measure_peaks(a, threads, precisions, repeats):
-    """The GEMM peaks, {precision: {threads: GFLOP/s}}, and torch_machine.py's answer. The bf16
-    peak is the faster of the two products on bf16 operands: bf16 values and their products are
-    exact in fp32, so where fp32's product is the faster one (Intel without AMX: half the rate
-    in bf16) it is this CPU's bf16 product too, and ours takes it there (docs/jobs.md
-    "Precision")."""
-    info = torch_result(run([a.python, os.path.join(HERE, "torch_machine.py"),
-                             "--threads=" + ",".join(map(str, threads)),
-                             "--precision=" + ",".join(precisions), f"--repeats={repeats}"],
-                            a.timeout))
-    peaks = {precision: {int(t): p["gflops"] for t, p in by_threads.items()}
-             for precision, by_threads in info["peak"].items()}
-    if "bf16" in peaks and "fp32" in peaks:
-        peaks["bf16"] = {t: max(g, peaks["fp32"][t]) for t, g in peaks["bf16"].items()}
-    return peaks, info
-
-
-def print_peaks(info):
-    for precision, by_threads in info["peak"].items():
-        print(f"GEMM peak {precision} (best of {info['repeats']}): " + "; ".join(
-            f"{t} thread{'s' if t != '1' else ''} {p['gflops']:.1f} GFLOP/s ({p['via']}, "
-            f"{p['size']}^3)" for t, p in by_threads.items()), flush=True)
-    fp32, bf16 = info["peak"].get("fp32", {}), info["peak"].get("bf16", {})
-    if any(fp32[t]["gflops"] > p["gflops"] for t, p in bf16.items() if t in fp32):
-        print("bf16 shares are of fp32's peak where it is higher: the faster product on bf16 "
-              "operands here", flush=True)
-
-
-def case_peak(a, precision, threads, processes=1):
-    """The GEMM peak of a case, measured beside its runs (3 products; fp32's too for bf16, as
-    measure_peaks): on a shared host a core's speed moves by the minute, and a peak from another
-    minute (the header's) put steps at 107-135% of it on 2026-12-06, or far below. processes
-    copies of one thread count's rate for a pipeline of one-thread processes."""
-    wanted = ["fp32"] if precision == "fp32" else ["fp32", "bf16"]
-    peaks, _ = measure_peaks(a, [threads], wanted, 3)
-    return processes * peaks[precision][threads]
 
 
 def side_line(name, runs, flops, peak):
@@ -337,18 +241,6 @@ def torch_single_cmd(a, shape, precision, threads, compile_it):
              f"--batch={shape.batch}", f"--precision={precision}", f"--steps={a.single_steps}",
              f"--attention={a.attention}", f"--adamw={a.adamw}", f"--data={CORPUS}"]
             + (["--compile"] if compile_it else []))
-
-
-def without_emulated_bf16(a, flags):
-    """a.precision, less bf16 where the CPU has no bf16 instructions (neither AVX512-BF16 nor
-    AMX-BF16) and --precision did not ask for it: torch's autocast then runs emulated products
-    (2 GFLOP/s against 81 in fp32 on an AVX2-only EPYC), hours a run, and its ratio would measure
-    the emulation; ours takes its fp32-speed fallback there."""
-    if "bf16" not in a.precision or a.precision_given or {"avx512_bf16", "amx_bf16"} & set(flags):
-        return a.precision
-    print("bf16 not run: this CPU has no bf16 instructions (avx512_bf16, amx_bf16); "
-          "--precision=bf16 runs it anyway", flush=True)
-    return [p for p in a.precision if p != "bf16"]
 
 
 def single_cases(a, work, peaks):
