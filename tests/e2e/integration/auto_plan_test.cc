@@ -117,8 +117,9 @@ TEST_F(AutoScheduleTest, DriftRePlansOnceAwayFromASlowedWorker) {
   // run 2-5x longer than it) before they count, and every step from 5 is checked against the
   // measured prediction until the re-plan. A slowdown inside the trial is refitted as overhead,
   // leaving only steps 2 and 3 to catch it: once, in CI, neither did. 100x w3's compute (a unit
-  // at 16 sequences, about 2 ms a step) adds 0.2 s or more to steps of 20 to 80 ms; at 40x, and
-  // M = 16 with w3 holding only the head, a busy machine hid the slowdown in the pipeline.
+  // at 16 sequences, 1-2 ms a step) gave 190-600 ms steps against trial predictions of 18-190 ms
+  // with 3 CPU hogs and a second copy of the test beside it; at 40x, and M = 16 with w3 holding
+  // only the head, such a machine once hid the slowdown in the pipeline.
   slowed.flags = {"--test_slow_after_steps=4", "--test_slow_factor=100"};
   ASSERT_TRUE(cluster_->StartWorker("w3", slowed).ok()) << cluster_->Logs();
   pp::v1::JobSpec spec = AutoSpec(16);
