@@ -16,13 +16,13 @@
 #include "gtest/gtest.h"
 #include "tests/e2e/integration/fixture.h"
 #include "tests/support/cluster.h"
+#include "tests/support/results.h"
 #include "worker/trainer/trainer.h"
 
 namespace pp::integration {
 namespace {
 
-using ::pp::testing_support::JobWatch;
-using ::pp::testing_support::SubmitJob;
+using ::pp::testing_support::StoredLosses;
 
 constexpr int kSteps = 3;
 
@@ -34,33 +34,27 @@ class RecomputeTest : public IntegrationTest, public ::testing::WithParamInterfa
     std::vector<int64_t> peak_bytes;  // per pipeline rank, last step
   };
 
-  // Submits `spec` to the running cluster and follows it to its end.
+  // Runs `spec` on the running cluster to its end. The losses come from ppcoord's store: a watch
+  // opened after the submission starts from the job's state at that moment (bf16_test.cc).
   Run RunJob(const pp::v1::JobSpec& spec) {
     Run run;
-    absl::StatusOr<std::string> id = SubmitJob(cluster_->stub(), spec);
-    EXPECT_TRUE(id.ok()) << id.status();
-    if (!id.ok()) return run;
-    absl::StatusOr<std::unique_ptr<JobWatch>> watch =
-        JobWatch::Open(cluster_->stub(), *id, absl::Seconds(60));
-    EXPECT_TRUE(watch.ok()) << watch.status();
-    if (!watch.ok()) return run;
-    absl::StatusOr<std::vector<pp::v1::JobEvent>> events = (*watch)->Rest();
-    EXPECT_TRUE(events.ok() && events->back().kind() == pp::v1::EVENT_FINISHED)
-        << (events.ok() ? events->back().message() : events.status().ToString()) << "\n"
-        << cluster_->Logs();
-    if (!events.ok()) return run;
-    for (const pp::v1::JobEvent& e : *events) {
-      if (e.kind() == pp::v1::EVENT_STEP) run.losses.push_back(e.loss());
+    const std::string id = testing_support::ClusterTest::Run(spec);
+    if (id.empty()) {
+      ADD_FAILURE() << cluster_->Logs();
+      return run;
     }
+    absl::StatusOr<std::vector<double>> losses = StoredLosses(cluster_->data_dir(), id);
+    EXPECT_TRUE(losses.ok()) << losses.status();
+    if (losses.ok()) run.losses = *std::move(losses);
     absl::StatusOr<common::Checkpoint> saved =
-        common::LoadCheckpoint(common::StepDir(cluster_->checkpoint_root(), *id, kSteps));
+        common::LoadCheckpoint(common::StepDir(cluster_->checkpoint_root(), id, kSteps));
     EXPECT_TRUE(saved.ok()) << saved.status();
     if (saved.ok()) {
       for (auto& [name, tensor] : saved->tensors) run.weights[name] = tensor.data;
     }
     grpc::ClientContext context;
     pp::v1::GetTraceRequest request;
-    request.set_job_id(*id);
+    request.set_job_id(id);
     request.set_step(kSteps);
     pp::v1::StepTrace trace;
     const grpc::Status status = cluster_->stub().GetTrace(&context, request, &trace);
