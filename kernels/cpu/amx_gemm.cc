@@ -181,16 +181,23 @@ void WholeTiles(float* c, int ldc, const uint16_t* a, int lda, const uint32_t* b
   }
 }
 
+// Blocks of 32 rows, each written panel by panel: a panel's 16 rows of words (1 KiB) at a time.
+// Row pair by row pair across all panels, every 64-byte store went to another panel, k / 2 * 64
+// bytes on (32 KiB at k = 1024): at 3,072 columns 2.2x slower than the blocked walk with the
+// input in cache, 1.3-1.6x from memory (bench/NOTES.md, tenth session).
 template <typename T>
 void PackRowsOf(uint32_t* out, const T* x, int ld, int k, int i0, int i1, int c0, int c1) {
   const size_t panel = size_t(k) / 2 * kTile;
-  for (int i = i0; i < i1; i += 2) {
-    const T* even = x + size_t(i - i0) * ld;
-    const T* odd = even + ld;
+  for (int b = i0; b < i1; b += 2 * kTile) {
+    const int e = std::min(i1, b + 2 * kTile);
     for (int j = c0; j < c1; j += kTile) {
-      const __m512i word =
-          _mm512_or_si512(Halves(even + j - c0), _mm512_slli_epi32(Halves(odd + j - c0), 16));
-      _mm512_storeu_si512(out + size_t(j / kTile) * panel + size_t(i / 2) * kTile, word);
+      uint32_t* o = out + size_t(j / kTile) * panel;
+      for (int i = b; i < e; i += 2) {
+        const T* even = x + size_t(i - i0) * ld + (j - c0);
+        const __m512i word =
+            _mm512_or_si512(Halves(even), _mm512_slli_epi32(Halves(even + ld), 16));
+        _mm512_storeu_si512(o + size_t(i / 2) * kTile, word);
+      }
     }
   }
 }

@@ -67,12 +67,13 @@ TEST(AmxGemmTest, PackingRoundsAsToBf16AndPutsEveryElementInItsPlace) {
   for (bool from_bits : {false, true}) {
     SCOPED_TRACE(from_bits ? "from bf16 bits" : "from fp32");
     std::vector<uint32_t> rows(amx::PackedWords(k, n), kUntouched), columns(rows);
-    // Rows: columns [0, 16) whole, then rows [0, 32) and [32, 96) of columns [16, 48).
+    // Rows: columns [0, 16) whole, then rows [0, 34) and [34, 96) of columns [16, 48) (blocks
+    // of 32 rows: a part ends and starts inside one).
     // Columns: columns [0, 32) whole, then the sum's [0, 64) of columns [32, 48).
     auto pack = [&](auto* src) {
       amx::PackRows(rows.data(), src, ld, k, 0, k, 0, 16);
-      amx::PackRows(rows.data(), src + 16, ld, k, 0, 32, 16, 48);
-      amx::PackRows(rows.data(), src + size_t(32) * ld + 16, ld, k, 32, k, 16, 48);
+      amx::PackRows(rows.data(), src + 16, ld, k, 0, 34, 16, 48);
+      amx::PackRows(rows.data(), src + size_t(34) * ld + 16, ld, k, 34, k, 16, 48);
       amx::PackColumns(columns.data(), src, ld, k, 0, k, 0, 32);
       amx::PackColumns(columns.data(), src + size_t(32) * ld, ld, k, 0, 64, 32, 48);
     };
